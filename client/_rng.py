@@ -1,0 +1,104 @@
+"""The one entry point for randomness in the client.
+
+Every randomized function takes ``rng: numpy.random.Generator | None``. ``None`` (the default, and what the
+SDK always uses) draws from the operating system's CSPRNG through :func:`os.urandom`; a seeded Generator is
+for simulations and tests only. Nothing here calls the :mod:`random` module or ``numpy.random`` module
+functions, and a test makes them raise to prove it.
+
+Bernoulli draws are exact: a probability is realised as an integer threshold ``T / 2**B`` (B "probability
+bits"), and the bits are built with the binary-expansion recurrence
+
+    P ← (t_b + P) / 2   for the bits t_b of T, least significant first,
+
+which, on 64 lanes of a uint64 word at once, is ``x = r | x`` for a 1 bit and ``x = r & x`` for a 0 bit,
+with ``r`` a word of fair coins. So a draw costs B random bits, never a float, and its probability is exactly
+``T / 2**B``: the effective ε that a mechanism reports is computed from that same T.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .errors import InvalidParameterError
+
+RandomSource = np.random.Generator | None
+
+_U64_MAX = (1 << 64) - 1
+
+
+def check_rng(rng: object) -> np.random.Generator | None:
+    """Validate an injected generator; ``None`` means the OS CSPRNG."""
+    if rng is None or isinstance(rng, np.random.Generator):
+        return rng
+    raise InvalidParameterError("rng", "None (OS CSPRNG) or a numpy.random.Generator", type(rng).__name__)
+
+
+def random_words(rng: np.random.Generator | None, n: int) -> np.ndarray:
+    """``n`` uniformly random, writable uint64 words."""
+    if n <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    if rng is None:
+        return np.frombuffer(bytearray(os.urandom(8 * n)), dtype="<u8").astype(np.uint64, copy=False)
+    return rng.integers(0, _U64_MAX, size=n, dtype=np.uint64, endpoint=True)
+
+
+def bernoulli_words(rng: np.random.Generator | None, threshold: int, bits: int, n_words: int) -> np.ndarray:
+    """``n_words`` uint64 words whose 64·n_words bits are i.i.d. Bernoulli(threshold / 2**bits)."""
+    if not 0 <= threshold <= (1 << bits):
+        raise InvalidParameterError("threshold", f"an integer in [0, 2**{bits}]", threshold)
+    if threshold == 0:
+        return np.zeros(n_words, dtype=np.uint64)
+    if threshold == 1 << bits:
+        return np.full(n_words, _U64_MAX, dtype=np.uint64)
+    # Drop trailing zero bits of T: T/2^B == (T >> z)/2^(B-z), and the recurrence starts at its lowest 1.
+    while threshold % 2 == 0:
+        threshold //= 2
+        bits -= 1
+    x = random_words(rng, n_words)  # the lowest set bit: P = 1/2
+    for b in range(1, bits):  # then the higher bits, least significant first
+        r = random_words(rng, n_words)
+        if (threshold >> b) & 1:
+            np.bitwise_or(x, r, out=x)
+        else:
+            np.bitwise_and(x, r, out=x)
+    return x
+
+
+def bernoulli_bytes(rng: np.random.Generator | None, threshold: int, bits: int, n_bytes: int) -> np.ndarray:
+    """``n_bytes`` uint8 values whose bits are i.i.d. Bernoulli(threshold / 2**bits)."""
+    words = bernoulli_words(rng, threshold, bits, (n_bytes + 7) // 8)
+    return words.view(np.uint8)[:n_bytes]
+
+
+def bernoulli(rng: np.random.Generator | None, threshold: int, bits: int, n: int) -> np.ndarray:
+    """``n`` booleans, each True with probability exactly threshold / 2**bits."""
+    packed = bernoulli_bytes(rng, threshold, bits, (n + 7) // 8)
+    return np.unpackbits(packed, count=n).astype(bool)
+
+
+def uniform_below(rng: np.random.Generator | None, high: int, n: int) -> np.ndarray:
+    """``n`` exactly uniform integers in ``[0, high)`` as int64 (rejection sampling, no modulo bias)."""
+    if high < 1:
+        raise InvalidParameterError("high", "an integer >= 1", high)
+    if rng is not None:
+        return rng.integers(0, high, size=n, dtype=np.int64)
+    if high == 1:
+        return np.zeros(n, dtype=np.int64)
+    if high & (high - 1) == 0:  # power of two: mask, no rejection
+        return (random_words(rng, n) & np.uint64(high - 1)).astype(np.int64)
+    limit = np.uint64(((1 << 64) // high) * high)  # accept r < limit: every residue equally often
+    out = np.empty(n, dtype=np.int64)
+    todo = np.arange(n)
+    while todo.size:
+        r = random_words(rng, todo.size)
+        ok = r < limit
+        out[todo[ok]] = (r[ok] % np.uint64(high)).astype(np.int64)
+        todo = todo[~ok]
+    return out
+
+
+def secure_token(n_bytes: int = 16) -> bytes:
+    """Random bytes from the OS CSPRNG (batch ids, device secrets)."""
+    return os.urandom(n_bytes)

@@ -1,0 +1,119 @@
+"""The sketch hash family h_j : values → [m], for rows j ∈ [k], fixed by (seed, version).
+
+Version 1, the only one so far:
+
+* A value is bytes: ``str`` is encoded as UTF-8, ``bytes`` is taken as is; anything else is rejected.
+* Its 64-bit base hash is ``x = mmh3.hash64(value, seed)[0]`` (unsigned, x64 variant).
+* Row j has a multiplier ``a_j`` (odd) and an offset ``b_j``, two consecutive outputs of SplitMix64 seeded
+  with ``seed ⊕ (version << 32)`` (``a_j`` = output 2j with the low bit set, ``b_j`` = output 2j+1).
+* ``h_j(value) = ((a_j·x + b_j) mod 2^64) >> (64 − log2 m)``: multiply-add-shift, a universal family
+  (collision probability ≤ 2/m for two distinct base hashes), independent across rows.
+
+A client evaluates one (value, j) with one mmh3 call and Python integers. An estimator hashes each of C
+candidates once with mmh3 and evaluates all C × k row hashes with numpy, one row at a time (k vector
+operations, never C·k Python calls). Golden vectors in ``tests/client/test_hashing.py`` pin the family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+
+import mmh3
+import numpy as np
+
+from .errors import InvalidParameterError, InvalidValueError
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def value_bytes(value: object) -> bytes:
+    """The bytes a sketch value hashes as: UTF-8 for ``str``, as is for ``bytes``."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes):
+        return value
+    raise InvalidValueError(f"sketch values must be str or bytes, got {type(value).__name__}")
+
+
+def _splitmix64(state: int, count: int) -> list[int]:
+    out = []
+    for _ in range(count):
+        state = (state + _GOLDEN) & _MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+        out.append(z ^ (z >> 31))
+    return out
+
+
+@lru_cache(maxsize=64)
+def _row_constants(seed: int, version: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    stream = _splitmix64(seed ^ (version << 32), 2 * k)
+    a = np.array([stream[2 * j] | 1 for j in range(k)], dtype=np.uint64)
+    b = np.array([stream[2 * j + 1] for j in range(k)], dtype=np.uint64)
+    a.setflags(write=False)
+    b.setflags(write=False)
+    return a, b
+
+
+class HashFamily:
+    """k row hashes into [m] (m a power of two), fixed by (seed, version)."""
+
+    __slots__ = ("k", "m", "seed", "version", "_shift", "_a", "_b")
+
+    def __init__(self, *, k: int, m: int, seed: int = 0, version: int = 1) -> None:
+        if version != 1:
+            raise InvalidParameterError("hash_version", "1", version)
+        if m < 2 or m & (m - 1):
+            raise InvalidParameterError("m", "a power of two >= 2", m)
+        if not 1 <= k <= 1 << 16:
+            raise InvalidParameterError("k", "an integer in [1, 65536]", k)
+        if not 0 <= seed < 1 << 32:
+            raise InvalidParameterError("hash_seed", "an integer in [0, 2**32 - 1]", seed)
+        self.k, self.m, self.seed, self.version = k, m, seed, version
+        self._shift = 64 - (m.bit_length() - 1)
+        self._a, self._b = _row_constants(seed, version, k)
+
+    def base(self, value: object) -> int:
+        """The 64-bit base hash of one value."""
+        return int(mmh3.hash64(value_bytes(value), self.seed, signed=False)[0])
+
+    def bases(self, values: Iterable[object]) -> np.ndarray:
+        """Base hashes of many values (one mmh3 call each), as uint64."""
+        seed = self.seed
+        return np.fromiter(
+            (mmh3.hash64(value_bytes(v), seed, signed=False)[0] for v in values), dtype=np.uint64
+        )
+
+    def hash_one(self, value: object, row: int) -> int:
+        """h_row(value), with Python integers only (the client's path)."""
+        if not 0 <= row < self.k:
+            raise InvalidParameterError("row", f"an integer in [0, {self.k - 1}]", row)
+        x = self.base(value)
+        return ((int(self._a[row]) * x + int(self._b[row])) & _MASK64) >> self._shift
+
+    def hash_rows(self, bases: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """h_{rows[i]}(value_i) for per-report base hashes and rows (vectorized), as int64."""
+        h = self._a[rows] * bases.astype(np.uint64, copy=False)
+        h += self._b[rows]
+        h >>= np.uint64(self._shift)
+        return h.astype(np.int64)
+
+    def row_hash(self, bases: np.ndarray, row: int, out: np.ndarray | None = None) -> np.ndarray:
+        """h_row for many base hashes; writes into ``out`` (uint64) when given. Used by estimators."""
+        if out is None:
+            out = np.empty(bases.shape, dtype=np.uint64)
+        np.multiply(bases, self._a[row], out=out)
+        np.add(out, self._b[row], out=out)
+        np.right_shift(out, np.uint64(self._shift), out=out)
+        return out
+
+    def matrix(self, values: Sequence[object]) -> np.ndarray:
+        """The C × k matrix of h_j(value) (small C: tests, debugging)."""
+        bases = self.bases(values)
+        out = np.empty((len(bases), self.k), dtype=np.int64)
+        for j in range(self.k):
+            out[:, j] = self.row_hash(bases, j)
+        return out

@@ -1,0 +1,57 @@
+"""Helpers shared by the sketch mechanisms (cms, oue-cms, hcms): hashing reports and candidates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from ..errors import InvalidParameterError, InvalidValueError
+from ..hashing import HashFamily
+from ..specs import SketchParams
+from ..wire import ReportBatch
+from .base import codes_for
+
+
+@lru_cache(maxsize=64)
+def family(k: int, m: int, seed: int, version: int) -> HashFamily:
+    return HashFamily(k=k, m=m, seed=seed, version=version)
+
+
+def family_of(params: SketchParams) -> HashFamily:
+    return family(params.k, params.m, params.hash_seed, params.hash_version)
+
+
+def report_bases(values: Sequence[object] | np.ndarray, fam: HashFamily) -> np.ndarray:
+    """Base hash of every value, hashing each distinct value once."""
+    codes, uniques = codes_for(values)
+    if codes.size == 0:
+        raise InvalidValueError("cannot privatize an empty batch")
+    return fam.bases(uniques)[codes]
+
+
+def candidate_sums(matrix: np.ndarray, fam: HashFamily, candidates: Sequence[object]) -> np.ndarray:
+    """S(d) = Σ_j matrix[j, h_j(d)] for every candidate d, as float64.
+
+    One mmh3 call per candidate, then k vectorized passes (hash a row for all candidates, gather from that
+    row, accumulate): no C·k Python calls. ``mode="wrap"`` skips numpy's bounds check; every index is < m
+    by construction.
+    """
+    if isinstance(candidates, (str, bytes)) or len(candidates) == 0:
+        raise InvalidParameterError("candidates", "a non-empty list of str or bytes values", candidates)
+    bases = fam.bases(candidates)
+    acc = np.zeros(bases.size, dtype=np.int64)
+    idx = np.empty(bases.size, dtype=np.uint64)
+    buf = np.empty(bases.size, dtype=np.int64)
+    rows = np.ascontiguousarray(matrix, dtype=np.int64)
+    for j in range(fam.k):
+        fam.row_hash(bases, j, out=idx)
+        np.take(rows[j], idx.view(np.int64), mode="wrap", out=buf)
+        acc += buf
+    return acc.astype(np.float64)
+
+
+def concat_rows(batches: Sequence[ReportBatch]) -> np.ndarray:
+    parts = [b.rows for b in batches if b.rows is not None]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int64)

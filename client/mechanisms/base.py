@@ -1,0 +1,183 @@
+"""Types shared by every mechanism: the folded sketch state and the estimate."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
+from ..specs import GrrParams, Params
+
+_STATE_MAGIC = b"LDPS"
+_STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols
+_DTYPES = {1: np.dtype("<i4"), 2: np.dtype("<i8")}
+_MECH_CODES = {"rr": 1, "grr": 2, "cms": 3, "hcms": 4, "oue-cms": 5}
+
+
+def state_shape(params: Params) -> tuple[tuple[int, int], int]:
+    """(shape of ``counts``, length of ``row_counts``) for a mechanism's exact integer state."""
+    mech = params.mechanism
+    if mech == "rr":
+        return (1, 1), 1
+    if mech == "grr":
+        assert isinstance(params, GrrParams)
+        return (1, params.d), 1
+    return (params.k, params.m), params.k  # type: ignore[union-attr]
+
+
+@dataclass(eq=False)
+class SketchState:
+    """Exact integer fold of many reports; additive across shards, days and workers.
+
+    counts: rr (1, 1) number of reported 1s; grr (1, d) reports per label; cms/oue-cms (k, m) number of
+    reports in row j with bit a set; hcms (k, m) Σ of ±1 bits reported for (row j, column l).
+    row_counts: reports per sketch row (length k), or (n,) for rr/grr.
+    """
+
+    mechanism: str
+    counts: np.ndarray
+    row_counts: np.ndarray
+
+    @classmethod
+    def empty(cls, params: Params) -> SketchState:
+        shape, rows = state_shape(params)
+        return cls(params.mechanism, np.zeros(shape, np.int64), np.zeros(rows, np.int64))
+
+    @property
+    def n(self) -> int:
+        return int(self.row_counts.sum())
+
+    def check(self, params: Params) -> None:
+        shape, rows = state_shape(params)
+        if self.mechanism != params.mechanism or self.counts.shape != shape or self.row_counts.shape != (rows,):
+            raise StateMismatchError(
+                f"state {self.mechanism} {self.counts.shape} does not match {params.mechanism} params {shape}"
+            )
+
+    def __add__(self, other: SketchState) -> SketchState:
+        if self.mechanism != other.mechanism or self.counts.shape != other.counts.shape:
+            raise StateMismatchError("cannot add sketch states of different mechanisms or shapes")
+        return SketchState(self.mechanism, self.counts + other.counts, self.row_counts + other.row_counts)
+
+    def add_inplace(self, other: SketchState) -> None:
+        if self.mechanism != other.mechanism or self.counts.shape != other.counts.shape:
+            raise StateMismatchError("cannot add sketch states of different mechanisms or shapes")
+        self.counts += other.counts
+        self.row_counts += other.row_counts
+
+    def equals(self, other: SketchState) -> bool:
+        return (
+            self.mechanism == other.mechanism
+            and np.array_equal(self.counts, other.counts)
+            and np.array_equal(self.row_counts, other.row_counts)
+        )
+
+    # Serialization: header, then counts and row_counts little-endian, int32 when every value fits.
+    def to_bytes(self) -> bytes:
+        both = (self.counts, self.row_counts)
+        fits32 = all(a.size == 0 or (int(a.min()) >= -(1 << 31) and int(a.max()) < 1 << 31) for a in both)
+        code = 1 if fits32 else 2
+        dt = _DTYPES[code]
+        rows, cols = self.counts.shape
+        head = _STATE_HEADER.pack(_STATE_MAGIC, 1, _MECH_CODES[self.mechanism], code, rows, cols)
+        return head + self.counts.astype(dt).tobytes() + self.row_counts.astype(dt).tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, params: Params) -> SketchState:
+        shape, nrows = state_shape(params)
+        if len(data) < _STATE_HEADER.size:
+            raise WireFormatError("sketch state too short")
+        magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(data)
+        if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES:
+            raise WireFormatError("not an ldptel sketch state (bad magic, format or dtype)")
+        if mech != _MECH_CODES[params.mechanism] or (rows, cols) != shape:
+            raise StateMismatchError(f"stored state {(rows, cols)} does not match {params.mechanism} {shape}")
+        dt = _DTYPES[code]
+        size = rows * cols
+        body = np.frombuffer(data, dtype=dt, offset=_STATE_HEADER.size)
+        if body.size != size + nrows:
+            raise WireFormatError("sketch state has the wrong length")
+        counts = body[:size].astype(np.int64).reshape(shape)
+        return cls(params.mechanism, counts, body[size:].astype(np.int64))
+
+
+def z_value(confidence: float) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise InvalidParameterError("confidence", "a number in (0, 1)", confidence)
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+@dataclass(frozen=True, eq=False)
+class Estimate:
+    """Unbiased count estimates with standard errors and normal-approximation intervals.
+
+    ``counts`` may be negative or exceed n: they are the raw unbiased estimates. Post-processing is a
+    separate, named step (``ldptel.aggregator.postprocess``) that keeps these beside its output.
+    """
+
+    mechanism: str
+    labels: tuple[str, ...]
+    counts: np.ndarray
+    stderr: np.ndarray
+    n: int
+    confidence: float = 0.95
+
+    @property
+    def z(self) -> float:
+        return z_value(self.confidence)
+
+    @property
+    def ci_low(self) -> np.ndarray:
+        return self.counts - self.z * self.stderr
+
+    @property
+    def ci_high(self) -> np.ndarray:
+        return self.counts + self.z * self.stderr
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        return self.counts / self.n if self.n else np.full_like(self.counts, np.nan)
+
+    def with_confidence(self, confidence: float) -> Estimate:
+        z_value(confidence)
+        return Estimate(self.mechanism, self.labels, self.counts, self.stderr, self.n, confidence)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One plain dict per label (for JSON/CSV output)."""
+        lo, hi = self.ci_low, self.ci_high
+        return [
+            {
+                "value": label,
+                "estimate": float(self.counts[i]),
+                "stderr": float(self.stderr[i]),
+                "ci_low": float(lo[i]),
+                "ci_high": float(hi[i]),
+                "frequency": float(self.counts[i] / self.n) if self.n else float("nan"),
+            }
+            for i, label in enumerate(self.labels)
+        ]
+
+
+def codes_for(values: Sequence[object] | np.ndarray) -> tuple[np.ndarray, list[object]]:
+    """Map values to integer codes and their distinct values.
+
+    The per-value work runs in C (``dict.fromkeys`` and ``map`` over a dict lookup); Python code runs once
+    per *distinct* value only.
+    """
+    seq = values.tolist() if isinstance(values, np.ndarray) else values
+    try:
+        uniques = list(dict.fromkeys(seq))
+    except TypeError:
+        raise InvalidValueError("values must be hashable (str or bytes for sketches, bool for rr)") from None
+    index = {v: i for i, v in enumerate(uniques)}
+    codes = np.fromiter(map(index.__getitem__, seq), dtype=np.int64, count=len(seq))
+    return codes, uniques
+
+
+def labels_of(values: Iterable[object]) -> tuple[str, ...]:
+    return tuple(v if isinstance(v, str) else v.hex() if isinstance(v, bytes) else str(v) for v in values)

@@ -1,0 +1,109 @@
+"""Count-mean sketches with a unary row: Apple's ``cms`` and our ``oue-cms``.
+
+Both send (j, y): a row j uniform in [k] and m bits y. With x the one-hot vector of h_j(value):
+
+* cms:     y_a = x_a XOR flip_a, flip_a ~ Bernoulli(f), f = 1/(e^(ε/2)+1): p = 1 − f, q = f.
+* oue-cms: y_a ~ Bernoulli(½) at the hot bit, Bernoulli(q) elsewhere, q = 1/(e^ε+1): p = ½.
+
+(p, q) = P(y_a = 1 | x_a = 1), P(y_a = 1 | x_a = 0), effective (quantized) values from the params.
+
+Fold: O[j, a] = number of reports in row j with y_a = 1, and n_j = reports in row j (exact integers).
+Apple's debiased matrix is M[j, a] = k·(O[j, a] − n_j·q)/(p − q) (= k·(c_ε·O − n_j(c_ε−1)/2) for cms), and
+
+    f̂(d) = m/(m−1) · ( (1/k)·Σ_j M[j, h_j(d)] − n/m )
+         = m/(m−1) · ( (Σ_j O[j, h_j(d)] − q·n)/(p − q) − n/m )        since Σ_j n_j = n.
+
+Variance, averaged over the hash family (ldp-math.md §1.4, generalised to p ≠ 1 − q), with f = f(d):
+
+    (m/(m−1))² · [ (f + (n−f)/m)·p(1−p) + (n−f)(1 − 1/m)·q(1−q) ] / (p−q)²
+      + (n − f)(k−1)/(k(m−1))          (which row each report picked)
+      + Σ_{d'≠d} f(d')² / (k(m−1))     (hash collisions: a bias for one fixed family; not in stderr)
+
+The reported stderr plugs f̂ clipped to [0, n] into the first two terms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .._rng import bernoulli_bytes, check_rng, random_words, uniform_below
+from ..errors import EmptyStateError
+from ..specs import CmsParams, OueCmsParams
+from ..wire import ReportBatch
+from ._sketch import candidate_sums, concat_rows, family_of, report_bases
+from .base import Estimate, SketchState, labels_of
+
+UnaryParams = CmsParams | OueCmsParams
+_CHUNK_REPORTS = 8192  # privatize in chunks that keep the random planes in cache
+_FOLD_LANES = 255  # uint8 column sums of at most 255 reports never overflow
+
+
+def privatize_batch(values: Sequence[object] | np.ndarray, params: UnaryParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+    rng = check_rng(rng)
+    fam = family_of(params)
+    bases = report_bases(values, fam)
+    n, nb = bases.size, params.m // 8
+    rows = uniform_below(rng, params.k, n)
+    hot = fam.hash_rows(bases, rows)
+    bits = np.empty((n, nb), dtype=np.uint8)
+    oue = isinstance(params, OueCmsParams)
+    threshold = params.cold_threshold if oue else params.flip_threshold  # type: ignore[union-attr]
+    assert params.prob_bits is not None
+    for lo in range(0, n, _CHUNK_REPORTS):
+        hi = min(lo + _CHUNK_REPORTS, n)
+        bits[lo:hi] = bernoulli_bytes(rng, threshold, params.prob_bits, (hi - lo) * nb).reshape(hi - lo, nb)
+    col, mask = hot >> 3, (0x80 >> (hot & 7)).astype(np.uint8)
+    ar = np.arange(n)
+    if oue:  # the hot bit is a fresh fair coin, whatever the noise put there
+        coins = (random_words(rng, (n + 63) // 64).view(np.uint8)[: (n + 7) // 8])
+        coin = np.unpackbits(coins, count=n).astype(bool)
+        bits[ar, col] = np.where(coin, bits[ar, col] | mask, bits[ar, col] & ~mask)
+    else:
+        bits[ar, col] ^= mask
+    return ReportBatch(mechanism=params.mechanism, n=n, rows=rows, bits=bits)
+
+
+def privatize(value: object, params: UnaryParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+    return privatize_batch([value], params, rng=rng)
+
+
+def fold(params: UnaryParams, batches: Sequence[ReportBatch]) -> SketchState:
+    """Exact integer fold: group reports by row, then sum ≤ 255-report chunks of unpacked bits in uint8."""
+    state = SketchState.empty(params)
+    if not batches:
+        return state
+    k, m = params.k, params.m
+    rows = concat_rows(batches)
+    bit_parts = [b.bits for b in batches]
+    bits = bit_parts[0] if len(bit_parts) == 1 else np.concatenate(bit_parts)  # type: ignore[arg-type]
+    assert bits is not None
+    row_counts = np.bincount(rows, minlength=k)
+    order = np.argsort(rows, kind="stable")
+    grouped = np.take(bits, order, axis=0)
+    ends = np.cumsum(row_counts)
+    counts = state.counts
+    for j in np.flatnonzero(row_counts):
+        hi = int(ends[j])
+        lo = hi - int(row_counts[j])
+        for s in range(lo, hi, _FOLD_LANES):
+            chunk = grouped[s : min(s + _FOLD_LANES, hi)]
+            counts[j] += np.unpackbits(chunk, axis=1, count=m).sum(axis=0, dtype=np.uint8)
+    state.row_counts += row_counts
+    return state
+
+
+def estimate(params: UnaryParams, state: SketchState, *, candidates: Sequence[object], confidence: float = 0.95) -> Estimate:
+    state.check(params)
+    n = state.n
+    if n == 0:
+        raise EmptyStateError(f"no {params.mechanism} reports to estimate from")
+    k, m, p, q = params.k, params.m, params.p, params.q
+    s = candidate_sums(state.counts, family_of(params), candidates)
+    scale = m / (m - 1)
+    est = scale * ((s - q * n) / (p - q) - n / m)
+    f = np.clip(est, 0, n)
+    noise = ((f + (n - f) / m) * p * (1 - p) + (n - f) * (1 - 1 / m) * q * (1 - q)) / (p - q) ** 2
+    var = scale**2 * noise + (n - f) * (k - 1) / (k * (m - 1))
+    return Estimate(params.mechanism, labels_of(candidates), est, np.sqrt(var), n, confidence)

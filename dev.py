@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Bootstrap and run ldptel from a fresh checkout with nothing but Python 3.11+.
+
+    python3 dev.py demo [ARGS...]   the one-command demo (embedded Redis, ingest, aggregator, devices)
+    python3 dev.py test [ARGS...]   the test suite (pytest; ARGS go to pytest)
+    python3 dev.py bench [NAME]     the benchmarks in tests/bench (one JSON line per figure)
+
+The first run creates .venv/ and installs the project with its test extras (pip only); later runs reuse it
+and reinstall only when pyproject.toml changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+STAMP = VENV / ".ldptel-installed"
+
+
+def ensure_env() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit(f"ldptel needs Python 3.11 or newer, this is {sys.version.split()[0]}")
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if STAMP.exists() and STAMP.read_text() == digest and PY.exists():
+        return
+    if not PY.exists():
+        print("dev.py: creating .venv", file=sys.stderr)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    print("dev.py: installing ldp-telemetry[test] into .venv (first run only)", file=sys.stderr)
+    pip = [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    subprocess.run(pip + ["--upgrade", "pip"], check=True)
+    subprocess.run(pip + ["-e", f"{ROOT}[test]"], check=True)
+    STAMP.write_text(digest)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("demo", "test", "bench", "shell"):
+        print(__doc__, file=sys.stderr)
+        return 2
+    ensure_env()
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "demo":
+        return subprocess.call([str(BIN / "ldptel"), "demo", *rest])
+    if cmd == "test":
+        return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
+    if cmd == "bench":
+        scripts = sorted((ROOT / "tests" / "bench").glob("bench_*.py"))
+        if rest:
+            scripts = [s for s in scripts if any(r in s.name for r in rest)]
+        status = 0
+        for script in scripts:
+            status |= subprocess.call([str(PY), str(script)], cwd=ROOT)
+        return status
+    return subprocess.call([str(PY), *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
