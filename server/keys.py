@@ -1,0 +1,55 @@
+"""Every Redis key ldptel uses, built in one place.
+
+All keys start with ``ldp:v1:`` and those that belong to one metric shard carry the hash tag
+``{<metric>:<shard>}``, so a shard's stream, dedupe keys, sketches, checkpoint and lease live in one
+Redis Cluster slot and can be written in one MULTI/EXEC or Lua script.
+"""
+
+from __future__ import annotations
+
+PREFIX = "ldp:v1:"
+CONSUMER_GROUP = "ldptel-aggregators"
+
+
+def registry() -> str:
+    """Hash: metric name → JSON record (versions, current version, status, shards)."""
+    return f"{PREFIX}metrics"
+
+
+def tag(metric: str, shard: int) -> str:
+    return f"{{{metric}:{shard}}}"
+
+
+def stream(metric: str, shard: int) -> str:
+    """Stream: one entry per accepted batch, fields d (UTC day), v (version), n (reports), b (batch bytes)."""
+    return f"{PREFIX}{tag(metric, shard)}:reports"
+
+
+def seen(metric: str, shard: int, batch_id_hex: str) -> str:
+    """Dedupe key for a client batch id, next to the stream it guards (SET NX EX, atomic with XADD)."""
+    return f"{PREFIX}{tag(metric, shard)}:seen:{batch_id_hex}"
+
+
+def sketch(metric: str, shard: int, version: int, day: str) -> str:
+    """Folded state (SketchState bytes) of one shard for one metric version and UTC day."""
+    return f"{PREFIX}{tag(metric, shard)}:sketch:{version}:{day}"
+
+
+def sketch_index(metric: str, shard: int) -> str:
+    """Set of "<version>:<day>" members that have a sketch key in this shard."""
+    return f"{PREFIX}{tag(metric, shard)}:sketches"
+
+
+def checkpoint(metric: str, shard: int) -> str:
+    """Id of the last stream entry folded into this shard's sketches (written with them, atomically)."""
+    return f"{PREFIX}{tag(metric, shard)}:checkpoint"
+
+
+def lease(metric: str, shard: int) -> str:
+    """Which aggregator worker owns this shard (SET NX PX, renewed; expires when the worker dies)."""
+    return f"{PREFIX}{tag(metric, shard)}:lease"
+
+
+def shard_for(batch_id: bytes, shards: int) -> int:
+    """Shard of a batch: from its id, so a retried batch always meets its own dedupe key."""
+    return int.from_bytes(batch_id[:4], "little") % shards
