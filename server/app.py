@@ -1,0 +1,475 @@
+"""The Flask app factory and the ``ingest`` blueprint.
+
+Request path of ``POST /v1/reports`` (binary form), in order, each step answering with its own 4xx JSON error
+before anything is written:
+
+1. bearer token (401/403), per-token rate limit (429), body size (413), content type (415);
+2. the fixed batch header (400), report count (413);
+3. the metric's registry record, one ``HGET`` (404 unknown, 409 retired or not the current version);
+4. full vectorized validation of the payload against the current spec (400);
+5. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
+   (202 only after Redis replied).
+
+Redis being unreachable turns into 503 with ``Retry-After``; the redis-py pool reconnects by itself once it is
+back. Nothing about the sender (address, user agent, device, client time) is read, stored or logged, and no
+request body or report ever reaches a log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn
+
+import redis
+from flask import Blueprint, Flask, Response, current_app, g, request
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from werkzeug.exceptions import HTTPException
+
+from ldptel.client.errors import InvalidParameterError, WireFormatError
+from ldptel.client.specs import MetricSpec
+from ldptel.client.wire import batch_from_json, decode_batch, decode_header, encode_batch
+
+from . import keys
+from .config import ServerConfig
+from .embedded import shared_embedded
+from .openapi import openapi_document
+from .prom import Telemetry
+from .ratelimit import TokenBucketLimiter
+from .registry import (
+    MetricRecord,
+    RegistryConflictError,
+    UnknownMetricError,
+    create_metric,
+    list_metrics,
+    parse_record,
+    retire_metric,
+)
+from .storage import BatchAppender, utc_day
+
+__all__ = ["create_app", "error_response", "ApiError"]
+
+log = logging.getLogger("ldptel.server")
+bp = Blueprint("ingest", __name__)
+Role = Literal["app", "admin"]
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "registry_conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
+    429: "rate_limited",
+}
+_MAX_CACHED_RECORDS = 4096
+
+
+class ApiError(Exception):
+    """An error answered with ``{"error": code, "message": ...}`` (+ ``extra`` fields) and ``status``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        extra: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.extra = extra or {}
+        self.headers = headers or {}
+
+
+def _json_response(body: object, status: int, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json", headers=headers
+    )
+
+
+def error_response(
+    status: int, code: str, message: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> Response:
+    """The one shape of every error the service returns."""
+    return _json_response({"error": code, "message": message, **extra}, status, headers)
+
+
+@dataclass(frozen=True, eq=False)
+class _State:
+    config: ServerConfig
+    redis: redis.Redis
+    appender: BatchAppender
+    limiter: TokenBucketLimiter | None
+    telemetry: Telemetry
+    app_digests: frozenset[bytes]
+    admin_digest: bytes
+    records: dict[bytes, MetricRecord]
+    records_lock: threading.Lock
+
+
+def _state() -> _State:
+    return current_app.extensions["ldptel"]  # type: ignore[no-any-return]
+
+
+def _digest(token: str | bytes) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape") if isinstance(token, str) else token).digest()
+
+
+# --------------------------------------------------------------------------------------------- factory
+def create_app(config: ServerConfig | None = None) -> Flask:
+    """Build the ingest app. ``config=None`` reads :meth:`ServerConfig.from_env`.
+
+    When ``config.redis_url`` is None, a private embedded Redis (AOF on) is started for this process and
+    stopped at exit (under gunicorn, ``deploy/gunicorn.conf.py`` starts one in the master instead, so all
+    workers share it).
+    """
+    cfg = ServerConfig.from_env() if config is None else config
+    if cfg.redis_url is None:
+        cfg = cfg.with_redis_url(shared_embedded(data_dir=cfg.data_dir).url)
+    assert cfg.redis_url is not None
+    client = redis.Redis.from_url(
+        cfg.redis_url,
+        socket_timeout=cfg.redis_timeout,
+        socket_connect_timeout=min(1.0, cfg.redis_timeout),
+        # One immediate retry heals a pooled connection that a Redis restart closed. Retrying the append
+        # is safe: the script is idempotent per batch id.
+        retry=Retry(NoBackoff(), 1),
+    )
+    # instance_path given explicitly: Flask cannot derive it for a module of the ``ldptel`` namespace package
+    # (and the service keeps no instance files).
+    here = os.path.dirname(os.path.abspath(__file__))
+    app = Flask("ldptel.server", root_path=here, instance_path=os.path.join(here, "instance"))
+    app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["ldptel"] = _State(
+        config=cfg,
+        redis=client,
+        appender=BatchAppender(client),
+        limiter=None if cfg.rate_limit is None else TokenBucketLimiter(rate=cfg.rate_limit, burst=cfg.rate_burst),
+        telemetry=Telemetry(),
+        app_digests=frozenset(_digest(t) for t in cfg.app_tokens),
+        admin_digest=_digest(cfg.admin_token),
+        records={},
+        records_lock=threading.Lock(),
+    )
+    app.extensions["redis"] = client
+    app.register_blueprint(bp)
+    return app
+
+
+# -------------------------------------------------------------------------------------- request hooks
+@bp.before_app_request
+def _start_timer() -> None:
+    g.ldptel_t0 = time.perf_counter()
+
+
+@bp.after_app_request
+def _observe(response: Response) -> Response:
+    t0 = g.get("ldptel_t0")
+    if t0 is not None:
+        rule = request.url_rule
+        endpoint = rule.rule if rule is not None else "unmatched"
+        _state().telemetry.observe(endpoint, response.status_code, time.perf_counter() - t0)
+    return response
+
+
+@bp.app_errorhandler(ApiError)
+def _api_error(exc: ApiError) -> Response:
+    return error_response(exc.status, exc.code, exc.message, headers=exc.headers, **exc.extra)
+
+
+@bp.app_errorhandler(HTTPException)
+def _http_error(exc: HTTPException) -> Response:
+    status = exc.code or 500
+    code = _HTTP_CODES.get(status, "bad_request" if status < 500 else "internal")
+    headers = {k: v for k, v in exc.get_headers() if k.lower() == "allow"}
+    if status == 413:
+        _reject("", "too_large", 0)
+    return error_response(status, code, exc.description or exc.name, headers=headers)
+
+
+@bp.app_errorhandler(redis.RedisError)
+def _redis_error(exc: redis.RedisError) -> Response:
+    log.warning("redis unavailable: %s", type(exc).__name__)
+    retry_after = str(_state().config.retry_after)
+    return error_response(
+        503, "redis_unavailable", "storage is unavailable; retry later", headers={"Retry-After": retry_after}
+    )
+
+
+@bp.app_errorhandler(Exception)
+def _internal_error(exc: Exception) -> Response:
+    log.error("internal error: %s", type(exc).__name__, exc_info=exc)
+    return error_response(500, "internal", "internal server error")
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _authenticate(*allowed: Role) -> Role:
+    """Check the bearer token, then the per-token rate limit; return the caller's role."""
+    header = request.headers.get("Authorization")
+    if header is None:
+        raise ApiError(401, "unauthorized", "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise ApiError(401, "unauthorized", "Authorization must be 'Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
+    state = _state()
+    digest = _digest(token)
+    role: Role
+    if digest == state.admin_digest:
+        role = "admin"
+    elif digest in state.app_digests:
+        role = "app"
+    else:
+        raise ApiError(
+            401, "unauthorized", "unknown token", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}
+        )
+    if role not in allowed:
+        raise ApiError(403, "forbidden", f"this endpoint needs an {' or '.join(allowed)} token")
+    if state.limiter is not None:
+        wait = state.limiter.acquire(digest)
+        if wait > 0:
+            retry_after = str(max(1, int(wait + 0.999)))
+            _reject("", "rate_limited", 0)
+            raise ApiError(429, "rate_limited", "too many requests for this token", headers={"Retry-After": retry_after})
+    return role
+
+
+def _reject(metric: str, reason: str, n: int) -> None:
+    _state().telemetry.rejected(metric, reason, n)
+
+
+def _fail(status: int, code: str, message: str, *, metric: str = "", n: int = 0, **extra: Any) -> NoReturn:
+    if request.endpoint == "ingest.post_reports":
+        _reject(metric, code, n)
+    raise ApiError(status, code, message, extra=extra)
+
+
+def _read_body(*, kinds: tuple[str, ...]) -> tuple[str, bytes]:
+    """Size and content-type checks, then the body; returns (mimetype, bytes)."""
+    cfg = _state().config
+    length = request.content_length
+    if length is not None and length > cfg.max_body_bytes:
+        _fail(413, "too_large", f"body is {length} bytes; the limit is {cfg.max_body_bytes}")
+    mimetype = request.mimetype
+    if mimetype not in kinds:
+        _fail(415, "unsupported_media_type", f"Content-Type must be one of {list(kinds)}, got {mimetype or 'none'!r}")
+    return mimetype, request.get_data(cache=False)
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        _fail(400, "malformed_body", "body is not valid JSON")
+
+
+def _record(name: str) -> MetricRecord:
+    """The registry record of ``name``: one HGET; parsed records are cached by their exact JSON bytes."""
+    state = _state()
+    raw = state.redis.hget(keys.registry(), name)
+    if raw is None:
+        raise UnknownMetricError(name)
+    cached = state.records.get(raw)  # type: ignore[call-overload]
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    record = parse_record(raw)  # type: ignore[arg-type]
+    with state.records_lock:
+        if len(state.records) >= _MAX_CACHED_RECORDS:
+            state.records.clear()
+        state.records[raw] = record  # type: ignore[index]
+    return record
+
+
+def _record_or_404(name: str, *, n: int = 0) -> MetricRecord:
+    try:
+        return _record(name)
+    except UnknownMetricError:
+        _fail(404, "unknown_metric", f"unknown metric {name!r}", n=n)
+
+
+def _invalid_spec(exc: InvalidParameterError) -> NoReturn:
+    raise ApiError(
+        400,
+        "invalid_spec",
+        str(exc),
+        extra={"parameter": exc.parameter, "allowed": exc.allowed, "received": repr(exc.received)[:200]},
+    )
+
+
+# ------------------------------------------------------------------------------------------------ routes
+@bp.get("/healthz")
+def healthz() -> Response:
+    return _json_response({"status": "ok"}, 200)
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    _state().redis.ping()  # RedisError -> 503
+    return _json_response({"status": "ready"}, 200)
+
+
+@bp.get("/metrics")
+def prometheus() -> Response:
+    return Response(_state().telemetry.render(), mimetype="text/plain", content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@bp.get("/v1/openapi.json")
+def openapi() -> Response:
+    return _json_response(openapi_document(), 200)
+
+
+@bp.get("/v1/metrics")
+def get_metrics() -> Response:
+    _authenticate("app", "admin")
+    return _json_response({"metrics": [rec.to_dict() for rec in list_metrics(_state().redis)]}, 200)
+
+
+@bp.get("/v1/metrics/<name>")
+def get_metric_route(name: str) -> Response:
+    _authenticate("app", "admin")
+    return _json_response(_record_or_404(name).to_dict(), 200)
+
+
+@bp.post("/v1/metrics")
+def post_metric() -> Response:
+    _authenticate("admin")
+    _, body = _read_body(kinds=("application/json",))
+    data = _parse_json(body)
+    if not isinstance(data, dict):
+        _fail(400, "invalid_spec", "a metric is a JSON object with at least 'name' and 'params'")
+    shards = data.pop("shards", None)
+    data.pop("version", None)  # assigned by the registry
+    data.pop("effective_epsilon", None)  # derived
+    try:
+        spec = MetricSpec.from_dict(data)
+        state = _state()
+        before = state.redis.hget(keys.registry(), spec.name)
+        record = create_metric(state.redis, spec, shards=shards)
+    except InvalidParameterError as exc:
+        _invalid_spec(exc)
+    except RegistryConflictError as exc:
+        raise ApiError(409, "registry_conflict", str(exc)) from None
+    unchanged = before is not None and parse_record(before) == record  # type: ignore[arg-type]
+    log.info("metric %s: version %d (%s)", record.name, record.current_version, "unchanged" if unchanged else "changed")
+    return _json_response(record.to_dict(), 200 if unchanged else 201)
+
+
+@bp.post("/v1/metrics/<name>/retire")
+def post_retire(name: str) -> Response:
+    _authenticate("admin")
+    try:
+        record = retire_metric(_state().redis, name)
+    except UnknownMetricError:
+        _fail(404, "unknown_metric", f"unknown metric {name!r}")
+    log.info("metric %s retired", record.name)
+    return _json_response(record.to_dict(), 200)
+
+
+@bp.post("/v1/reports")
+def post_reports() -> Response:
+    _authenticate("app")
+    state = _state()
+    cfg = state.config
+    mimetype, body = _read_body(kinds=("application/octet-stream", "application/json"))
+
+    if mimetype == "application/octet-stream":
+        try:
+            header = decode_header(body)
+        except WireFormatError as exc:
+            _fail(400, "invalid_batch", str(exc))
+        metric, version, n = header.metric, header.version, header.n
+        if n > cfg.max_batch_reports:
+            _fail(413, "too_many_reports", f"{n} reports; at most {cfg.max_batch_reports} per batch", n=n)
+        record = _record_or_404(metric, n=n)
+        spec = _current_spec(record, version, n)
+        try:
+            header, _ = decode_batch(body, spec.params)
+        except WireFormatError as exc:
+            _fail(400, "invalid_batch", str(exc), metric=metric, n=n)
+        data = body
+    else:
+        obj = _parse_json(body)
+        if not isinstance(obj, dict):
+            _fail(400, "invalid_batch", "a JSON batch is an object")
+        metric, version, reports = obj.get("metric"), obj.get("version"), obj.get("reports")
+        if not isinstance(metric, str) or isinstance(version, bool) or not isinstance(version, int):
+            _fail(400, "invalid_batch", "'metric' must be a string and 'version' an integer")
+        n = len(reports) if isinstance(reports, list) else 0
+        if n > cfg.max_batch_reports:
+            _fail(413, "too_many_reports", f"{n} reports; at most {cfg.max_batch_reports} per batch", n=n)
+        record = _record_or_404(metric, n=n)
+        spec = _current_spec(record, version, n)
+        try:
+            header, batch = batch_from_json(obj, spec.params)
+            if header.metric != record.name:  # pragma: no cover - batch_from_json keeps the given name
+                raise WireFormatError("metric name mismatch")
+            data = encode_batch(
+                metric=record.name, version=version, batch_id=header.batch_id, batch=batch, params=spec.params
+            )
+        except WireFormatError as exc:
+            _fail(400, "invalid_batch", str(exc), metric=record.name, n=n)
+        n = header.n
+
+    day = utc_day()
+    result = state.appender.append(
+        metric=record.name,
+        shards=record.shards,
+        batch_id=header.batch_id,
+        version=version,
+        n=n,
+        data=data,
+        day=day,
+        dedupe_ttl=cfg.dedupe_ttl,
+    )
+    state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
+    return _json_response(
+        {
+            "accepted": n,
+            "duplicate": result.duplicate,
+            "metric": record.name,
+            "version": version,
+            "batch_id": header.batch_id.hex(),
+            "day": day,
+        },
+        202,
+    )
+
+
+def _current_spec(record: MetricRecord, version: int, n: int) -> MetricSpec:
+    """The spec a batch must match: the current version of an active metric (else 409 with the current spec)."""
+    current = record.current
+    if not record.active:
+        _fail(
+            409,
+            "metric_retired",
+            f"metric {record.name!r} is retired and accepts no reports",
+            metric=record.name,
+            n=n,
+            status=record.status,
+            current_version=record.current_version,
+            current=current.to_dict(),
+        )
+    if version != record.current_version:
+        known = "an old" if version in record.versions else "an unknown"
+        _fail(
+            409,
+            "version_conflict",
+            f"batch is for {known} version {version} of {record.name!r}; the current version is {record.current_version}",
+            metric=record.name,
+            n=n,
+            version=version,
+            status=record.status,
+            current_version=record.current_version,
+            current=current.to_dict(),
+        )
+    return current

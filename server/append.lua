@@ -1,0 +1,14 @@
+-- Append one validated batch to its shard stream, at most once per batch id.
+-- KEYS[1] = stream  ldp:v1:{metric:shard}:reports
+-- KEYS[2] = dedupe  ldp:v1:{metric:shard}:seen:<batch id hex>   (same hash tag, same slot)
+-- ARGV    = day, version, n, batch bytes, dedupe ttl seconds
+-- Returns the new entry id, or false when the batch id was already seen (a retry: nothing written).
+--
+-- Order: EXISTS, XADD, SET. A script is not rolled back when a command fails, so the dedupe key is only
+-- written after the entry exists: a failed XADD leaves nothing behind and the client's retry appends it.
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return false
+end
+local id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
+redis.call('SET', KEYS[2], id, 'EX', ARGV[5])
+return id

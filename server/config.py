@@ -1,0 +1,183 @@
+"""The ingest service's configuration: one frozen, validated dataclass, built from ``LDPTEL_*`` variables.
+
+There are no insecure fallbacks: the app tokens and the admin token must be set (at least
+:data:`MIN_TOKEN_LENGTH` characters, admin distinct from every app token). A demo builds its config in code
+with :meth:`ServerConfig.demo`, which generates random tokens.
+
+Environment variables (all optional except the tokens):
+
+=============================  ==========================================================================
+``LDPTEL_REDIS_URL``           ``redis://host:port/db``; unset: a private embedded server is started
+``LDPTEL_APP_TOKENS``          comma-separated bearer tokens for apps (``POST /v1/reports``, reading specs)
+``LDPTEL_ADMIN_TOKEN``         bearer token for metric changes
+``LDPTEL_MAX_BATCH_REPORTS``   most reports in one batch (default 10000)
+``LDPTEL_MAX_BODY_BYTES``      largest request body (default 4 MiB)
+``LDPTEL_RATE_LIMIT``          ``RATE[:BURST]`` requests/s per token and process, or ``off`` (default 1000:2000)
+``LDPTEL_SHARDS``              stream shards of a new metric (default 4)
+``LDPTEL_DEDUPE_TTL``          seconds a batch id is remembered for dedupe (default 86400)
+``LDPTEL_RETRY_AFTER``         seconds advertised in Retry-After on 503/429 (default 1)
+``LDPTEL_REDIS_TIMEOUT``       Redis socket timeout in seconds (default 2)
+``LDPTEL_DATA_DIR``            data dir of the embedded server (default: a temporary dir, deleted on exit)
+=============================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ldptel.client.errors import LdpError
+
+__all__ = ["ConfigError", "ServerConfig", "MIN_TOKEN_LENGTH"]
+
+PREFIX = "LDPTEL_"
+MIN_TOKEN_LENGTH = 16
+DEFAULT_SHARDS = 4
+MAX_SHARDS = 1024
+
+
+class ConfigError(LdpError, ValueError):
+    """A configuration value is missing or invalid; the message names the variable."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """Validated ingest configuration (see the module docstring for the matching environment variables).
+
+    ``rate_limit`` is requests/s per token in each server process (``None``: no limit) and ``rate_burst``
+    the bucket size. ``redis_url=None`` means "start an embedded Redis" (:func:`ldptel.server.serve`,
+    :func:`ldptel.server.create_app` and the gunicorn config all honour it).
+    """
+
+    app_tokens: frozenset[str] = field(repr=False)
+    admin_token: str = field(repr=False)
+    redis_url: str | None = None
+    max_batch_reports: int = 10_000
+    max_body_bytes: int = 4 * 1024 * 1024
+    rate_limit: float | None = 1000.0
+    rate_burst: int = 2000
+    shards: int = DEFAULT_SHARDS
+    dedupe_ttl: int = 86_400
+    retry_after: int = 1
+    redis_timeout: float = 2.0
+    data_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        tokens = self.app_tokens
+        if isinstance(tokens, str) or not all(isinstance(t, str) for t in tokens):
+            raise ConfigError(f"{PREFIX}APP_TOKENS must be a set of strings")
+        object.__setattr__(self, "app_tokens", frozenset(tokens))
+        if not self.app_tokens:
+            raise ConfigError(f"{PREFIX}APP_TOKENS must name at least one token (comma-separated)")
+        for token in self.app_tokens:
+            _check_token(f"{PREFIX}APP_TOKENS", token)
+        _check_token(f"{PREFIX}ADMIN_TOKEN", self.admin_token)
+        if self.admin_token in self.app_tokens:
+            raise ConfigError(f"{PREFIX}ADMIN_TOKEN must differ from every app token")
+        if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://")
+        _check_range("MAX_BATCH_REPORTS", self.max_batch_reports, 1, (1 << 32) - 1)
+        _check_range("MAX_BODY_BYTES", self.max_body_bytes, 64, 1 << 31)
+        if self.rate_limit is not None and not (math.isfinite(self.rate_limit) and self.rate_limit > 0):
+            raise ConfigError(f"{PREFIX}RATE_LIMIT must be a positive number of requests/s or 'off'")
+        _check_range("RATE_LIMIT burst", self.rate_burst, 1, 10**9)
+        _check_range("SHARDS", self.shards, 1, MAX_SHARDS)
+        _check_range("DEDUPE_TTL", self.dedupe_ttl, 1, 365 * 86_400)
+        _check_range("RETRY_AFTER", self.retry_after, 1, 3600)
+        if not (math.isfinite(self.redis_timeout) and 0 < self.redis_timeout <= 60):
+            raise ConfigError(f"{PREFIX}REDIS_TIMEOUT must be in (0, 60] seconds")
+
+    # ------------------------------------------------------------------------------------------ builders
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerConfig:
+        """Read and validate ``LDPTEL_*`` variables (``environ`` defaults to ``os.environ``)."""
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(PREFIX + name)
+            return None if value is None or value.strip() == "" else value.strip()
+
+        tokens = get("APP_TOKENS")
+        admin = get("ADMIN_TOKEN")
+        if tokens is None:
+            raise ConfigError(f"{PREFIX}APP_TOKENS is not set (comma-separated app bearer tokens)")
+        if admin is None:
+            raise ConfigError(f"{PREFIX}ADMIN_TOKEN is not set")
+        kwargs: dict[str, object] = {
+            "app_tokens": frozenset(t.strip() for t in tokens.split(",") if t.strip()),
+            "admin_token": admin,
+            "redis_url": get("REDIS_URL"),
+        }
+        for name, attr in (
+            ("MAX_BATCH_REPORTS", "max_batch_reports"),
+            ("MAX_BODY_BYTES", "max_body_bytes"),
+            ("SHARDS", "shards"),
+            ("DEDUPE_TTL", "dedupe_ttl"),
+            ("RETRY_AFTER", "retry_after"),
+        ):
+            raw = get(name)
+            if raw is not None:
+                kwargs[attr] = _parse_int(name, raw)
+        raw = get("REDIS_TIMEOUT")
+        if raw is not None:
+            kwargs["redis_timeout"] = _parse_float("REDIS_TIMEOUT", raw)
+        raw = get("RATE_LIMIT")
+        if raw is not None:
+            kwargs["rate_limit"], kwargs["rate_burst"] = _parse_rate(raw)
+        raw = get("DATA_DIR")
+        if raw is not None:
+            kwargs["data_dir"] = Path(raw)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def demo(cls, *, redis_url: str | None = None, **overrides: object) -> ServerConfig:
+        """A config with freshly generated random tokens (read them back from the returned object)."""
+        return cls(
+            app_tokens=frozenset({secrets.token_urlsafe(24)}),
+            admin_token=secrets.token_urlsafe(24),
+            redis_url=redis_url,
+            **overrides,  # type: ignore[arg-type]
+        )
+
+    def with_redis_url(self, url: str) -> ServerConfig:
+        return replace(self, redis_url=url)
+
+
+def _check_token(name: str, token: str) -> None:
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigError(f"{name}: every token must be at least {MIN_TOKEN_LENGTH} characters")
+    if any(c.isspace() or c == "," for c in token) or not token.isprintable() or not token.isascii():
+        raise ConfigError(f"{name}: tokens are printable ASCII without spaces or commas")
+
+
+def _check_range(name: str, value: object, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{PREFIX}{name} must be an integer in [{lo}, {hi}], got {value!r}")
+
+
+def _parse_int(name: str, raw: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{PREFIX}{name} must be an integer, got {raw!r}") from None
+
+
+def _parse_float(name: str, raw: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{PREFIX}{name} must be a number, got {raw!r}") from None
+
+
+def _parse_rate(raw: str) -> tuple[float | None, int]:
+    """``"off"`` → no limit; ``"RATE"`` → burst 2×RATE; ``"RATE:BURST"``."""
+    if raw.lower() == "off":
+        return None, 1
+    rate_text, _, burst_text = raw.partition(":")
+    rate = _parse_float("RATE_LIMIT", rate_text)
+    burst = _parse_int("RATE_LIMIT burst", burst_text) if burst_text else max(1, math.ceil(2 * rate))
+    return rate, burst

@@ -1,0 +1,260 @@
+"""The OpenAPI 3.1 document of the ingest API, served at ``GET /v1/openapi.json``.
+
+The tests validate every response they receive against the schemas below (``tests/server/schema_check.py``),
+so this document cannot drift from the app.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["openapi_document"]
+
+_ERROR_CODES = [
+    "bad_request",
+    "malformed_body",
+    "invalid_batch",
+    "invalid_spec",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "unknown_metric",
+    "method_not_allowed",
+    "version_conflict",
+    "metric_retired",
+    "registry_conflict",
+    "too_large",
+    "too_many_reports",
+    "unsupported_media_type",
+    "rate_limited",
+    "redis_unavailable",
+    "internal",
+]
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {
+            "error": {"type": "string", "enum": _ERROR_CODES},
+            "message": {"type": "string"},
+            "parameter": {"type": "string"},
+            "allowed": {"type": "string"},
+            "received": {"type": "string"},
+            "metric": {"type": "string"},
+            "version": {"type": "integer"},
+            "current_version": {"type": "integer"},
+            "status": {"type": "string", "enum": ["active", "retired"]},
+            "current": {"$ref": "#/components/schemas/MetricSpec"},
+        },
+        "additionalProperties": False,
+    },
+    "Params": {
+        "type": "object",
+        "required": ["mechanism", "epsilon"],
+        "properties": {
+            "mechanism": {"type": "string", "enum": ["rr", "grr", "cms", "hcms", "oue-cms"]},
+            "epsilon": {"type": "number"},
+        },
+        "additionalProperties": True,
+    },
+    "MetricSpec": {
+        "type": "object",
+        "required": ["name", "version", "params", "reports_per_day", "description", "effective_epsilon"],
+        "properties": {
+            "name": {"type": "string"},
+            "version": {"type": "integer", "minimum": 1},
+            "params": {"$ref": "#/components/schemas/Params"},
+            "reports_per_day": {"type": "integer", "minimum": 1},
+            "description": {"type": "string"},
+            "effective_epsilon": {"type": "number"},
+        },
+        "additionalProperties": False,
+    },
+    "NewMetric": {
+        "type": "object",
+        "required": ["name", "params"],
+        "properties": {
+            "name": {"type": "string"},
+            "params": {"$ref": "#/components/schemas/Params"},
+            "reports_per_day": {"type": "integer", "minimum": 1},
+            "description": {"type": "string"},
+            "shards": {"type": "integer", "minimum": 1, "description": "only when the metric is created"},
+        },
+    },
+    "MetricRecord": {
+        "type": "object",
+        "required": ["name", "status", "current_version", "shards", "current", "versions"],
+        "properties": {
+            "name": {"type": "string"},
+            "status": {"type": "string", "enum": ["active", "retired"]},
+            "current_version": {"type": "integer", "minimum": 1},
+            "shards": {"type": "integer", "minimum": 1},
+            "current": {"$ref": "#/components/schemas/MetricSpec"},
+            "versions": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/MetricSpec"}},
+        },
+        "additionalProperties": False,
+    },
+    "MetricList": {
+        "type": "object",
+        "required": ["metrics"],
+        "properties": {"metrics": {"type": "array", "items": {"$ref": "#/components/schemas/MetricRecord"}}},
+        "additionalProperties": False,
+    },
+    "Accepted": {
+        "type": "object",
+        "required": ["accepted", "duplicate", "metric", "version", "batch_id", "day"],
+        "properties": {
+            "accepted": {"type": "integer", "minimum": 1},
+            "duplicate": {"type": "boolean"},
+            "metric": {"type": "string"},
+            "version": {"type": "integer", "minimum": 1},
+            "batch_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+            "day": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+        },
+        "additionalProperties": False,
+    },
+    "JsonBatch": {
+        "type": "object",
+        "required": ["metric", "version", "batch_id", "mechanism", "reports"],
+        "properties": {
+            "format": {"type": "integer", "enum": [1]},
+            "metric": {"type": "string"},
+            "version": {"type": "integer"},
+            "batch_id": {"type": "string"},
+            "mechanism": {"type": "string"},
+            "reports": {"type": "array", "minItems": 1},
+        },
+    },
+    "Status": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"type": "string", "enum": ["ok", "ready"]}},
+        "additionalProperties": False,
+    },
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+def _json(description: str, schema: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}}
+
+
+_AUTH_ERRORS = {
+    "401": _error("missing or unknown bearer token"),
+    "403": _error("the token may not use this endpoint"),
+    "429": _error("over the per-token rate limit (see Retry-After)"),
+    "503": _error("Redis unreachable (see Retry-After)"),
+}
+_NAME_PARAM = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+
+_PATHS: dict[str, Any] = {
+    "/healthz": {
+        "get": {"summary": "The process is up", "security": [], "responses": {"200": _json("up", "Status")}}
+    },
+    "/readyz": {
+        "get": {
+            "summary": "Redis is reachable",
+            "security": [],
+            "responses": {"200": _json("ready", "Status"), "503": _error("Redis unreachable")},
+        }
+    },
+    "/metrics": {
+        "get": {
+            "summary": "Prometheus metrics (text format 0.0.4)",
+            "security": [],
+            "responses": {"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        }
+    },
+    "/v1/openapi.json": {
+        "get": {
+            "summary": "This document",
+            "security": [],
+            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}},
+        }
+    },
+    "/v1/metrics": {
+        "get": {
+            "summary": "List metrics (app or admin token)",
+            "responses": {"200": _json("all metrics", "MetricList"), **_AUTH_ERRORS},
+        },
+        "post": {
+            "summary": "Create a metric or a new version of it (admin token)",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NewMetric"}}}},
+            "responses": {
+                "200": _json("identical to the current version: unchanged", "MetricRecord"),
+                "201": _json("created, or a new version became current", "MetricRecord"),
+                "400": _error("malformed JSON or invalid spec"),
+                "409": _error("the change conflicts with the existing metric (e.g. its shard count)"),
+                "413": _error("body too large"),
+                "415": _error("not application/json"),
+                **_AUTH_ERRORS,
+            },
+        },
+    },
+    "/v1/metrics/{name}": {
+        "get": {
+            "summary": "One metric: current spec and every version (app or admin token)",
+            "parameters": [_NAME_PARAM],
+            "responses": {"200": _json("the metric", "MetricRecord"), "404": _error("unknown metric"), **_AUTH_ERRORS},
+        }
+    },
+    "/v1/metrics/{name}/retire": {
+        "post": {
+            "summary": "Stop accepting reports for a metric (admin token)",
+            "parameters": [_NAME_PARAM],
+            "responses": {"200": _json("the retired metric", "MetricRecord"), "404": _error("unknown metric"), **_AUTH_ERRORS},
+        }
+    },
+    "/v1/reports": {
+        "post": {
+            "summary": "Ingest one batch of privatized reports (app token)",
+            "description": (
+                "The body is one batch in the binary wire format (application/octet-stream) or its JSON form "
+                "(application/json, for debugging). A retried batch (same batch id) is acknowledged again but "
+                "appended once. The server assigns the UTC day and stores nothing about the sender."
+            ),
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                    "application/json": {"schema": {"$ref": "#/components/schemas/JsonBatch"}},
+                },
+            },
+            "responses": {
+                "202": _json("appended (or a duplicate of an appended batch)", "Accepted"),
+                "400": _error("malformed body, wrong sizes, indices or bits"),
+                "404": _error("unknown metric"),
+                "409": _error("retired metric or not the current version; the body carries the current spec"),
+                "413": _error("too many reports or bytes"),
+                "415": _error("unsupported content type"),
+                **_AUTH_ERRORS,
+            },
+        }
+    },
+}
+
+_DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {
+        "title": "ldptel ingest",
+        "version": "1",
+        "description": "Local-differential-privacy telemetry ingest: metric registry and privatized report batches.",
+    },
+    "servers": [{"url": "/"}],
+    "security": [{"bearer": []}],
+    "paths": _PATHS,
+    "components": {
+        "schemas": _SCHEMAS,
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+    },
+}
+
+
+def openapi_document() -> dict[str, Any]:
+    """A fresh copy of the document (callers may modify it)."""
+    return copy.deepcopy(_DOCUMENT)

@@ -1,0 +1,247 @@
+"""The metric registry: named, versioned metric specs in one Redis hash (``keys.registry()``).
+
+Each hash field is a metric name; its value is the JSON of a :class:`MetricRecord` (every version's spec, the
+current version, the status and the shard count). A parameter or policy change appends a new version and makes
+it current; old versions stay readable so that their sketches can still be estimated. Every change is a
+WATCH/MULTI/EXEC on the registry hash, retried on conflict, so two concurrent changes can never hand out the
+same version number or lose one another.
+
+The shard count is fixed when a metric is created: a batch's shard is derived from its id, and changing the
+count would send a retried batch to a different shard's dedupe key (a double count).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.specs import MetricSpec
+
+from . import keys
+from .config import DEFAULT_SHARDS, MAX_SHARDS
+
+__all__ = [
+    "MetricRecord",
+    "RegistryConflictError",
+    "RegistryCorruptError",
+    "UnknownMetricError",
+    "UnknownVersionError",
+    "create_metric",
+    "get_metric",
+    "list_metrics",
+    "parse_record",
+    "retire_metric",
+    "spec_for",
+]
+
+Status = Literal["active", "retired"]
+_MAX_WATCH_RETRIES = 50
+
+
+class UnknownMetricError(LdpError, KeyError):
+    """No metric of that name is registered."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"unknown metric {name!r}")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class UnknownVersionError(LdpError, KeyError):
+    """The metric exists but has no such version."""
+
+    def __init__(self, name: str, version: int, known: list[int]) -> None:
+        self.name, self.version, self.known = name, version, known
+        super().__init__(f"metric {name!r} has no version {version!r}; known versions: {known}")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RegistryConflictError(LdpError, ValueError):
+    """A change that would break an existing metric (e.g. changing its shard count)."""
+
+
+class RegistryCorruptError(LdpError, ValueError):
+    """A registry entry in Redis could not be parsed (written by something else)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricRecord:
+    """One metric in the registry: every version's spec, which one is current, status and shard count."""
+
+    name: str
+    current_version: int
+    status: Status
+    shards: int
+    versions: dict[int, MetricSpec] = field(hash=False)
+
+    @property
+    def current(self) -> MetricSpec:
+        return self.versions[self.current_version]
+
+    @property
+    def active(self) -> bool:
+        return self.status == "active"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: the registry's storage format and the API's response body."""
+        return {
+            "name": self.name,
+            "status": self.status,
+            "current_version": self.current_version,
+            "shards": self.shards,
+            "current": self.current.to_dict(),
+            "versions": {str(v): spec.to_dict() for v, spec in sorted(self.versions.items())},
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> MetricRecord:
+        try:
+            versions = {int(v): MetricSpec.from_dict(spec) for v, spec in data["versions"].items()}
+            record = cls(
+                name=data["name"],
+                current_version=int(data["current_version"]),
+                status=data["status"],
+                shards=int(data["shards"]),
+                versions=versions,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
+        if record.status not in ("active", "retired") or record.current_version not in versions:
+            raise RegistryCorruptError(f"inconsistent registry record for {record.name!r}")
+        if any(spec.version != v or spec.name != record.name for v, spec in versions.items()):
+            raise RegistryCorruptError(f"registry record for {record.name!r} has mislabelled versions")
+        return record
+
+
+def parse_record(raw: bytes | str) -> MetricRecord:
+    """Parse one registry hash value."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RegistryCorruptError(f"registry value is not JSON: {exc}") from None
+    return MetricRecord.from_dict(data)
+
+
+def _same_definition(a: MetricSpec, b: MetricSpec) -> bool:
+    return a.with_version(1) == b.with_version(1)
+
+
+def _check_shards(shards: int) -> int:
+    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+        raise InvalidParameterError("shards", f"an integer in [1, {MAX_SHARDS}]", shards)
+    return shards
+
+
+def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], MetricRecord]) -> MetricRecord:
+    """Read-modify-write one registry field under WATCH; ``change`` returns the record to store.
+
+    When ``change`` returns the record it was given (same object), nothing is written.
+    """
+    key = keys.registry()
+    for _ in range(_MAX_WATCH_RETRIES):
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                raw = pipe.hget(key, name)
+                old = None if raw is None else parse_record(raw)
+                new = change(old)
+                if new is old:
+                    pipe.unwatch()
+                    return new
+                pipe.multi()
+                pipe.hset(key, name, new.to_json())
+                pipe.execute()
+                return new
+            except redis.WatchError:
+                continue
+    raise RegistryConflictError(f"metric {name!r} is being changed concurrently; try again")
+
+
+# ------------------------------------------------------------------------------------------------- API
+def create_metric(r: redis.Redis, spec: MetricSpec, *, shards: int | None = None) -> MetricRecord:
+    """Register ``spec`` (its ``version`` is ignored and assigned here).
+
+    New name: version 1, ``shards`` (default :data:`DEFAULT_SHARDS`). Existing name with the same params,
+    policy and description as the current version of an active metric: returns the record unchanged
+    (idempotent). Otherwise: the next version becomes current and the metric is active again. ``shards`` must
+    be None or equal to the existing count (:class:`RegistryConflictError`).
+    """
+    if not isinstance(spec, MetricSpec):
+        raise InvalidParameterError("spec", "a MetricSpec", type(spec).__name__)
+    if shards is not None:
+        _check_shards(shards)
+
+    def change(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            return MetricRecord(
+                name=spec.name,
+                current_version=1,
+                status="active",
+                shards=shards if shards is not None else DEFAULT_SHARDS,
+                versions={1: spec.with_version(1)},
+            )
+        if shards is not None and shards != old.shards:
+            raise RegistryConflictError(
+                f"metric {spec.name!r} has {old.shards} shards; the shard count of an existing metric cannot change"
+            )
+        if old.active and _same_definition(old.current, spec):
+            return old
+        version = max(old.versions) + 1
+        return MetricRecord(
+            name=old.name,
+            current_version=version,
+            status="active",
+            shards=old.shards,
+            versions={**old.versions, version: spec.with_version(version)},
+        )
+
+    return _update(r, spec.name, change)
+
+
+def get_metric(r: redis.Redis, name: str) -> MetricRecord:
+    """The record of ``name``; :class:`UnknownMetricError` when absent."""
+    raw = r.hget(keys.registry(), name)
+    if raw is None:
+        raise UnknownMetricError(name)
+    return parse_record(raw)  # type: ignore[arg-type]
+
+
+def list_metrics(r: redis.Redis) -> list[MetricRecord]:
+    """Every registered metric (active and retired), sorted by name."""
+    raw = r.hgetall(keys.registry())
+    return sorted((parse_record(value) for value in raw.values()), key=lambda rec: rec.name)  # type: ignore[union-attr]
+
+
+def retire_metric(r: redis.Redis, name: str) -> MetricRecord:
+    """Stop accepting reports for ``name`` (its specs and sketches stay readable). Idempotent."""
+
+    def change(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        if not old.active:
+            return old
+        return MetricRecord(
+            name=old.name, current_version=old.current_version, status="retired", shards=old.shards, versions=old.versions
+        )
+
+    return _update(r, name, change)
+
+
+def spec_for(record: MetricRecord, version: int) -> MetricSpec:
+    """The spec of ``version``; :class:`UnknownVersionError` when the metric never had it."""
+    try:
+        return record.versions[version]
+    except (KeyError, TypeError):
+        raise UnknownVersionError(record.name, version, sorted(record.versions)) from None

@@ -1,0 +1,52 @@
+"""The development server behind ``ldptel serve``: werkzeug's threaded server, embedded Redis if no URL."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import replace
+
+from werkzeug.serving import WSGIRequestHandler, make_server
+
+from .app import create_app
+from .config import ServerConfig
+from .embedded import EmbeddedRedis
+
+__all__ = ["serve"]
+
+log = logging.getLogger("ldptel.server")
+
+
+class _AnonymousHandler(WSGIRequestHandler):
+    """werkzeug's request log line without the client address (we log no identifiers)."""
+
+    def address_string(self) -> str:
+        return "-"
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        path = self.path.split("?", 1)[0]  # never log query strings
+        self.log("info", '"%s %s" %s %s', self.command, path, code, size)
+
+
+def serve(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Run the ingest app until interrupted (Ctrl-C). Starts an embedded Redis when ``config.redis_url`` is None
+    and stops it on the way out. For production use gunicorn with ``deploy/gunicorn.conf.py``.
+    """
+    embedded: EmbeddedRedis | None = None
+    try:
+        if config.redis_url is None:
+            embedded = EmbeddedRedis(appendonly=True, data_dir=config.data_dir).start()
+            config = replace(config, redis_url=embedded.url)
+            print(f"ldptel: embedded Redis at {embedded.url} (data: {embedded.data_dir})", file=sys.stderr)
+        app = create_app(config)
+        server = make_server(host, port, app, threaded=True, request_handler=_AnonymousHandler)
+        print(f"ldptel: ingest listening on http://{host}:{server.server_port}", file=sys.stderr)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.server_close()
+    finally:
+        if embedded is not None:
+            embedded.stop()
