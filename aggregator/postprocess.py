@@ -1,0 +1,105 @@
+"""Post-processing of unbiased count estimates: a separate, named step (ldp-math.md §4).
+
+The raw estimates of every mechanism are unbiased but may be negative or sum to more than the number of
+reports n. Post-processing trades that unbiasedness for consistency; the raw estimates and their intervals
+are always kept beside its output (:class:`~ldptel.aggregator.query.QueryResult`).
+
+Methods (``PostProcess``):
+
+* ``none``: the raw estimates.
+* ``clip``: Base-Pos, each estimate clamped to [0, n].
+* ``norm-sub``: Norm-Sub (Wang et al., NDSS 2020). Over a *full* domain (rr, grr) it is exactly the
+  Euclidean projection onto the scaled simplex {x ≥ 0, Σx = n}. Over a *subset* of the domain (candidates
+  of a sketch metric) the values outside the subset may hold reports too, so the constraint is Σx ≤ n: the
+  projection onto {x ≥ 0, Σx ≤ n}, which is the clipped vector when that already sums to at most n and the
+  projection onto Σx = n otherwise.
+
+The projection is the sort-based algorithm (Held, Wolfe & Crowder 1974; Duchi et al. 2008): with u the
+estimates sorted in descending order and ρ the largest index with u_ρ − (Σ_{i≤ρ} u_i − n)/ρ > 0, the
+result is max(x − θ, 0) with θ = (Σ_{i≤ρ} u_i − n)/ρ. O(d log d), no loop over values.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import numpy as np
+
+from ldptel.client.errors import InvalidParameterError
+
+PostProcess = Literal["none", "clip", "norm-sub"]
+POSTPROCESS_METHODS: tuple[str, ...] = get_args(PostProcess)
+
+
+def check_method(method: object) -> PostProcess:
+    """Validate a post-processing name (``none``, ``clip`` or ``norm-sub``)."""
+    if method not in POSTPROCESS_METHODS:
+        raise InvalidParameterError("postprocess", f"one of {list(POSTPROCESS_METHODS)}", method)
+    return method  # type: ignore[return-value]
+
+
+def _as_float(counts: np.ndarray) -> np.ndarray:
+    arr = np.asarray(counts, dtype=np.float64)
+    if arr.ndim != 1:
+        raise InvalidParameterError("counts", "a 1-D array of estimates", f"shape {arr.shape}")
+    return arr
+
+
+def _check_total(total: float) -> float:
+    if isinstance(total, bool) or not isinstance(total, (int, float, np.integer, np.floating)) or not total >= 0:
+        raise InvalidParameterError("total", "a number >= 0", total)
+    return float(total)
+
+
+def clip(counts: np.ndarray, *, total: float) -> np.ndarray:
+    """Base-Pos: every estimate clamped to [0, total]."""
+    return np.clip(_as_float(counts), 0.0, _check_total(total))
+
+
+def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
+    """Euclidean projection of ``counts`` onto {x ≥ 0, Σx = total} (sort-based, vectorized).
+
+    >>> project_simplex(np.array([3.0, -1.0, 0.5]), total=2.0).tolist()
+    [2.0, 0.0, 0.0]
+    >>> project_simplex(np.array([1.0, 1.0]), total=4.0).tolist()
+    [2.0, 2.0]
+    """
+    x = _as_float(counts)
+    z = _check_total(total)
+    if x.size == 0:
+        return x.copy()
+    u = np.sort(x)[::-1]
+    css = np.cumsum(u) - z
+    ind = np.arange(1, x.size + 1, dtype=np.float64)
+    positive = u - css / ind > 0
+    rho = int(np.flatnonzero(positive)[-1]) if positive.any() else 0
+    theta = css[rho] / (rho + 1)
+    return np.maximum(x - theta, 0.0)
+
+
+def norm_sub(counts: np.ndarray, *, total: float, full_domain: bool = True) -> np.ndarray:
+    """Norm-Sub: non-negative estimates that sum to ``total`` (full domain) or at most ``total`` (a subset).
+
+    Norm-Sub's iteration (zero the negatives, spread the surplus equally over the positives, repeat) is the
+    Euclidean projection onto the scaled simplex, computed here in closed form.
+    """
+    x = _as_float(counts)
+    z = _check_total(total)
+    if not full_domain:
+        clipped = np.maximum(x, 0.0)
+        if clipped.sum() <= z:
+            return clipped
+    return project_simplex(x, total=z)
+
+
+def apply(method: PostProcess, counts: np.ndarray, *, total: float, full_domain: bool) -> np.ndarray:
+    """Run the named post-processing step; ``none`` returns a float copy of the raw estimates."""
+    method = check_method(method)
+    if method == "none":
+        return _as_float(counts).copy()
+    if method == "clip":
+        return clip(counts, total=total)
+    return norm_sub(counts, total=total, full_domain=full_domain)
+
+
+__all__ = ["POSTPROCESS_METHODS", "PostProcess", "apply", "check_method", "clip", "norm_sub", "project_simplex"]

@@ -1,0 +1,159 @@
+"""The sketch store: per-(metric, shard, version, UTC day) folded states in Redis, and how to read them.
+
+Layout (all keys from :mod:`ldptel.server.keys`, every key of one shard under one hash tag):
+
+* ``sketch(metric, shard, version, day)``: :meth:`SketchState.to_bytes` of everything folded from that shard
+  for that version and day;
+* ``sketch_index(metric, shard)``: a set of ``"<version>:<day>"`` members naming the sketch keys that exist;
+* ``checkpoint(metric, shard)``: the id of the last stream entry folded into the shard's sketches.
+
+The three are only ever written together, in one MULTI/EXEC by the fold worker
+(:mod:`ldptel.aggregator.worker`). Sketches are additive, so a query sums shards and days.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable
+from typing import Any
+
+import redis as redis_lib
+
+from ldptel.client import SketchState
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.specs import Params
+from ldptel.server import keys
+
+StreamId = tuple[int, int]
+ZERO_ID: StreamId = (0, 0)
+_GET_CHUNK = 8  # sketch blobs per pipelined round trip (bounds memory: k=2048, m=1024 is 8 MB a blob)
+
+
+class StoreError(LdpError):
+    """Stored state is unreadable (a corrupt blob or an index naming a missing key)."""
+
+
+# ---------------------------------------------------------------------------------------------- ids
+def parse_id(value: bytes | str) -> StreamId:
+    """A stream id ``"<ms>-<seq>"`` as a comparable tuple."""
+    text = value.decode() if isinstance(value, bytes) else value
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def format_id(value: StreamId) -> str:
+    return f"{value[0]}-{value[1]}"
+
+
+def next_id(value: StreamId) -> StreamId:
+    """The smallest id after ``value`` (for exclusive bounds such as XTRIM MINID)."""
+    return value[0], value[1] + 1
+
+
+# --------------------------------------------------------------------------------------------- days
+def check_day(day: str, *, what: str = "day") -> str:
+    """Validate a UTC day ``YYYY-MM-DD``."""
+    if not isinstance(day, str) or len(day) != 10:
+        raise InvalidParameterError(what, "a UTC day YYYY-MM-DD", day)
+    try:
+        _dt.date.fromisoformat(day)
+    except ValueError:
+        raise InvalidParameterError(what, "a UTC day YYYY-MM-DD", day) from None
+    return day
+
+
+def index_member(version: int, day: str) -> str:
+    return f"{version}:{day}"
+
+
+def parse_index_member(member: bytes | str) -> tuple[int, str]:
+    text = member.decode() if isinstance(member, bytes) else member
+    version, _, day = text.partition(":")
+    return int(version), day
+
+
+def dead_letter_key(metric: str, shard: int) -> str:
+    """Stream of entries that could not be decoded (same hash tag as the shard: written in its commit)."""
+    return f"{keys.PREFIX}{keys.tag(metric, shard)}:dead"
+
+
+# ------------------------------------------------------------------------------------------- reading
+def read_checkpoint(r: redis_lib.Redis, metric: str, shard: int) -> StreamId:
+    raw = r.get(keys.checkpoint(metric, shard))
+    return parse_id(raw) if raw else ZERO_ID
+
+
+def load_state(r: redis_lib.Redis | Any, key: str, params: Params) -> SketchState | None:
+    """The stored state at ``key``, or None when the key does not exist."""
+    raw = r.get(key)
+    return None if raw is None else _decode(raw, params, key)
+
+
+def _decode(raw: bytes, params: Params, key: str) -> SketchState:
+    try:
+        return SketchState.from_bytes(raw, params)
+    except (LdpError, ValueError) as exc:
+        raise StoreError(f"sketch {key} is unreadable: {exc}") from None
+
+
+def sketch_index(r: redis_lib.Redis, metric: str, shards: int) -> dict[int, list[tuple[int, str]]]:
+    """Per shard, the (version, day) pairs that have a sketch (one pipelined SMEMBERS per shard)."""
+    pipe = r.pipeline(transaction=False)
+    for shard in range(shards):
+        pipe.smembers(keys.sketch_index(metric, shard))
+    out: dict[int, list[tuple[int, str]]] = {}
+    for shard, members in enumerate(pipe.execute()):
+        out[shard] = sorted(parse_index_member(m) for m in members)
+    return out
+
+
+def available_days(r: redis_lib.Redis, metric: str, shards: int, *, version: int) -> list[str]:
+    """Sorted UTC days that have a sketch of ``version`` in at least one shard."""
+    days = {day for pairs in sketch_index(r, metric, shards).values() for v, day in pairs if v == version}
+    return sorted(days)
+
+
+def sum_sketches(
+    r: redis_lib.Redis,
+    metric: str,
+    *,
+    params: Params,
+    pairs: Iterable[tuple[int, int, str]],
+) -> tuple[SketchState, int]:
+    """Sum the sketches named by (shard, version, day): pipelined GETs, ``_GET_CHUNK`` blobs at a time.
+
+    Returns the total state and how many blobs were found. Missing keys count as empty.
+    """
+    total = SketchState.empty(params)
+    found = 0
+    names = [keys.sketch(metric, shard, version, day) for shard, version, day in pairs]
+    for lo in range(0, len(names), _GET_CHUNK):
+        chunk = names[lo : lo + _GET_CHUNK]
+        pipe = r.pipeline(transaction=False)
+        for name in chunk:
+            pipe.get(name)
+        for name, raw in zip(chunk, pipe.execute()):
+            if raw is None:
+                continue
+            total.add_inplace(_decode(raw, params, name))
+            found += 1
+    return total, found
+
+
+__all__ = [
+    "StoreError",
+    "StreamId",
+    "ZERO_ID",
+    "available_days",
+    "check_day",
+    "dead_letter_key",
+    "format_id",
+    "index_member",
+    "load_state",
+    "next_id",
+    "parse_id",
+    "parse_index_member",
+    "read_checkpoint",
+    "sketch_index",
+    "sum_sketches",
+]
