@@ -1,0 +1,232 @@
+"""Frequency queries: sum a metric's shard and day sketches, debias, and post-process.
+
+:func:`estimate_metric` reads the sketch index of every shard, picks the (version, day) sketches in the
+asked range, sums them with pipelined GETs and calls the mechanism's own estimator
+(:func:`ldptel.client.estimate`): the aggregator never re-implements a debias formula.
+
+* rr: the counts of ``false`` and ``true``; :attr:`QueryResult.proportion` is the share of ``true`` with its
+  standard error and interval.
+* grr: every label of the domain (or the ``candidates`` among them).
+* cms, oue-cms, hcms: the ``candidates`` (required); ``top`` keeps the largest raw estimates.
+
+Post-processing (:mod:`~ldptel.aggregator.postprocess`) runs over the whole domain (rr, grr) or over all the
+candidates (sketches, with Σ ≤ n), before ``top``; the raw unbiased estimates and their intervals are
+always kept beside the post-processed values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import redis as redis_lib
+
+from ldptel.client import Estimate, estimate
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.server import registry
+
+from . import postprocess as pp
+from . import store
+
+SKETCH_MECHANISMS = ("cms", "oue-cms", "hcms")
+
+
+class EmptyRangeError(LdpError, ValueError):
+    """No sketch of the metric version falls in the asked day range."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Proportion:
+    """rr: the estimated share of ``true`` with its standard error and interval."""
+
+    estimate: float
+    stderr: float
+    ci_low: float
+    ci_high: float
+    adjusted: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "estimate": self.estimate,
+            "stderr": self.stderr,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "adjusted": self.adjusted,
+        }
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class QueryResult:
+    """Raw estimates (``estimate``: counts, stderr, intervals) and post-processed counts (``adjusted``)."""
+
+    metric: str
+    version: int
+    mechanism: str
+    days: tuple[str, ...]
+    shards: int
+    estimate: Estimate
+    postprocess: pp.PostProcess
+    adjusted: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.estimate.n
+
+    @property
+    def confidence(self) -> float:
+        return self.estimate.confidence
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return self.estimate.labels
+
+    @property
+    def proportion(self) -> Proportion | None:
+        """rr only: the share of ``true`` reports' underlying values."""
+        if self.mechanism != "rr":
+            return None
+        est, n = self.estimate, self.n
+        i = est.labels.index("true")
+        return Proportion(
+            estimate=float(est.counts[i] / n),
+            stderr=float(est.stderr[i] / n),
+            ci_low=float(est.ci_low[i] / n),
+            ci_high=float(est.ci_high[i] / n),
+            adjusted=float(self.adjusted[i] / n),
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One dict per value: the raw estimate, stderr, interval and frequency, then the adjusted ones."""
+        out = self.estimate.rows()
+        n = self.n
+        for row, adj in zip(out, self.adjusted.tolist()):
+            row["adjusted"] = float(adj)
+            row["adjusted_frequency"] = float(adj / n) if n else float("nan")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "metric": self.metric,
+            "version": self.version,
+            "mechanism": self.mechanism,
+            "days": list(self.days),
+            "shards": self.shards,
+            "n": self.n,
+            "confidence": self.confidence,
+            "postprocess": self.postprocess,
+            "rows": self.rows(),
+        }
+        prop = self.proportion
+        if prop is not None:
+            out["proportion"] = prop.to_dict()
+        return out
+
+
+def _check_top(top: int | None) -> int | None:
+    if top is None:
+        return None
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise InvalidParameterError("top", "an integer >= 1", top)
+    return top
+
+
+def _unique(values: Iterable[object]) -> list[object]:
+    return list(dict.fromkeys(values))
+
+
+def select_days(days: Sequence[str], *, day_from: str | None, day_to: str | None) -> list[str]:
+    """The days in [day_from, day_to] (inclusive; None is open-ended)."""
+    if day_from is not None:
+        store.check_day(day_from, what="day_from")
+    if day_to is not None:
+        store.check_day(day_to, what="day_to")
+    if day_from is not None and day_to is not None and day_from > day_to:
+        raise InvalidParameterError("day_from", f"a day on or before day_to {day_to}", day_from)
+    return [d for d in days if (day_from is None or d >= day_from) and (day_to is None or d <= day_to)]
+
+
+def estimate_metric(
+    r: redis_lib.Redis,
+    name: str,
+    *,
+    version: int | None = None,
+    day_from: str | None = None,
+    day_to: str | None = None,
+    candidates: Sequence[object] | None = None,
+    top: int | None = None,
+    confidence: float = 0.95,
+    postprocess: pp.PostProcess = "none",
+) -> QueryResult:
+    """Debiased estimates of ``name`` over the UTC days [day_from, day_to] of one version.
+
+    ``version`` defaults to the metric's current version. Raises ``UnknownMetricError`` /
+    ``UnknownVersionError`` (registry), :class:`EmptyRangeError` when no sketch falls in the range, and
+    ``InvalidParameterError`` for bad arguments (a sketch metric without candidates, a bad day, ...).
+    """
+    method = pp.check_method(postprocess)
+    top = _check_top(top)
+    record = registry.get_metric(r, name)
+    version = record.current_version if version is None else version
+    spec = registry.spec_for(record, version)
+    params = spec.params
+    mech = params.mechanism
+    if mech in SKETCH_MECHANISMS:
+        if candidates is None or isinstance(candidates, (str, bytes)) or len(candidates) == 0:
+            raise InvalidParameterError(
+                "candidates", f"a non-empty list of values to estimate ({mech} is a sketch metric)", candidates
+            )
+        candidates = _unique(candidates)
+
+    index = store.sketch_index(r, name, record.shards)
+    all_days = sorted({day for pairs in index.values() for v, day in pairs if v == version})
+    days = select_days(all_days, day_from=day_from, day_to=day_to)
+    if not days:
+        have = f"it has days {all_days[0]} to {all_days[-1]}" if all_days else "it has no folded reports yet"
+        raise EmptyRangeError(
+            f"no sketches of {name!r} version {version} between {day_from or 'the start'} and "
+            f"{day_to or 'the end'} ({have})"
+        )
+    wanted = set(days)
+    pairs = [(shard, v, day) for shard, members in index.items() for v, day in members if v == version and day in wanted]
+    state, _found = store.sum_sketches(r, name, params=params, pairs=pairs)
+
+    est = estimate(params, state, candidates=candidates if mech in SKETCH_MECHANISMS else None, confidence=confidence)
+    full_domain = mech in ("rr", "grr")
+    adjusted = pp.apply(method, est.counts, total=est.n, full_domain=full_domain)
+
+    keep: np.ndarray | None = None
+    if mech == "grr" and candidates is not None:
+        position = {label: i for i, label in enumerate(est.labels)}
+        unknown = [c for c in _unique(candidates) if c not in position]
+        if unknown:
+            raise InvalidParameterError("candidates", f"labels of the {name!r} domain", unknown[0])
+        keep = np.array([position[c] for c in _unique(candidates)], dtype=np.int64)  # type: ignore[index]
+    if top is not None:
+        base = np.arange(est.counts.size) if keep is None else keep
+        order = np.argsort(-est.counts[base], kind="stable")[:top]
+        keep = base[order]
+    if keep is not None:
+        est = Estimate(
+            est.mechanism,
+            tuple(est.labels[i] for i in keep.tolist()),
+            est.counts[keep],
+            est.stderr[keep],
+            est.n,
+            est.confidence,
+        )
+        adjusted = adjusted[keep]
+    return QueryResult(
+        metric=name,
+        version=version,
+        mechanism=mech,
+        days=tuple(days),
+        shards=record.shards,
+        estimate=est,
+        postprocess=method,
+        adjusted=adjusted,
+    )
+
+
+__all__ = ["EmptyRangeError", "Proportion", "QueryResult", "estimate_metric", "select_days"]
