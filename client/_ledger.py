@@ -1,0 +1,78 @@
+"""The durable privacy-budget ledger: spend per metric and UTC day, immune to a clock that moves backwards.
+
+Policy: a metric allows ``reports_per_day`` reports per UTC day, and the spend of a report is the effective ε
+of the spec it was privatized with. A report is allowed when, for the budget day,
+
+    count + 1 ≤ reports_per_day   and   ε_spent + ε_eff ≤ reports_per_day · ε_eff   (= spec.daily_epsilon)
+
+(both checked against the current spec, so a spec change within a day cannot overspend). The budget is per
+metric *name*: a new version does not reopen the day. Every report counts, memoized repeats included (a
+memoized repeat is in fact free in ε; counting it keeps the policy a plain count the server can reason
+about).
+
+Budget day: ``max(UTC day of the clock, the latest day ever recorded)``. The latest day is stored in the same
+database, in the same transaction as the spend, so a clock set backwards (or a restart with a wrong clock)
+keeps charging the latest day instead of reopening an earlier one. The price: a clock that jumped forward
+holds the device on that future day's budget until real time catches up.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .specs import MetricSpec
+
+SECONDS_PER_DAY = 86_400
+KEEP_DAYS = 31  # ledger rows older than this many days before the budget day are pruned
+_EPS_SLACK = 1e-9  # relative: float sums of ε_eff must not refuse the last allowed report
+
+
+def utc_day(now: float) -> int:
+    """Days since 1970-01-01 UTC."""
+    return int(now // SECONDS_PER_DAY)
+
+
+def budget_day(conn: sqlite3.Connection, now: float) -> int:
+    row = conn.execute("SELECT value FROM meta WHERE key = 'high_day'").fetchone()
+    high = -(1 << 62) if row is None else int(row[0])
+    return max(utc_day(now), high)
+
+
+def advance_day(conn: sqlite3.Connection, day: int) -> bool:
+    """Record ``day`` as the latest budget day; True when it is new (the caller then prunes per-day state)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'high_day'").fetchone()
+    if row is not None and int(row[0]) >= day:
+        return False
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('high_day', ?)", (day,))
+    conn.execute("DELETE FROM ledger WHERE day < ?", (day - KEEP_DAYS,))
+    return True
+
+
+def spent(conn: sqlite3.Connection, metric: str, day: int) -> tuple[int, float]:
+    row = conn.execute("SELECT count, epsilon FROM ledger WHERE metric = ? AND day = ?", (metric, day)).fetchone()
+    return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
+
+
+def allows(spec: MetricSpec, count: int, epsilon: float) -> bool:
+    eps = spec.effective_epsilon
+    if count + 1 > spec.reports_per_day:
+        return False
+    return epsilon + eps <= spec.daily_epsilon * (1 + _EPS_SLACK)
+
+
+def spend(conn: sqlite3.Connection, metric: str, day: int, epsilon: float) -> None:
+    conn.execute(
+        "INSERT INTO ledger(metric, day, count, epsilon) VALUES (?, ?, 1, ?) "
+        "ON CONFLICT(metric, day) DO UPDATE SET count = count + 1, epsilon = epsilon + excluded.epsilon",
+        (metric, day, epsilon),
+    )
+
+
+def remaining(conn: sqlite3.Connection, spec: MetricSpec, now: float) -> int:
+    """Reports the policy still allows for ``spec`` on the budget day of ``now``."""
+    day = budget_day(conn, now)
+    count, eps = spent(conn, spec.name, day)
+    left = 0
+    while allows(spec, count + left, eps + left * spec.effective_epsilon) and left < spec.reports_per_day:
+        left += 1
+    return left

@@ -1,0 +1,178 @@
+"""The durable report queue: compact per-report payloads, batch formation with a stored batch id, acks.
+
+A report is stored as the bytes of its privatized form only (never the value):
+
+* rr: 1 byte, the reported bit;  grr: u16, the reported label index;
+* cms / oue-cms: u16 row, then the m/8 bytes of the reported row;
+* hcms: u16 row, u16 column, 1 byte bit.
+
+Forming a batch is one transaction: take up to ``batch_size`` reports of one (metric, version) in queue
+order, encode them with :func:`ldptel.client.wire.encode_batch` under a fresh random 16-byte batch id,
+insert the batch row (id and exact body) and delete the reports. Retries resend the stored body, so the
+batch id never changes and the server's dedupe counts it once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._rng import secure_token
+from .specs import MetricSpec, Params
+from .wire import ReportBatch, encode_batch
+
+_U16 = struct.Struct("<H")
+_HCMS = struct.Struct("<HHB")
+
+
+# ------------------------------------------------------------------------------------------- payloads
+def pack_report(batch: ReportBatch) -> bytes:
+    """The stored bytes of a one-report batch."""
+    mech = batch.mechanism
+    if mech == "rr":
+        assert batch.bits is not None
+        return bytes([int(batch.bits[0]) >> 7])
+    if mech == "grr":
+        assert batch.cols is not None
+        return _U16.pack(int(batch.cols[0]))
+    if mech in ("cms", "oue-cms"):
+        assert batch.rows is not None and batch.bits is not None
+        return _U16.pack(int(batch.rows[0])) + batch.bits[0].tobytes()
+    assert batch.rows is not None and batch.cols is not None and batch.bits is not None
+    return _HCMS.pack(int(batch.rows[0]), int(batch.cols[0]), int(batch.bits[0]) >> 7)
+
+
+def unpack_reports(payloads: list[bytes], params: Params) -> ReportBatch:
+    """Many stored reports of one metric version as one :class:`ReportBatch`."""
+    mech, n = params.mechanism, len(payloads)
+    raw = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+    if mech == "rr":
+        return ReportBatch(mechanism=mech, n=n, bits=np.packbits(raw))
+    if mech == "grr":
+        return ReportBatch(mechanism=mech, n=n, cols=raw.view("<u2").astype(np.int64))
+    if mech in ("cms", "oue-cms"):
+        width = 2 + params.m // 8  # type: ignore[union-attr]
+        table = raw.reshape(n, width)
+        rows = np.ascontiguousarray(table[:, :2]).view("<u2").reshape(n).astype(np.int64)
+        return ReportBatch(mechanism=mech, n=n, rows=rows, bits=np.ascontiguousarray(table[:, 2:]))
+    table = raw.reshape(n, 5)
+    rows = np.ascontiguousarray(table[:, 0:2]).view("<u2").reshape(n).astype(np.int64)
+    cols = np.ascontiguousarray(table[:, 2:4]).view("<u2").reshape(n).astype(np.int64)
+    return ReportBatch(mechanism=mech, n=n, rows=rows, cols=cols, bits=np.packbits(table[:, 4]))
+
+
+def payload_size(params: Params) -> int:
+    mech = params.mechanism
+    if mech == "rr":
+        return 1
+    if mech == "grr":
+        return 2
+    if mech in ("cms", "oue-cms"):
+        return 2 + params.m // 8  # type: ignore[union-attr]
+    return 5
+
+
+# ------------------------------------------------------------------------------------------- the queue
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    id: int
+    batch_id: bytes
+    metric: str
+    version: int
+    n: int
+    body: bytes
+    attempts: int
+
+
+def enqueue(conn: sqlite3.Connection, metric: str, version: int, payload: bytes) -> None:
+    conn.execute("INSERT INTO reports(metric, version, payload) VALUES (?, ?, ?)", (metric, version, payload))
+
+
+def pending_count(conn: sqlite3.Connection) -> int:
+    """Reports not yet acknowledged: queued ones plus the ones in formed batches."""
+    queued = conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0]
+    batched = conn.execute("SELECT COALESCE(SUM(n), 0) FROM batches").fetchone()[0]
+    return int(queued) + int(batched)
+
+
+def unbatched_count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0])
+
+
+@dataclass(frozen=True, slots=True)
+class FormResult:
+    formed: int  # batches formed
+    moved: int  # reports moved from the queue into batches, or dropped as unencodable
+    unencodable: int  # reports dropped because no spec of their version is known
+
+
+def form_batches(
+    conn: sqlite3.Connection,
+    *,
+    batch_size: int,
+    partial: bool,
+    spec_of: Callable[[str, int], MetricSpec | None],
+) -> FormResult:
+    """Turn queued reports into batches of at most ``batch_size`` (partial ones only when ``partial``).
+
+    One ``BEGIN IMMEDIATE`` transaction; on a ``synchronous=FULL`` connection its commit also makes every
+    earlier commit durable, before anything is sent.
+    """
+    formed = moved = dropped = 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        groups = conn.execute("SELECT metric, version, COUNT(*) FROM reports GROUP BY metric, version").fetchall()
+        for metric, version, count in groups:
+            if count < batch_size and not partial:
+                continue
+            spec = spec_of(metric, version)
+            if spec is None:  # cannot be encoded (should not happen: specs are stored with their reports)
+                conn.execute("DELETE FROM reports WHERE metric = ? AND version = ?", (metric, version))
+                dropped += count
+                moved += count
+                continue
+            while True:
+                rows = conn.execute(
+                    "SELECT id, payload FROM reports WHERE metric = ? AND version = ? ORDER BY id LIMIT ?",
+                    (metric, version, batch_size),
+                ).fetchall()
+                if not rows or (len(rows) < batch_size and not partial):
+                    break
+                batch = unpack_reports([r[1] for r in rows], spec.params)
+                batch_id = secure_token(16)
+                body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params)
+                conn.execute(
+                    "INSERT INTO batches(batch_id, metric, version, n, body) VALUES (?, ?, ?, ?, ?)",
+                    (batch_id, metric, version, len(rows), body),
+                )
+                conn.execute(
+                    "DELETE FROM reports WHERE metric = ? AND version = ? AND id <= ?", (metric, version, rows[-1][0])
+                )
+                formed += 1
+                moved += len(rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return FormResult(formed=formed, moved=moved, unencodable=dropped)
+
+
+def next_batch(conn: sqlite3.Connection, after_id: int = 0) -> StoredBatch | None:
+    row = conn.execute(
+        "SELECT id, batch_id, metric, version, n, body, attempts FROM batches WHERE id > ? ORDER BY id LIMIT 1",
+        (after_id,),
+    ).fetchone()
+    return None if row is None else StoredBatch(*row)
+
+
+def count_attempt(conn: sqlite3.Connection, batch: StoredBatch) -> None:
+    conn.execute("UPDATE batches SET attempts = attempts + 1 WHERE id = ?", (batch.id,))
+
+
+def remove_batch(conn: sqlite3.Connection, batch: StoredBatch) -> None:
+    """The server acknowledged the batch (or refused it for good): forget it."""
+    conn.execute("DELETE FROM batches WHERE id = ?", (batch.id,))

@@ -1,0 +1,105 @@
+"""The on-device sqlite database: one file in WAL mode holding the queue, the ledger, the memo and the spec cache.
+
+Durability. The database runs in WAL mode. The connection that ``report()`` uses commits with
+``synchronous=NORMAL`` (a commit is an append to the WAL, no fsync: it survives a crash or SIGKILL of the
+app; only a power loss can roll back the last few commits). The upload connection runs with
+``synchronous=FULL``, so the transaction that forms a batch fsyncs the WAL, and with it every report and
+ledger entry committed before it, *before* any byte of the batch is sent. Hence the server can never hold a
+report whose budget spend or batch id the device could forget, even across a power loss.
+
+Nothing in the file is a raw value: reports are stored privatized, memo rows are keyed by an HMAC of the
+value, the ledger holds counts per metric and day. (grr labels do appear, as part of the cached public
+spec.)
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+DB_FILE = "ldptel.sqlite3"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS reports(           -- privatized reports not yet in a batch
+    id      INTEGER PRIMARY KEY,
+    metric  TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    payload BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reports_by_metric ON reports(metric, version, id);
+CREATE TABLE IF NOT EXISTS batches(           -- formed batches, kept until the server acknowledged them
+    id       INTEGER PRIMARY KEY,
+    batch_id BLOB NOT NULL UNIQUE,            -- 16 random bytes, chosen once, reused by every retry
+    metric   TEXT NOT NULL,
+    version  INTEGER NOT NULL,
+    n        INTEGER NOT NULL,
+    body     BLOB NOT NULL,                   -- the exact wire bytes (encode_batch)
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS ledger(            -- privacy spend per metric and UTC day
+    metric  TEXT NOT NULL,
+    day     INTEGER NOT NULL,
+    count   INTEGER NOT NULL,
+    epsilon REAL NOT NULL,
+    PRIMARY KEY(metric, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS memo(              -- sketch reports memoized for the current budget day
+    key     BLOB PRIMARY KEY,                 -- HMAC-SHA256(secret, metric, version, day, value)
+    day     INTEGER NOT NULL,
+    payload BLOB NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS specs(             -- every spec version a report was privatized with
+    metric  TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    json    TEXT NOT NULL,
+    PRIMARY KEY(metric, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS current_spec(      -- the version the server last called current
+    metric  TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    fetched REAL NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class StoreError(Exception):
+    """Raised for an unusable database (wrong schema version)."""
+
+
+def connect(storage_dir: Path, *, synchronous: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``), WAL, busy timeout."""
+    conn = sqlite3.connect(
+        storage_dir / DB_FILE,
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"could not put {storage_dir / DB_FILE} in WAL mode (got {mode!r})")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    return conn
+
+
+def init_schema(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+        elif row[0] != SCHEMA_VERSION:
+            raise StoreError(f"storage schema {row[0]} is not supported by this SDK (expects {SCHEMA_VERSION})")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,204 @@
+"""HTTP to the ingest service (stdlib ``http.client``, one keep-alive connection) and the retry policy.
+
+Classification of a ``POST /v1/reports`` answer (what the uploader does with the batch):
+
+======================  =========  ==================================================================
+status                  outcome    meaning
+======================  =========  ==================================================================
+200, 202                ack        counted (or a retry the server had already counted): forget the batch
+409                     stale      its version is not current or is retired: refresh the spec, drop it
+401, 403                auth       keep the batch, back off (a fixed token must still deliver it)
+408, 425, 429, 5xx      retry      keep the batch, back off; honour ``Retry-After``
+other 4xx (400, 413..)  rejected   the batch itself is bad and never will be accepted: drop and count it
+network error           retry      connection refused/reset, timeout, malformed response
+======================  =========  ==================================================================
+"""
+
+from __future__ import annotations
+
+import email.utils
+import http.client
+import json
+import math
+import os
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
+
+from .errors import LdpError
+
+Outcome = Literal["ack", "stale", "auth", "retry", "rejected"]
+USER_AGENT = "ldptel-client/0.1"
+MAX_RETRY_AFTER = 3600.0
+_MAX_RESPONSE = 1 << 20
+
+
+class UploadError(LdpError):
+    """A delivery problem seen by the background uploader (passed to ``on_error``, never raised into the app).
+
+    ``status`` is the HTTP status (None for a network error); ``outcome`` what was done with the batch;
+    ``metric``/``version``/``n``/``batch_id`` describe the batch (None for spec fetches).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        outcome: str = "retry",
+        metric: str | None = None,
+        version: int | None = None,
+        n: int | None = None,
+        batch_id: bytes | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.outcome = outcome
+        self.metric = metric
+        self.version = version
+        self.n = n
+        self.batch_id = batch_id
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    retry_after: float | None  # seconds, parsed from Retry-After (delta-seconds or HTTP date)
+    body: bytes
+
+    def json(self) -> Any:
+        try:
+            return json.loads(self.body)
+        except (ValueError, UnicodeDecodeError):
+            return None
+
+
+def classify(status: int) -> Outcome:
+    if status in (200, 202):
+        return "ack"
+    if status == 409:
+        return "stale"
+    if status in (401, 403):
+        return "auth"
+    if status in (408, 425, 429) or status >= 500:
+        return "retry"
+    return "rejected"
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (RFC 9110: delta-seconds or an HTTP date), clamped."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - now
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+class Transport:
+    """One persistent HTTP(S) connection to the endpoint; reconnects after any error. Thread-safe (a lock)."""
+
+    def __init__(self, endpoint: str, token: str, *, timeout: float, clock: Callable[[], float]) -> None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._token = token
+        self._timeout = timeout
+        self._clock = clock
+        self._conn: http.client.HTTPConnection | None = None
+        self._lock = threading.Lock()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            if self._https:
+                self._conn = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=self._timeout, context=ssl.create_default_context()
+                )
+            else:
+                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        return self._conn
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> Response:
+        """Send one request; raises :class:`OSError` / :class:`http.client.HTTPException` on network failure."""
+        headers = {"Authorization": f"Bearer {self._token}", "User-Agent": USER_AGENT, "Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/octet-stream"
+        with self._lock:
+            conn = self._connection()
+            try:
+                conn.request(method, self._prefix + path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read(_MAX_RESPONSE)
+                retry_after = parse_retry_after(resp.getheader("Retry-After"), self._clock())
+                if resp.will_close:
+                    self._close_locked()
+            except BaseException:
+                self._close_locked()
+                raise
+        return Response(status=resp.status, retry_after=retry_after, body=data)
+
+    def post_batch(self, body: bytes) -> Response:
+        return self.request("POST", "/v1/reports", body)
+
+    def get_metric(self, name: str) -> Response:
+        return self.request("GET", "/v1/metrics/" + quote(name, safe=""))
+
+    def _close_locked(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except OSError:
+                pass
+            self._conn = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException, socket.timeout)
+
+
+# ------------------------------------------------------------------------------------------------ backoff
+def _uniform() -> float:
+    """A uniform float in [0, 1) from the OS CSPRNG (the ``random`` module is banned in the client)."""
+    return (int.from_bytes(os.urandom(7), "little") >> 3) / (1 << 53)
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with "equal jitter": after the i-th consecutive failure wait
+    d/2 + U(0, d/2) with d = min(cap, base·2^(i−1)); a server's Retry-After r is honoured as r + U(0, r/10)
+    (never earlier than asked, spread so devices do not return in lockstep).
+    """
+
+    base: float = 1.0
+    cap: float = 300.0
+    failures: int = 0
+    uniform: Callable[[], float] = _uniform
+
+    def next_delay(self, retry_after: float | None = None) -> float:
+        self.failures += 1
+        if retry_after is not None:
+            return retry_after + self.uniform() * min(retry_after / 10, self.cap)
+        d = min(self.cap, self.base * 2 ** min(self.failures - 1, 62))
+        return d / 2 + self.uniform() * d / 2
+
+    def reset(self) -> None:
+        self.failures = 0
