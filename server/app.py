@@ -97,7 +97,7 @@ def _json_response(body: object, status: int, headers: dict[str, str] | None = N
 
 
 def error_response(
-    status: int, code: str, message: str, *, headers: dict[str, str] | None = None, **extra: Any
+    status: int, code: str, message: str, /, *, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
     """The one shape of every error the service returns."""
     return _json_response({"error": code, "message": message, **extra}, status, headers)
@@ -248,10 +248,11 @@ def _reject(metric: str, reason: str, n: int) -> None:
     _state().telemetry.rejected(metric, reason, n)
 
 
-def _fail(status: int, code: str, message: str, *, metric: str = "", n: int = 0, **extra: Any) -> NoReturn:
+def _fail(http_status: int, code: str, message: str, /, *, metric: str = "", n: int = 0, **extra: Any) -> NoReturn:
+    """Raise the error response; ingest rejections are also counted by metric and reason."""
     if request.endpoint == "ingest.post_reports":
         _reject(metric, code, n)
-    raise ApiError(status, code, message, extra=extra)
+    raise ApiError(http_status, code, message, extra=extra)
 
 
 def _read_body(*, kinds: tuple[str, ...]) -> tuple[str, bytes]:

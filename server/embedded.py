@@ -97,6 +97,9 @@ class EmbeddedRedis:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._atexit_registered = False
+        # Only the process that started the server may stop it or delete its data: a forked child (a gunicorn
+        # worker) inherits this object and its atexit hook, and must leave the parent's server alone.
+        self._owner_pid = os.getpid()
 
     # ----------------------------------------------------------------------------------------- properties
     @property
@@ -138,6 +141,7 @@ class EmbeddedRedis:
         with self._lock:
             if self.running:
                 return self
+            self._owner_pid = os.getpid()
             binary = find_server_binary()
             if self._data_dir is None:
                 self._data_dir = Path(tempfile.mkdtemp(prefix="ldptel-redis-"))
@@ -218,6 +222,8 @@ class EmbeddedRedis:
     def stop(self) -> None:
         """Graceful shutdown (the AOF is flushed), then delete a temporary data dir. Idempotent."""
         with self._lock:
+            if os.getpid() != self._owner_pid:
+                return
             self._terminate(signal.SIGTERM)
             if self._own_dir and self._data_dir is not None:
                 shutil.rmtree(self._data_dir, ignore_errors=True)
@@ -228,6 +234,8 @@ class EmbeddedRedis:
     def kill(self) -> None:
         """SIGKILL the server (a crash); :meth:`start` brings it back on the same port and data dir."""
         with self._lock:
+            if os.getpid() != self._owner_pid:
+                raise EmbeddedRedisError("only the process that started the server can kill it")
             self._terminate(signal.SIGKILL)
 
     def _terminate(self, sig: signal.Signals) -> None:

@@ -1,0 +1,31 @@
+"""Gunicorn configuration of the ingest service: ``gunicorn -c deploy/gunicorn.conf.py``.
+
+Every setting can be overridden on the command line (``-w 2 -b 127.0.0.1:9000``) or with the ``LDPTEL_*``
+variables below; the service itself is configured by the ``LDPTEL_*`` variables of
+:mod:`ldptel.server.config` (tokens are required).
+"""
+
+import os
+
+from ldptel.server.gunicorn_hooks import on_exit, on_starting  # noqa: F401  (gunicorn looks these up by name)
+
+wsgi_app = "ldptel.server:create_app()"
+bind = [os.environ.get("LDPTEL_BIND", "127.0.0.1:8000")]
+# gthread keeps connections alive (the sync worker closes each one) and overlaps the Redis round trip
+# with parsing the next request; on 2 cores, 2 workers x 4 threads measured best (tests/bench/bench_ingest.py).
+workers = int(os.environ.get("LDPTEL_WORKERS", os.cpu_count() or 2))
+worker_class = "gthread"
+threads = int(os.environ.get("LDPTEL_THREADS", "4"))
+keepalive = 5
+timeout = 30
+graceful_timeout = 20
+# Request size limits of the HTTP layer; the body limit is LDPTEL_MAX_BODY_BYTES, enforced by the app.
+limit_request_line = 4094
+limit_request_fields = 50
+limit_request_field_size = 8190
+# Access log without the client address, user agent, referer or query string: no identifiers in logs.
+accesslog = os.environ.get("LDPTEL_ACCESS_LOG", "-") or None
+access_log_format = '"%(m)s %(U)s" %(s)s %(B)s %(M)sms'
+errorlog = "-"
+loglevel = os.environ.get("LDPTEL_LOG_LEVEL", "info")
+proc_name = "ldptel-ingest"

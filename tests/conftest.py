@@ -1,0 +1,110 @@
+"""Root fixtures shared by every test package.
+
+Redis is always real: one private server per session (:class:`ldptel.server.embedded.EmbeddedRedis`, started
+only if a test asks for it), or an existing server given with ``--redis-url``. Each test that uses ``redis``
+gets an empty database, flushed before and after. No fakeredis, no mocks.
+
+Fixtures: ``redis_url`` (session), ``redis_server`` (session; the embedded server, skips with --redis-url),
+``redis`` (a client on a flushed db), ``server_config``, ``app``, ``client`` (Flask test client), ``app_token``,
+``admin_token``, ``rng`` (``np.random.default_rng(12345)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import redis as redis_lib
+from flask import Flask
+from flask.testing import FlaskClient
+
+from ldptel.server import ServerConfig, create_app
+from ldptel.server.embedded import EmbeddedRedis
+
+APP_TOKEN = "test-app-token-0123456789abcdef"
+ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--redis-url",
+        default=None,
+        help="use this existing Redis (its db must be empty: tests FLUSHDB it) instead of an embedded server",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if {"redis", "redis_url", "redis_server"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis)
+
+
+@pytest.fixture(scope="session")
+def redis_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedRedis]:
+    """The session's embedded server (AOF on). Not available with ``--redis-url``."""
+    if request.config.getoption("--redis-url"):
+        pytest.skip("needs the embedded server (running with --redis-url)")
+    with EmbeddedRedis(appendonly=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> str:
+    url: str | None = request.config.getoption("--redis-url")
+    if url:
+        probe = redis_lib.Redis.from_url(url)
+        try:
+            if probe.dbsize():
+                pytest.exit(f"--redis-url {url}: the database is not empty; the tests flush it, refusing", returncode=2)
+        finally:
+            probe.close()
+        return url
+    server: EmbeddedRedis = request.getfixturevalue("redis_server")
+    return server.url
+
+
+@pytest.fixture
+def redis(redis_url: str) -> Iterator[redis_lib.Redis]:
+    """A client on an empty database (flushed before and after the test)."""
+    client = redis_lib.Redis.from_url(redis_url)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.flushdb()
+        client.close()
+
+
+@pytest.fixture
+def app_token() -> str:
+    return APP_TOKEN
+
+
+@pytest.fixture
+def admin_token() -> str:
+    return ADMIN_TOKEN
+
+
+@pytest.fixture
+def server_config(redis: redis_lib.Redis, redis_url: str) -> ServerConfig:
+    """Test tokens, the test Redis, no rate limit."""
+    return ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN, redis_url=redis_url, rate_limit=None)
+
+
+@pytest.fixture
+def app(server_config: ServerConfig) -> Iterator[Flask]:
+    application = create_app(server_config)
+    application.config["TESTING"] = True
+    yield application
+    application.extensions["redis"].close()
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(12345)

@@ -1,0 +1,274 @@
+"""Through real HTTP server processes on loopback: gunicorn (deploy/gunicorn.conf.py) and ``serve``."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis as redis_lib
+
+from ldptel.client.wire import decode_header
+from ldptel.server.embedded import EmbeddedRedis
+from schema_check import check_response
+from srv_helpers import OCTET, cms_spec, make_batch, stream_entries
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_TOKEN = "http-app-token-0123456789abcdef"
+ADMIN_TOKEN = "http-admin-token-0123456789abcdef"
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Http:
+    """A keep-alive HTTP/1.1 client; checks every response against the OpenAPI document."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+
+    def request(self, method: str, path: str, body: bytes | None = None, *, token: str | None = None,
+                content_type: str | None = None) -> tuple[int, dict[str, str], bytes]:
+        headers = {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if content_type:
+            headers["Content-Type"] = content_type
+        for attempt in range(2):
+            try:
+                self.conn.request(method, path, body=body, headers=headers)
+                response = self.conn.getresponse()
+                data = response.read()
+                break
+            except (ConnectionError, http.client.RemoteDisconnected):
+                self.conn.close()  # the server closed an idle keep-alive connection: reconnect once
+                if attempt:
+                    raise
+        check_response(method, path, response.status, response.getheader("Content-Type"), data)
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, data
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _wait_http(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"server did not listen: {log.read_text()[-2000:]}")
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _env(redis_url: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}
+    env.update(LDPTEL_APP_TOKENS=APP_TOKEN, LDPTEL_ADMIN_TOKEN=ADMIN_TOKEN, LDPTEL_RATE_LIMIT="off", LDPTEL_ACCESS_LOG="")
+    if redis_url:
+        env["LDPTEL_REDIS_URL"] = redis_url
+    return env
+
+
+def _gunicorn(port: int, redis_url: str | None, log: Path, workers: int = 2) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
+           "-w", str(workers), "-b", f"127.0.0.1:{port}"]
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, env=_env(redis_url), stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.fixture
+def gunicorn_server(private_redis: EmbeddedRedis, tmp_path: Path) -> Iterator[tuple[int, EmbeddedRedis]]:
+    port = _free_port()
+    log = tmp_path / "gunicorn.log"
+    proc = _gunicorn(port, private_redis.url, log)
+    try:
+        _wait_http(port, proc, log)
+        yield port, private_redis
+    finally:
+        _stop(proc)
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+def _create(http: Http, spec) -> None:  # type: ignore[no-untyped-def]
+    body = json.dumps({k: v for k, v in spec.to_dict().items() if k != "version"}).encode()
+    status, _, _ = http.request("POST", "/v1/metrics", body, token=ADMIN_TOKEN, content_type="application/json")
+    assert status in (200, 201)
+
+
+def test_gunicorn_exactly_once_over_http(gunicorn_server) -> None:  # type: ignore[no-untyped-def]
+    port, server = gunicorn_server
+    http = Http(port)
+    spec = cms_spec()
+    _create(http, spec)
+    rng = np.random.default_rng(3)
+    batches = [make_batch(spec, 100, rng) for _ in range(30)]
+    for data, _ in batches + batches[:10]:  # 10 retries
+        status, _, body = http.request("POST", "/v1/reports", data, token=APP_TOKEN, content_type=OCTET)
+        assert status == 202, body
+    status, _, body = http.request("GET", f"/v1/metrics/{spec.name}", token=APP_TOKEN)
+    assert status == 200 and json.loads(body)["current"] == spec.to_dict()
+    assert http.request("GET", "/v1/openapi.json")[0] == 200
+    assert http.request("GET", "/readyz")[0] == 200
+    assert http.request("POST", "/v1/reports", b"junk", token=APP_TOKEN, content_type=OCTET)[0] == 400
+    http.close()
+    r = server.client()
+    entries = stream_entries(r, spec.name, 4)
+    assert sorted(decode_header(f[b"b"]).batch_id for _, _, f in entries) == sorted(b for _, b in batches)
+    r.close()
+
+
+def test_redis_killed_and_restarted_mid_run(gunicorn_server) -> None:  # type: ignore[no-untyped-def]
+    port, server = gunicorn_server
+    spec = cms_spec()
+    setup = Http(port)
+    _create(setup, spec)
+    setup.close()
+    acked: list[bytes] = []
+    statuses: dict[int, int] = {}
+    retry_after: set[str] = set()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def client_loop(seed: int) -> None:
+        http = Http(port)
+        rng = np.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                data, bid = make_batch(spec, 100, rng)
+                while not stop.is_set():  # like the SDK: keep the batch until acknowledged
+                    status, headers, _ = http.request("POST", "/v1/reports", data, token=APP_TOKEN, content_type=OCTET)
+                    statuses[status] = statuses.get(status, 0) + 1
+                    if status == 202:
+                        acked.append(bid)
+                        break
+                    assert status == 503, status
+                    retry_after.add(headers.get("retry-after", ""))
+                    time.sleep(0.02)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+        finally:
+            http.close()
+
+    threads = [threading.Thread(target=client_loop, args=(seed,)) for seed in (1, 2)]
+    for t in threads:
+        t.start()
+    try:
+        _wait_for(lambda: len(acked) >= 20, "acks before the crash")
+        server.kill()
+        _wait_for(lambda: statuses.get(503, 0) >= 5, "503 while Redis is down")
+        acked_at_crash = len(acked)
+        time.sleep(0.3)
+        assert len(acked) <= acked_at_crash + 2  # nothing is acknowledged while Redis is down (in-flight at most)
+        server.start()
+        _wait_for(lambda: len(acked) >= acked_at_crash + 20, "acks after the restart")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=20)
+    assert not errors, errors
+    assert retry_after == {"1"}
+    assert set(statuses) == {202, 503}
+    r = server.client()
+    stored = [decode_header(f[b"b"]).batch_id for _, _, f in stream_entries(r, spec.name, 4)]
+    r.close()
+    assert len(stored) == len(set(stored))  # exactly once
+    assert set(acked) <= set(stored)  # no acknowledged batch missing
+    assert len(stored) - len(set(acked)) <= 2  # at most the batches in flight when we stopped
+
+
+def _wait_for(condition, what: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _redis_url_in(log: Path) -> str:
+    match = re.search(r"redis://127\.0\.0\.1:\d+/0", log.read_text())
+    assert match, log.read_text()
+    return match.group(0)
+
+
+def test_gunicorn_without_redis_url_shares_one_embedded_server(tmp_path: Path) -> None:
+    port = _free_port()
+    log = tmp_path / "gunicorn.log"
+    proc = _gunicorn(port, None, log, workers=2)
+    try:
+        _wait_http(port, proc, log)
+        url = _redis_url_in(log)
+        http = Http(port)
+        spec = cms_spec()
+        _create(http, spec)
+        rng = np.random.default_rng(5)
+        for _ in range(10):
+            data, _ = make_batch(spec, 10, rng)
+            assert http.request("POST", "/v1/reports", data, token=APP_TOKEN, content_type=OCTET)[0] == 202
+        http.close()
+        r = redis_lib.Redis.from_url(url)
+        assert len(stream_entries(r, spec.name, 4)) == 10
+        r.close()
+    finally:
+        _stop(proc)
+    with pytest.raises(redis_lib.ConnectionError):  # the embedded server stopped with gunicorn
+        redis_lib.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+
+
+def test_serve_starts_and_stops_its_embedded_redis(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    port = _free_port()
+    code = f"from ldptel.server import ServerConfig, serve; serve(ServerConfig.from_env(), port={port})"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", code], env=_env(None), stdout=out,
+                                stderr=subprocess.STDOUT, cwd=ROOT)
+    try:
+        _wait_http(port, proc, log)
+        url = _redis_url_in(log)
+        http = Http(port)
+        assert http.request("GET", "/readyz")[0] == 200
+        spec = cms_spec()
+        _create(http, spec)
+        data, _ = make_batch(spec, 10, np.random.default_rng(6))
+        assert http.request("POST", "/v1/reports", data, token=APP_TOKEN, content_type=OCTET)[0] == 202
+        http.close()
+    finally:
+        _stop(proc, signal.SIGINT)
+    assert proc.returncode == 0, log.read_text()
+    with pytest.raises(redis_lib.ConnectionError):
+        redis_lib.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    assert "127.0.0.1 -" not in log.read_text()  # the request log carries no client address
