@@ -142,6 +142,7 @@ def cmd_aggregate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             lease_ttl=args.lease_ttl,
             retention_seconds=args.retention,
             block_seconds=args.block,
+            rescan_seconds=args.rescan,
             once=args.once,
             **({"worker_id": args.worker_id} if args.worker_id else {}),
         )
@@ -497,6 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
     agg.add_argument("--retention", type=float, default=3600.0, metavar="S",
                      help="trim folded entries older than S seconds (default 3600; 0: at once)")
     agg.add_argument("--block", type=float, default=1.0, metavar="S", help="longest wait for new entries (default 1)")
+    agg.add_argument("--rescan", type=float, default=5.0, metavar="S",
+                     help="look for new shards and rebalance every S seconds (default 5)")
     agg.add_argument("--worker-id", metavar="ID", help="name of this worker in leases (default host:pid:random)")
     agg.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                      help="progress line (default: when stderr is a terminal)")

@@ -8,8 +8,11 @@ Methods (``PostProcess``):
 
 * ``none``: the raw estimates.
 * ``clip``: Base-Pos, each estimate clamped to [0, n].
-* ``norm-sub``: Norm-Sub (Wang et al., NDSS 2020). Over a *full* domain (rr, grr) it is exactly the
-  Euclidean projection onto the scaled simplex {x ≥ 0, Σx = n}. Over a *subset* of the domain (candidates
+* ``norm-sub``: Norm-Sub (Wang et al., NDSS 2020). Over a *full* domain (rr, grr) it is the Euclidean
+  projection onto the scaled simplex {x ≥ 0, Σx = n}: non-negative estimates summing to n. (The paper's
+  iteration — zero the negatives, spread the surplus over the positives, repeat — gives the same point
+  whenever the raw estimates sum to n, which rr and grr estimates always do; on other input it can stop at
+  a non-optimal point of the simplex, the projection cannot.) Over a *subset* of the domain (candidates
   of a sketch metric) the values outside the subset may hold reports too, so the constraint is Σx ≤ n: the
   projection onto {x ≥ 0, Σx ≤ n}, which is the clipped vector when that already sums to at most n and the
   projection onto Σx = n otherwise.
@@ -80,8 +83,7 @@ def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
 def norm_sub(counts: np.ndarray, *, total: float, full_domain: bool = True) -> np.ndarray:
     """Norm-Sub: non-negative estimates that sum to ``total`` (full domain) or at most ``total`` (a subset).
 
-    Norm-Sub's iteration (zero the negatives, spread the surplus equally over the positives, repeat) is the
-    Euclidean projection onto the scaled simplex, computed here in closed form.
+    Computed in closed form as the Euclidean projection onto the scaled simplex (see the module docstring).
     """
     x = _as_float(counts)
     z = _check_total(total)

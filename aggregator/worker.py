@@ -109,6 +109,8 @@ class WorkerConfig:
             raise ValueError(f"lease_ttl must be >= 0.5 seconds, got {self.lease_ttl}")
         if not self.retention_seconds >= 0:
             raise ValueError(f"retention_seconds must be >= 0, got {self.retention_seconds}")
+        if not self.rescan_seconds > 0 or not self.block_seconds > 0:
+            raise ValueError("rescan_seconds and block_seconds must be > 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -385,12 +387,17 @@ class Worker:
     def _maybe_commit(self, sh: _Shard) -> None:
         if sh.uncommitted >= self.config.checkpoint_every:
             self._commit(sh)
-        elif sh.to_ack and time.monotonic() - sh.last_commit >= self.config.checkpoint_seconds:
+        elif time.monotonic() - sh.last_commit >= self.config.checkpoint_seconds:
             self._commit(sh)
 
     def _commit(self, sh: _Shard) -> None:
         """Write the shard's dirty sketches, checkpoint, index, dead letters, XACK and trim in one EXEC."""
         if not sh.to_ack and not sh.dirty and not sh.dead:
+            # Nothing new: still let folded entries age out of the retention window. Entries at or below
+            # the committed checkpoint are acknowledged, so trimming them needs no transaction.
+            minid = self._trim_below(sh.checkpoint)
+            if minid is not None:
+                self.r.xtrim(sh.stream, minid=format_id(minid), approximate=False)
             sh.last_commit = time.monotonic()
             return
         lease_key = keys.lease(sh.metric, sh.shard)
@@ -419,7 +426,7 @@ class Worker:
                     pipe.xack(sh.stream, keys.CONSUMER_GROUP, *sh.to_ack[lo : lo + _ACK_CHUNK])
                 minid = self._trim_below(sh.last_folded)
                 if minid is not None:
-                    pipe.xtrim(sh.stream, minid=format_id(minid), approximate=True)
+                    pipe.xtrim(sh.stream, minid=format_id(minid), approximate=False)
                 pipe.execute()
         except redis_lib.WatchError:
             raise LeaseLostError(f"shard {sh.name} changed hands during a commit") from None

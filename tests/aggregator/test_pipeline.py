@@ -1,0 +1,151 @@
+"""End to end with real Redis and the real Flask app: known true values → ingest → aggregate → estimates.
+
+Every estimate must lie within z = 6 of its own reported standard error (tests/stats.py), and the folded
+sketch must equal, exactly, the fold of the batches the app acknowledged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import redis as redis_lib
+from flask.testing import FlaskClient
+
+from agg_helpers import append_reports, create, drain, post_reports
+from ldptel.aggregator import store
+from ldptel.aggregator.query import EmptyRangeError, estimate_metric
+from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
+from ldptel.client.errors import InvalidParameterError
+from ldptel.server import keys, registry
+from ldptel.server.storage import utc_day
+from tests.stats import assert_close_normal
+
+
+def _stored_total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]
+    record = registry.get_metric(r, name)
+    index = store.sketch_index(r, name, record.shards)
+    pairs = [(s, v, d) for s, members in index.items() for v, d in members]
+    state, _ = store.sum_sketches(r, name, params=record.current.params, pairs=pairs)
+    return state
+
+
+def _zipf_values(rng: np.random.Generator, labels: list[str], n: int) -> list[str]:
+    weights = 1.0 / np.arange(1, len(labels) + 1) ** 1.1
+    idx = rng.choice(len(labels), size=n, p=weights / weights.sum())
+    return [labels[i] for i in idx]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "params",
+    [CmsParams(epsilon=4.0, k=32, m=1024), OueCmsParams(epsilon=3.0, k=32, m=1024), HcmsParams(epsilon=3.0, k=32, m=1024)],
+    ids=lambda p: p.mechanism,
+)
+def test_sketch_estimates_cover_the_true_counts(
+    redis: redis_lib.Redis, client: FlaskClient, token: str, rng: np.random.Generator, params: CmsParams
+) -> None:
+    record = create(redis, MetricSpec(name="pages", params=params), shards=4)
+    labels = [f"/page/{i}" for i in range(12)]
+    sent = post_reports(client, token, record, _zipf_values(rng, labels, 20_000), rng)
+    stats = drain(redis)
+    assert stats.reports == sent.n and stats.dead == 0
+
+    assert _stored_total(redis, "pages").equals(sent.expected_state())
+    truth = Counter(sent.values)
+    candidates = labels + ["/never/seen"]
+    result = estimate_metric(redis, "pages", candidates=candidates)
+    assert result.n == sent.n and result.days == (utc_day(),)
+    for row in result.rows():
+        assert_close_normal(row["estimate"], truth.get(row["value"], 0), row["stderr"], n=sent.n, what=row["value"])
+
+
+@pytest.mark.slow
+def test_grr_and_rr_through_the_app(redis: redis_lib.Redis, client: FlaskClient, token: str, rng: np.random.Generator) -> None:
+    domain = ("red", "green", "blue", "cyan", "black")
+    grr = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=domain)), shards=2)
+    rr = create(redis, MetricSpec(name="opted-in", params=RrParams(epsilon=1.0)), shards=3)
+    colors = post_reports(client, token, grr, _zipf_values(rng, list(domain), 30_000), rng)
+    flags = post_reports(client, token, rr, list(rng.random(30_000) < 0.3), rng)
+    drain(redis)
+
+    result = estimate_metric(redis, "color", postprocess="norm-sub")
+    assert result.labels == domain
+    truth = Counter(colors.values)
+    for row in result.rows():
+        assert_close_normal(row["estimate"], truth[row["value"]], row["stderr"], n=colors.n, what=row["value"])
+    assert (result.adjusted >= 0).all() and result.adjusted.sum() == pytest.approx(colors.n)
+
+    prop = estimate_metric(redis, "opted-in").proportion
+    assert prop is not None
+    true_share = sum(flags.values) / flags.n
+    assert_close_normal(prop.estimate, true_share, prop.stderr, n=flags.n, what="rr proportion")
+    assert prop.ci_low < prop.estimate < prop.ci_high
+
+
+def test_days_and_versions_are_kept_apart(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    day1 = append_reports(redis, record, ["a"] * 300, rng, day="2026-03-01", batch_size=100)
+    day2 = append_reports(redis, record, ["b"] * 500, rng, day="2026-03-02", batch_size=100)
+    v2 = registry.create_metric(redis, MetricSpec(name="color", params=GrrParams(epsilon=3.0, domain=("a", "b"))))
+    assert v2.current_version == 2
+    later = append_reports(redis, v2, ["a"] * 200, rng, day="2026-03-02", batch_size=100)
+    drain(redis)
+
+    assert estimate_metric(redis, "color", version=1).n == day1.n + day2.n
+    assert estimate_metric(redis, "color", version=1, day_from="2026-03-02").n == day2.n
+    assert estimate_metric(redis, "color", version=1, day_to="2026-03-01").n == day1.n
+    only_v2 = estimate_metric(redis, "color")
+    assert only_v2.version == 2 and only_v2.n == later.n and only_v2.days == ("2026-03-02",)
+    with pytest.raises(EmptyRangeError, match="2026-03-01 to 2026-03-02"):
+        estimate_metric(redis, "color", version=1, day_from="2026-04-01")
+    with pytest.raises(InvalidParameterError, match="day_from"):
+        estimate_metric(redis, "color", day_from="2026-03-05", day_to="2026-03-01")
+
+
+def test_poison_entries_are_dead_lettered_and_the_rest_counts_exactly(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
+    good = append_reports(redis, record, [f"v{i % 5}" for i in range(500)], rng, day="2026-03-01", batch_size=50)
+    stream = keys.stream("pages", 0)
+    redis.xadd(stream, {"d": "2026-03-01", "v": "1", "n": "3", "b": b"not a batch"})
+    redis.xadd(stream, {"d": "2026-03-01", "v": "9", "n": "3", "b": b"x"})  # unknown version
+    redis.xadd(stream, {"d": "yesterday", "v": "1", "n": "1", "b": b"x"})  # bad day
+    redis.xadd(stream, {"only": "junk"})  # missing fields
+    more = append_reports(redis, record, ["v1"] * 100, rng, day="2026-03-01", batch_size=50)
+
+    stats = drain(redis, batch=3, checkpoint_every=4)
+    assert stats.dead == 4 and stats.reports == good.n + more.n
+    assert redis.xlen(store.dead_letter_key("pages", 0)) == 4
+    expected = good.expected_state()
+    expected.add_inplace(more.expected_state())
+    assert _stored_total(redis, "pages").equals(expected)
+    assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0
+    assert drain(redis).entries == 0  # nothing left, nothing re-counted
+
+
+def test_redelivered_entries_at_or_below_the_checkpoint_are_skipped(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    """A crash after EXEC but with entries still pending (e.g. acked in a later commit) must not double count."""
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
+    sent = append_reports(redis, record, [f"v{i % 3}" for i in range(400)], rng, day="2026-03-01", batch_size=40)
+    drain(redis)
+    stream = keys.stream("pages", 0)
+    # Put every entry back into the consumer's pending list, as if the XACKs had been lost.
+    ids = [eid for eid, _ in redis.xrange(stream)]
+    redis.xgroup_setid(stream, keys.CONSUMER_GROUP, "0")
+    redis.xreadgroup(keys.CONSUMER_GROUP, "fold", {stream: ">"}, count=len(ids))
+    assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == len(ids)
+    stats = drain(redis)
+    assert stats.skipped == len(ids) and stats.reports == 0
+    assert _stored_total(redis, "pages").equals(sent.expected_state())
+    assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0
+
+
+def test_retention_zero_trims_what_was_folded(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    append_reports(redis, record, ["a", "b"] * 500, rng, day="2026-03-01", batch_size=10)
+    drain(redis, retention_seconds=3600)
+    assert sum(redis.xlen(keys.stream("color", s)) for s in range(2)) == 100  # kept for an hour
+    drain(redis, retention_seconds=0)
+    assert sum(redis.xlen(keys.stream("color", s)) for s in range(2)) == 0
+    assert estimate_metric(redis, "color").n == 1000
