@@ -1,0 +1,139 @@
+"""Real worker processes: SIGKILL mid-fold and restart, two workers splitting shards, leases and fencing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import numpy as np
+import pytest
+import redis as redis_lib
+from flask.testing import FlaskClient
+
+from agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
+from ldptel.aggregator import store
+from ldptel.aggregator.worker import LeaseLostError, Worker, WorkerConfig, shard_lag
+from ldptel.client import CmsParams, GrrParams, MetricSpec
+from ldptel.server import keys, registry
+
+
+def _total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]
+    record = registry.get_metric(r, name)
+    index = store.sketch_index(r, name, record.shards)
+    pairs = [(s, v, d) for s, members in index.items() for v, d in members]
+    return store.sum_sketches(r, name, params=record.current.params, pairs=pairs)[0]
+
+
+def _lag(r: redis_lib.Redis, name: str, shards: int) -> int:
+    return sum(shard_lag(r, name, s)[0] or 0 for s in range(shards))
+
+
+def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_sigkill_mid_fold_then_restart_counts_every_report_once(
+    redis: redis_lib.Redis, redis_url: str, client: FlaskClient, token: str, rng: np.random.Generator
+) -> None:
+    shards = 2
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=16, m=256)), shards=shards)
+    sent = post_reports(client, token, record, [f"v{i % 17}" for i in range(60_000)], rng, batch_size=50)
+    entries = len(sent.batches)
+    args = ("aggregate", "--once", "--metric", "pages", "--batch", "3", "--checkpoint-every", "9", "--retention", "0")
+
+    kills = 0
+    for _ in range(2):  # kill twice, each time after at least one new commit and with work still pending
+        before = {s: redis.get(keys.checkpoint("pages", s)) for s in range(shards)}
+        proc = ldptel_popen(*args, redis_url=redis_url)
+        try:
+            _wait(
+                lambda: any(redis.get(keys.checkpoint("pages", s)) != before[s] for s in range(shards)),
+                timeout=30, what="a checkpoint",
+            )
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+        kills += 1
+        assert _lag(redis, "pages", shards) > 0, "the worker finished before it was killed; the test proves nothing"
+        # The killed worker's leases stay until they expire; the next worker waits them out (TTL 10 s by default,
+        # so expire them now as an operator would after confirming the process is gone).
+        for s in range(shards):
+            redis.delete(keys.lease("pages", s))
+
+    done = ldptel(*args, redis_url=redis_url, check=True)
+    stats = json.loads(done.stdout)
+    assert kills == 2 and stats["dead"] == 0
+    assert _lag(redis, "pages", shards) == 0
+    assert _total(redis, "pages").equals(sent.expected_state()), "sketch differs from the reports acknowledged"
+    assert _total(redis, "pages").n == 60_000
+    assert sum(redis.xlen(keys.stream("pages", s)) for s in range(shards)) == 0  # retention 0: all trimmed
+    assert entries == 1200
+
+
+@pytest.mark.slow
+def test_two_workers_split_the_shards_and_totals_are_exact(
+    redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator
+) -> None:
+    shards = 4
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b", "c"))), shards=shards)
+    first = append_reports(redis, record, ["a", "b", "c", "a"] * 2500, rng, day="2026-03-01", batch_size=100)
+    args = ("aggregate", "--lease-ttl", "2", "--rescan", "0.2", "--block", "0.2", "--checkpoint-seconds", "0.2")
+    procs = [ldptel_popen(*args, "--worker-id", f"w{i}", redis_url=redis_url) for i in range(2)]
+    try:
+        def owners() -> list[bytes | None]:
+            return [redis.get(keys.lease("color", s)) for s in range(shards)]
+
+        _wait(lambda: sorted(o or b"" for o in owners()) == [b"w0", b"w0", b"w1", b"w1"], timeout=30,
+              what="the shards to be split 2 + 2")
+        second = append_reports(redis, record, ["c"] * 3000, rng, day="2026-03-02", batch_size=100)
+        _wait(lambda: _lag(redis, "color", shards) == 0 and _total(redis, "color").n == first.n + second.n,
+              timeout=30, what="both workers to fold everything")
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        errors = [proc.communicate(timeout=20)[1] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], errors
+    assert all(redis.get(keys.lease("color", s)) is None for s in range(shards))  # released on SIGTERM
+    expected = first.expected_state()
+    expected.add_inplace(second.expected_state())
+    assert _total(redis, "color").equals(expected)
+    assert redis.zcard("ldp:v1:aggregators") == 0
+
+
+def test_a_leased_shard_is_taken_over_only_after_the_lease_expires(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    sent = append_reports(redis, record, ["a", "b"] * 200, rng, day="2026-03-01", batch_size=20)
+    for s in range(2):
+        redis.set(keys.lease("color", s), "a-dead-worker", px=600)
+    assert drain(redis).entries == 0  # both shards are someone else's
+    time.sleep(0.7)
+    stats = drain(redis)
+    assert stats.reports == sent.n
+    assert _total(redis, "color").equals(sent.expected_state())
+
+
+def test_a_worker_that_lost_its_lease_cannot_commit(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=1)
+    append_reports(redis, record, ["a"] * 100, rng, day="2026-03-01", batch_size=10)
+    worker = Worker(redis, WorkerConfig(checkpoint_seconds=60, lease_ttl=5))
+    worker._heartbeat()
+    worker._rebalance()
+    assert worker.owned() == ["color:0"]
+    worker._round()
+    worker._round()  # pending list, then new entries: everything folded in memory, nothing committed
+    sh = worker._owned[("color", 0)]
+    assert sh.uncommitted == 10 and redis.get(keys.checkpoint("color", 0)) is None
+    redis.set(keys.lease("color", 0), "another-worker")  # e.g. after a long pause the lease expired and moved
+    with pytest.raises(LeaseLostError):
+        worker._commit(sh)
+    assert redis.get(keys.checkpoint("color", 0)) is None
+    assert redis.smembers(keys.sketch_index("color", 0)) == set()
+    assert redis.xpending(keys.stream("color", 0), keys.CONSUMER_GROUP)["pending"] == 10  # left for the owner
