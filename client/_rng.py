@@ -35,30 +35,44 @@ def check_rng(rng: object) -> np.random.Generator | None:
     raise InvalidParameterError("rng", "None (OS CSPRNG) or a numpy.random.Generator", type(rng).__name__)
 
 
+_RAW64 = (np.random.PCG64, np.random.PCG64DXSM, np.random.SFC64, np.random.Philox)
+
+
 def random_words(rng: np.random.Generator | None, n: int) -> np.ndarray:
     """``n`` uniformly random, writable uint64 words."""
     if n <= 0:
         return np.zeros(0, dtype=np.uint64)
     if rng is None:
         return np.frombuffer(bytearray(os.urandom(8 * n)), dtype="<u8").astype(np.uint64, copy=False)
+    if isinstance(rng.bit_generator, _RAW64):  # full 64-bit outputs: take them as they come
+        return rng.bit_generator.random_raw(n)  # type: ignore[no-any-return]
     return rng.integers(0, _U64_MAX, size=n, dtype=np.uint64, endpoint=True)
 
 
-def bernoulli_words(rng: np.random.Generator | None, threshold: int, bits: int, n_words: int) -> np.ndarray:
-    """``n_words`` uint64 words whose 64·n_words bits are i.i.d. Bernoulli(threshold / 2**bits)."""
+_ONE_DRAW_WORDS = 4096  # small requests fetch every plane in one draw (one os.urandom call per report)
+
+
+def bernoulli_words(
+    rng: np.random.Generator | None, threshold: int, bits: int, n_words: int, *, out: np.ndarray | None = None
+) -> np.ndarray:
+    """``n_words`` uint64 words whose 64·n_words bits are i.i.d. Bernoulli(threshold / 2**bits).
+
+    Written into ``out`` (uint64, length n_words) when given.
+    """
     if not 0 <= threshold <= (1 << bits):
         raise InvalidParameterError("threshold", f"an integer in [0, 2**{bits}]", threshold)
-    if threshold == 0:
-        return np.zeros(n_words, dtype=np.uint64)
-    if threshold == 1 << bits:
-        return np.full(n_words, _U64_MAX, dtype=np.uint64)
+    x = np.empty(n_words, dtype=np.uint64) if out is None else out
+    if threshold == 0 or threshold == 1 << bits:
+        x[...] = 0 if threshold == 0 else _U64_MAX
+        return x
     # Drop trailing zero bits of T: T/2^B == (T >> z)/2^(B-z), and the recurrence starts at its lowest 1.
     while threshold % 2 == 0:
         threshold //= 2
         bits -= 1
-    x = random_words(rng, n_words)  # the lowest set bit: P = 1/2
+    planes = random_words(rng, n_words * bits).reshape(bits, n_words) if n_words * bits <= _ONE_DRAW_WORDS else None
+    x[...] = planes[0] if planes is not None else random_words(rng, n_words)  # lowest set bit: P = 1/2
     for b in range(1, bits):  # then the higher bits, least significant first
-        r = random_words(rng, n_words)
+        r = planes[b] if planes is not None else random_words(rng, n_words)
         if (threshold >> b) & 1:
             np.bitwise_or(x, r, out=x)
         else:
@@ -102,3 +116,43 @@ def uniform_below(rng: np.random.Generator | None, high: int, n: int) -> np.ndar
 def secure_token(n_bytes: int = 16) -> bytes:
     """Random bytes from the OS CSPRNG (batch ids, device secrets)."""
     return os.urandom(n_bytes)
+
+
+# ------------------------------------------------------------------------------ scalar path (one report)
+def draw_bytes(rng: np.random.Generator | None, n: int) -> bytes:
+    """``n`` random bytes: one os.urandom call, or the injected generator's bytes."""
+    return os.urandom(n) if rng is None else rng.bytes(n)
+
+
+def int_below(rng: np.random.Generator | None, high: int, word: int) -> int:
+    """Exactly uniform integer in [0, high) from a random 64-bit ``word`` (redraws on the rare rejection)."""
+    limit = ((1 << 64) // high) * high
+    while word >= limit:
+        word = int.from_bytes(draw_bytes(rng, 8), "little")
+    return word % high
+
+
+def bernoulli_int(threshold: int, bits: int, planes: bytes, width: int) -> int:
+    """A ``width``-bit Python int whose bits are i.i.d. Bernoulli(threshold / 2**bits).
+
+    ``planes`` holds ``bits`` random planes of width/8 bytes each; the recurrence is the one of
+    :func:`bernoulli_words` (same distribution), on Python integers for one report.
+    """
+    if threshold == 0:
+        return 0
+    if threshold == 1 << bits:
+        return (1 << width) - 1
+    while threshold % 2 == 0:
+        threshold //= 2
+        bits -= 1
+    size = width // 8
+    x = int.from_bytes(planes[:size], "big")
+    for b in range(1, bits):
+        r = int.from_bytes(planes[b * size : (b + 1) * size], "big")
+        x = (x | r) if (threshold >> b) & 1 else (x & r)
+    return x
+
+
+def below_threshold(threshold: int, bits: int, word: int) -> bool:
+    """True with probability threshold / 2**bits, from a random 64-bit ``word`` (bits <= 64)."""
+    return (word >> (64 - bits)) < threshold

@@ -91,8 +91,11 @@ class HashFamily:
         """h_row(value), with Python integers only (the client's path)."""
         if not 0 <= row < self.k:
             raise InvalidParameterError("row", f"an integer in [0, {self.k - 1}]", row)
-        x = self.base(value)
-        return ((int(self._a[row]) * x + int(self._b[row])) & _MASK64) >> self._shift
+        return self.hash_from_base(self.base(value), row)
+
+    def hash_from_base(self, base: int, row: int) -> int:
+        """h_row for a value whose base hash is known (Python integers)."""
+        return ((int(self._a[row]) * base + int(self._b[row])) & _MASK64) >> self._shift
 
     def hash_rows(self, bases: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """h_{rows[i]}(value_i) for per-report base hashes and rows (vectorized), as int64."""
@@ -110,10 +113,13 @@ class HashFamily:
         np.right_shift(out, np.uint64(self._shift), out=out)
         return out
 
+    def row_hashes_matrix(self, bases: np.ndarray) -> np.ndarray:
+        """The C × k matrix of h_j for C base hashes, in one expression (memory C·k·8 bytes: small C only)."""
+        h = bases.astype(np.uint64, copy=False)[:, None] * self._a[None, :]
+        h += self._b[None, :]
+        h >>= np.uint64(self._shift)
+        return h.astype(np.int64)
+
     def matrix(self, values: Sequence[object]) -> np.ndarray:
         """The C × k matrix of h_j(value) (small C: tests, debugging)."""
-        bases = self.bases(values)
-        out = np.empty((len(bases), self.k), dtype=np.int64)
-        for j in range(self.k):
-            out[:, j] = self.row_hash(bases, j)
-        return out
+        return self.row_hashes_matrix(self.bases(values))

@@ -38,16 +38,15 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: Params, *, rn
 
 
 def fold(params: Params, batches: Sequence[ReportBatch], *, into: SketchState | None = None) -> SketchState:
-    """Fold batches into an exact integer state (added to ``into`` when given)."""
+    """Fold batches into an exact integer state: a new one, or ``into`` updated in place (and returned)."""
     for batch in batches:
         if batch.mechanism != params.mechanism:
             raise InvalidParameterError("batches", f"{params.mechanism} batches", batch.mechanism)
-    state: SketchState = _module(params).fold(params, batches)
-    if into is not None:
+    if into is None:
+        into = SketchState.empty(params)
+    else:
         into.check(params)
-        into.add_inplace(state)
-        return into
-    return state
+    return _module(params).fold(params, batches, into)  # type: ignore[no-any-return]
 
 
 def estimate(

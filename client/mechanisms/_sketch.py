@@ -13,6 +13,8 @@ from ..specs import SketchParams
 from ..wire import ReportBatch
 from .base import codes_for
 
+_ONE_SHOT_CELLS = 1 << 18
+
 
 @lru_cache(maxsize=64)
 def family(k: int, m: int, seed: int, version: int) -> HashFamily:
@@ -41,10 +43,14 @@ def candidate_sums(matrix: np.ndarray, fam: HashFamily, candidates: Sequence[obj
     if isinstance(candidates, (str, bytes)) or len(candidates) == 0:
         raise InvalidParameterError("candidates", "a non-empty list of str or bytes values", candidates)
     bases = fam.bases(candidates)
+    rows = np.ascontiguousarray(matrix, dtype=np.int64)
+    if bases.size * fam.k <= _ONE_SHOT_CELLS:  # few candidates: all C×k hashes in one expression
+        h = fam.row_hashes_matrix(bases)
+        flat = h + (np.arange(fam.k, dtype=np.int64) * fam.m)[None, :]
+        return rows.reshape(-1)[flat].sum(axis=1).astype(np.float64)
     acc = np.zeros(bases.size, dtype=np.int64)
     idx = np.empty(bases.size, dtype=np.uint64)
     buf = np.empty(bases.size, dtype=np.int64)
-    rows = np.ascontiguousarray(matrix, dtype=np.int64)
     for j in range(fam.k):
         fam.row_hash(bases, j, out=idx)
         np.take(rows[j], idx.view(np.int64), mode="wrap", out=buf)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._rng import bernoulli_bytes, check_rng, random_words, uniform_below
+from .._rng import bernoulli_int, bernoulli_words, check_rng, draw_bytes, int_below, random_words, uniform_below
 from ..errors import EmptyStateError
 from ..specs import CmsParams, OueCmsParams
 from ..wire import ReportBatch
@@ -36,7 +36,7 @@ from ._sketch import candidate_sums, concat_rows, family_of, report_bases
 from .base import Estimate, SketchState, labels_of
 
 UnaryParams = CmsParams | OueCmsParams
-_CHUNK_REPORTS = 8192  # privatize in chunks that keep the random planes in cache
+_CHUNK_BYTES = 1 << 19  # privatize in chunks whose random planes stay in cache
 _FOLD_LANES = 255  # uint8 column sums of at most 255 reports never overflow
 
 
@@ -47,31 +47,54 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: UnaryParams, 
     n, nb = bases.size, params.m // 8
     rows = uniform_below(rng, params.k, n)
     hot = fam.hash_rows(bases, rows)
-    bits = np.empty((n, nb), dtype=np.uint8)
+    # Whole reports per chunk, a multiple of 8 bytes, so each chunk is generated in place as uint64 words
+    # and its hot bits are set while it is still in cache.
+    chunk = max(8, _CHUNK_BYTES // nb // 8 * 8)
+    bits = np.empty((n + (-n) % 8, nb), dtype=np.uint8)  # padded to whole words; trimmed below
+    flat_words = bits.reshape(-1).view(np.uint64)
     oue = isinstance(params, OueCmsParams)
     threshold = params.cold_threshold if oue else params.flip_threshold  # type: ignore[union-attr]
     assert params.prob_bits is not None
-    for lo in range(0, n, _CHUNK_REPORTS):
-        hi = min(lo + _CHUNK_REPORTS, n)
-        bits[lo:hi] = bernoulli_bytes(rng, threshold, params.prob_bits, (hi - lo) * nb).reshape(hi - lo, nb)
-    col, mask = hot >> 3, (0x80 >> (hot & 7)).astype(np.uint8)
-    ar = np.arange(n)
-    if oue:  # the hot bit is a fresh fair coin, whatever the noise put there
-        coins = (random_words(rng, (n + 63) // 64).view(np.uint8)[: (n + 7) // 8])
-        coin = np.unpackbits(coins, count=n).astype(bool)
-        bits[ar, col] = np.where(coin, bits[ar, col] | mask, bits[ar, col] & ~mask)
-    else:
-        bits[ar, col] ^= mask
+    coins = np.unpackbits(random_words(rng, (n + 63) // 64).view(np.uint8), count=n).astype(bool) if oue else None
+    for lo in range(0, n, chunk):
+        hi = min(lo + chunk, n)
+        whi = (hi + (-hi) % 8) * nb // 8
+        bernoulli_words(rng, threshold, params.prob_bits, whi - lo * nb // 8, out=flat_words[lo * nb // 8 : whi])
+        h = hot[lo:hi]
+        flat = bits[lo:hi].reshape(-1)
+        pos = np.arange(hi - lo) * nb + (h >> 3)
+        mask = (0x80 >> (h & 7)).astype(np.uint8)
+        if coins is None:
+            flat[pos] ^= mask
+        else:  # oue: the hot bit is a fresh fair coin, whatever the noise put there
+            flat[pos] = np.where(coins[lo:hi], flat[pos] | mask, flat[pos] & ~mask)
+    bits = bits[:n]
     return ReportBatch(mechanism=params.mechanism, n=n, rows=rows, bits=bits)
 
 
 def privatize(value: object, params: UnaryParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
-    return privatize_batch([value], params, rng=rng)
+    """One report with one CSPRNG call and Python integers; same distribution as :func:`privatize_batch`."""
+    rng = check_rng(rng)
+    fam = family_of(params)
+    x = fam.base(value)
+    nb, m = params.m // 8, params.m
+    assert params.prob_bits is not None
+    oue = isinstance(params, OueCmsParams)
+    threshold = params.cold_threshold if oue else params.flip_threshold  # type: ignore[union-attr]
+    raw = draw_bytes(rng, 9 + params.prob_bits * nb)
+    j = int_below(rng, params.k, int.from_bytes(raw[:8], "little"))
+    hot_bit = 1 << (m - 1 - fam.hash_from_base(x, j))  # bit a is byte a//8, MSB first
+    y = bernoulli_int(threshold, params.prob_bits, raw[9:], m)
+    if oue:
+        y = (y | hot_bit) if raw[8] & 1 else (y & ~hot_bit)
+    else:
+        y ^= hot_bit
+    bits = np.frombuffer(y.to_bytes(nb, "big"), dtype=np.uint8).reshape(1, nb)
+    return ReportBatch(mechanism=params.mechanism, n=1, rows=np.array([j], dtype=np.int64), bits=bits)
 
 
-def fold(params: UnaryParams, batches: Sequence[ReportBatch]) -> SketchState:
+def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState) -> SketchState:
     """Exact integer fold: group reports by row, then sum ≤ 255-report chunks of unpacked bits in uint8."""
-    state = SketchState.empty(params)
     if not batches:
         return state
     k, m = params.k, params.m
@@ -80,11 +103,12 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch]) -> SketchState:
     bits = bit_parts[0] if len(bit_parts) == 1 else np.concatenate(bit_parts)  # type: ignore[arg-type]
     assert bits is not None
     row_counts = np.bincount(rows, minlength=k)
-    order = np.argsort(rows, kind="stable")
+    order = np.argsort(rows.astype(np.uint16), kind="stable")  # k <= 65536: a radix sort
     grouped = np.take(bits, order, axis=0)
     ends = np.cumsum(row_counts)
     counts = state.counts
-    for j in np.flatnonzero(row_counts):
+    present = np.flatnonzero(row_counts)
+    for j in present:
         hi = int(ends[j])
         lo = hi - int(row_counts[j])
         for s in range(lo, hi, _FOLD_LANES):

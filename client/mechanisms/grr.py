@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._rng import bernoulli, check_rng, uniform_below
+from .._rng import below_threshold, bernoulli, check_rng, draw_bytes, int_below, uniform_below
 from ..errors import EmptyStateError, InvalidParameterError, InvalidValueError, UnknownValueError
 from ..specs import GrrParams
 from ..wire import ReportBatch
@@ -57,13 +57,23 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: GrrParams, *,
 
 
 def privatize(value: object, params: GrrParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+    """One report from one CSPRNG call; same distribution as :func:`privatize_batch`."""
     if not isinstance(value, str):
         raise InvalidValueError(f"grr values are labels (str), got {type(value).__name__}")
-    return privatize_batch([value], params, rng=rng)
+    rng = check_rng(rng)
+    code = _index(params.domain).get(value)
+    if code is None:
+        raise UnknownValueError(f"a value is not in the metric's domain of {params.d} labels")
+    raw = draw_bytes(rng, 16)
+    if below_threshold(params.keep_threshold, params.prob_bits, int.from_bytes(raw[:8], "little")):
+        out = code
+    else:
+        out = int_below(rng, params.d - 1, int.from_bytes(raw[8:], "little"))
+        out += out >= code
+    return ReportBatch(mechanism="grr", n=1, cols=np.array([out], dtype=np.int64))
 
 
-def fold(params: GrrParams, batches: Sequence[ReportBatch]) -> SketchState:
-    state = SketchState.empty(params)
+def fold(params: GrrParams, batches: Sequence[ReportBatch], state: SketchState) -> SketchState:
     for batch in batches:
         assert batch.cols is not None
         state.counts[0] += np.bincount(batch.cols, minlength=params.d)

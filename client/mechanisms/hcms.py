@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._rng import bernoulli_bytes, check_rng, uniform_below
+from .._rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes, int_below, uniform_below
 from ..specs import HcmsParams
 from ..errors import EmptyStateError
 from ..wire import ReportBatch
@@ -48,11 +48,23 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: HcmsParams, *
 
 
 def privatize(value: object, params: HcmsParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
-    return privatize_batch([value], params, rng=rng)
+    """One report from one CSPRNG call; same distribution as :func:`privatize_batch`."""
+    rng = check_rng(rng)
+    fam = family_of(params)
+    x = fam.base(value)
+    raw = draw_bytes(rng, 24)
+    j = int_below(rng, params.k, int.from_bytes(raw[:8], "little"))
+    col = int_below(rng, params.m, int.from_bytes(raw[8:16], "little"))
+    assert params.prob_bits is not None
+    flip = below_threshold(params.flip_threshold, params.prob_bits, int.from_bytes(raw[16:], "little"))
+    plus = (col & fam.hash_from_base(x, j)).bit_count() % 2 == 0
+    bit = np.uint8(0x80 if plus != flip else 0)
+    return ReportBatch(
+        mechanism="hcms", n=1, rows=np.array([j], np.int64), cols=np.array([col], np.int64), bits=np.array([bit])
+    )
 
 
-def fold(params: HcmsParams, batches: Sequence[ReportBatch]) -> SketchState:
-    state = SketchState.empty(params)
+def fold(params: HcmsParams, batches: Sequence[ReportBatch], state: SketchState) -> SketchState:
     if not batches:
         return state
     k, m = params.k, params.m
@@ -60,9 +72,10 @@ def fold(params: HcmsParams, batches: Sequence[ReportBatch]) -> SketchState:
     cols = np.concatenate([b.cols for b in batches if b.cols is not None])
     ones = np.concatenate([b.bit_values() for b in batches]).astype(bool)
     cell = rows * m + cols
-    total = np.bincount(cell, minlength=k * m)
-    plus = np.bincount(cell[ones], minlength=k * m)
-    state.counts += (2 * plus - total).reshape(k, m)
+    touched, inverse = np.unique(cell, return_inverse=True)  # only the cells these reports hit
+    signed = np.where(ones, 1, -1)
+    flat = state.counts.reshape(-1)
+    flat[touched] += np.bincount(inverse, weights=signed, minlength=touched.size).astype(np.int64)
     state.row_counts += np.bincount(rows, minlength=k)
     return state
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._rng import bernoulli_bytes, check_rng
+from .._rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes
 from ..errors import EmptyStateError, InvalidValueError
 from ..specs import RrParams
 from ..wire import ReportBatch
@@ -41,13 +41,15 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: RrParams, *, 
 
 
 def privatize(value: object, params: RrParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+    """One report from one CSPRNG call; same distribution as :func:`privatize_batch`."""
     if not isinstance(value, (bool, np.bool_)):
         raise InvalidValueError(f"rr values must be bool, got {type(value).__name__}")
-    return privatize_batch(np.array([bool(value)]), params, rng=rng)
+    rng = check_rng(rng)
+    flip = below_threshold(params.flip_threshold, params.prob_bits, int.from_bytes(draw_bytes(rng, 8), "little"))
+    return ReportBatch(mechanism="rr", n=1, bits=np.array([0x80 if bool(value) != flip else 0], dtype=np.uint8))
 
 
-def fold(params: RrParams, batches: Sequence[ReportBatch]) -> SketchState:
-    state = SketchState.empty(params)
+def fold(params: RrParams, batches: Sequence[ReportBatch], state: SketchState) -> SketchState:
     for batch in batches:
         assert batch.bits is not None
         state.counts[0, 0] += int(np.bitwise_count(batch.bits).sum(dtype=np.int64))
