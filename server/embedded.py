@@ -202,8 +202,10 @@ class EmbeddedRedis:
                 if self._process is None or self._process.poll() is not None:
                     raise EmbeddedRedisError(f"redis server exited at start; log: {self._log_tail()}")
                 try:
-                    if probe.ping():
+                    # Check that *our* process answers: another server may already hold the port.
+                    if int(probe.info("server")["process_id"]) == self._process.pid:
                         return
+                    raise EmbeddedRedisError(f"port {self._port} is served by another process")
                 except redis.BusyLoadingError:
                     pass  # still replaying the AOF
                 except (redis.ConnectionError, redis.TimeoutError):

@@ -11,8 +11,12 @@ Fixtures: ``redis_url`` (session), ``redis_server`` (session; the embedded serve
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
+import hypothesis.configuration
 import numpy as np
 import pytest
 import redis as redis_lib
@@ -21,6 +25,13 @@ from flask.testing import FlaskClient
 
 from ldptel.server import ServerConfig, create_app
 from ldptel.server.embedded import EmbeddedRedis
+
+# Hypothesis keeps its example database and caches in ``.hypothesis/`` under the working directory. Because
+# pyproject's ``norecursedirs`` replaces pytest's defaults (which skip dot-directories), a ``.hypothesis/``
+# at the repo root makes collection fail under ``filterwarnings = error``. Keep it outside the tree.
+_HYPOTHESIS_DIR = Path(tempfile.gettempdir()) / f"ldptel-hypothesis-{os.getuid()}"
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(_HYPOTHESIS_DIR))
+hypothesis.configuration.set_hypothesis_home_dir(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"])
 
 APP_TOKEN = "test-app-token-0123456789abcdef"
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
