@@ -127,6 +127,9 @@ class Estimate:
     n: int
     confidence: float = 0.95
 
+    def __post_init__(self) -> None:
+        z_value(self.confidence)
+
     @property
     def z(self) -> float:
         return z_value(self.confidence)
