@@ -431,13 +431,18 @@ def cmd_serve(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import importlib
+
     try:
-        from ldptel.aggregator import demo  # type: ignore[attr-defined]
-    except ImportError as exc:
-        if exc.name in ("ldptel.aggregator.demo",):
+        demo = importlib.import_module("ldptel.aggregator.demo")
+    except ModuleNotFoundError as exc:
+        if exc.name == "ldptel.aggregator.demo":
             raise UserError("the demo is not part of this build (ldptel.aggregator.demo is missing)") from None
         raise
-    result = demo.main(list(args.demo_args))
+    demo_args = list(args.demo_args)
+    if demo_args[:1] == ["--"]:
+        demo_args = demo_args[1:]
+    result = demo.main(demo_args)
     return int(result or 0)
 
 
@@ -572,8 +577,11 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     parser = build_parser()
+    arglist = list(sys.argv[1:] if argv is None else argv)
+    if arglist[:1] == ["demo"]:  # everything after "demo" belongs to the demo, --help included
+        arglist = ["demo", "--", *arglist[1:]]
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(arglist)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed by argparse
         return int(exc.code or 0)
     try:
