@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,6 +97,7 @@ class WorkerConfig:
     retention_seconds: float = 3600.0
     rescan_seconds: float = 5.0
     once: bool = False
+    prefetch: bool = True
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:
@@ -151,6 +153,7 @@ class _Shard:
     last_folded: StreamId
     leased_at: float
     cursor: str = "0"  # "0"…: re-reading our pending list; ">": new entries
+    prefetch: tuple[str, Future[Any]] | None = None  # (cursor, read in flight)
     drained: bool = False
     states: dict[tuple[int, str], SketchState] = field(default_factory=dict)
     dirty: set[tuple[int, str]] = field(default_factory=set)
@@ -189,6 +192,7 @@ class Worker:
         self._last_scan = -1e18
         self._last_heartbeat = -1e18
         self._rr = 0
+        self._pool: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------------------------------ control
     def stop(self) -> None:
@@ -296,27 +300,53 @@ class Worker:
 
     # ------------------------------------------------------------------------------------ read + fold
     def _poll(self, sh: _Shard, *, block_ms: int | None) -> int:
-        """Read one batch of entries from a shard and fold it; returns the number of entries read."""
+        """Read one batch of entries from a shard and fold it; returns the number of entries read.
+
+        With ``prefetch`` the next read of the shard is started on a second connection before this batch
+        is folded, so Redis I/O and reply parsing overlap the fold (numpy releases the GIL). Entries read
+        ahead are only pending, never acknowledged, until a commit after they are folded.
+        """
         self._ensure_lease(sh)
-        reading_pending = sh.cursor != ">"
-        resp = self.r.xreadgroup(
-            keys.CONSUMER_GROUP,
-            CONSUMER,
-            {sh.stream: sh.cursor},
-            count=self.config.batch,
-            block=None if reading_pending else block_ms,
-        )
+        if sh.prefetch is not None:
+            cursor, future = sh.prefetch
+            sh.prefetch = None
+            resp = future.result()
+        else:
+            cursor = sh.cursor
+            resp = self._read(sh, cursor, None if cursor != ">" else block_ms)
         entries = _entries_of(resp)
-        if reading_pending:
-            if entries:
-                sh.cursor = entries[-1][0].decode()
-            else:
+        if cursor != ">":
+            if not entries:
                 sh.cursor = ">"  # our pending list is done: switch to new entries
                 return 0
-        sh.drained = not entries and not reading_pending
+            sh.cursor = entries[-1][0].decode()
+        sh.drained = not entries
         if entries:
+            if self.config.prefetch:
+                sh.prefetch = (sh.cursor, self._reader().submit(self._read, sh, sh.cursor, None))
             self._fold_entries(sh, entries)
         return len(entries)
+
+    def _read(self, sh: _Shard, cursor: str, block_ms: int | None) -> Any:
+        return self.r.xreadgroup(
+            keys.CONSUMER_GROUP, CONSUMER, {sh.stream: cursor}, count=self.config.batch, block=block_ms
+        )
+
+    def _reader(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldptel-prefetch")
+        return self._pool
+
+    @staticmethod
+    def _forget_prefetch(sh: _Shard) -> None:
+        """Wait for a read in flight and discard it: its entries stay pending for whoever folds next."""
+        if sh.prefetch is not None:
+            _, future = sh.prefetch
+            sh.prefetch = None
+            try:
+                future.result()
+            except redis_lib.RedisError:
+                pass
 
     def _fold_entries(self, sh: _Shard, entries: Sequence[tuple[bytes, dict[bytes, bytes] | None]]) -> None:
         groups: dict[tuple[int, str], list[Any]] = defaultdict(list)
@@ -558,11 +588,13 @@ class Worker:
         )
 
     def _release_shard(self, sh: _Shard) -> None:
+        self._forget_prefetch(sh)
         self._owned.pop((sh.metric, sh.shard), None)
         self._release(keys=[keys.lease(sh.metric, sh.shard)], args=[self.config.worker_id])
 
     def _drop(self, sh: _Shard, why: str) -> None:
         """Forget a shard without writing (its uncommitted work stays pending for the next owner)."""
+        self._forget_prefetch(sh)
         self._owned.pop((sh.metric, sh.shard), None)
         log.warning("dropped a shard", extra={"event": "drop", "shard": sh.name, "reason": why})
 
@@ -579,6 +611,9 @@ class Worker:
             self.r.zrem(WORKERS_KEY, self.config.worker_id)
         except redis_lib.RedisError:
             pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
 
 def _record_name(record: object) -> str:
