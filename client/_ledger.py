@@ -43,8 +43,7 @@ def advance_day(conn: sqlite3.Connection, day: int) -> bool:
     row = conn.execute("SELECT value FROM meta WHERE key = 'high_day'").fetchone()
     if row is not None and int(row[0]) >= day:
         return False
-    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('high_day', ?)", (day,))
-    conn.execute("DELETE FROM ledger WHERE day < ?", (day - KEEP_DAYS,))
+    set_day(conn, day)
     return True
 
 
@@ -53,11 +52,35 @@ def spent(conn: sqlite3.Connection, metric: str, day: int) -> tuple[int, float]:
     return (0, 0.0) if row is None else (int(row[0]), float(row[1]))
 
 
-def allows(spec: MetricSpec, count: int, epsilon: float) -> bool:
-    eps = spec.effective_epsilon
+def state(conn: sqlite3.Connection, metric: str, now: float) -> tuple[int, int, int, float]:
+    """(budget day, latest recorded day, count, ε spent on the budget day) in one query."""
+    row = conn.execute(
+        "SELECT h.value, l.count, l.epsilon FROM meta AS h "
+        "LEFT JOIN ledger AS l ON l.metric = ? AND l.day = MAX(h.value, ?) WHERE h.key = 'high_day'",
+        (metric, utc_day(now)),
+    ).fetchone()
+    if row is None:  # nothing recorded yet
+        return utc_day(now), -(1 << 62), 0, 0.0
+    high = int(row[0])
+    day = max(utc_day(now), high)
+    return day, high, int(row[1] or 0), float(row[2] or 0.0)
+
+
+def set_day(conn: sqlite3.Connection, day: int) -> None:
+    """Record ``day`` as the latest budget day (callers only move it forward) and prune old ledger rows."""
+    conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('high_day', ?)", (day,))
+    conn.execute("DELETE FROM ledger WHERE day < ?", (day - KEEP_DAYS,))
+
+
+def allows(
+    spec: MetricSpec, count: int, epsilon: float, *, eps_one: float | None = None, daily: float | None = None
+) -> bool:
+    """True when one more report of ``spec`` fits the day's policy (``eps_one``/``daily``: precomputed ε)."""
+    eps = spec.effective_epsilon if eps_one is None else eps_one
     if count + 1 > spec.reports_per_day:
         return False
-    return epsilon + eps <= spec.daily_epsilon * (1 + _EPS_SLACK)
+    cap = spec.daily_epsilon if daily is None else daily
+    return epsilon + eps <= cap * (1 + _EPS_SLACK)
 
 
 def spend(conn: sqlite3.Connection, metric: str, day: int, epsilon: float) -> None:

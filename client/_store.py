@@ -32,7 +32,6 @@ CREATE TABLE IF NOT EXISTS reports(           -- privatized reports not yet in a
     version INTEGER NOT NULL,
     payload BLOB NOT NULL
 );
-CREATE INDEX IF NOT EXISTS reports_by_metric ON reports(metric, version, id);
 CREATE TABLE IF NOT EXISTS batches(           -- formed batches, kept until the server acknowledged them
     id       INTEGER PRIMARY KEY,
     batch_id BLOB NOT NULL UNIQUE,            -- 16 random bytes, chosen once, reused by every retry
@@ -72,8 +71,16 @@ class StoreError(Exception):
     """Raised for an unusable database (wrong schema version)."""
 
 
-def connect(storage_dir: Path, *, synchronous: str) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``), WAL, busy timeout."""
+REPORT_AUTOCHECKPOINT = 10_000  # pages (~40 MB): report() leaves checkpoints to the uploader
+
+
+def connect(storage_dir: Path, *, synchronous: str, autocheckpoint: int | None = None) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit ``BEGIN IMMEDIATE``), WAL, busy timeout.
+
+    ``autocheckpoint`` (pages) raises the WAL size at which this connection checkpoints by itself; the
+    report() connection uses a large value so that checkpoints (and their fsync) run on the upload thread,
+    which checkpoints passively after every cycle.
+    """
     conn = sqlite3.connect(
         storage_dir / DB_FILE,
         timeout=BUSY_TIMEOUT_MS / 1000,
@@ -85,6 +92,8 @@ def connect(storage_dir: Path, *, synchronous: str) -> sqlite3.Connection:
     if str(mode).lower() != "wal":
         raise StoreError(f"could not put {storage_dir / DB_FILE} in WAL mode (got {mode!r})")
     conn.execute(f"PRAGMA synchronous={synchronous}")
+    if autocheckpoint is not None:
+        conn.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint)}")
     return conn
 
 

@@ -81,7 +81,7 @@ from ._memo import (
     privatize_rr,
     rr_split,
 )
-from ._store import connect, init_schema
+from ._store import REPORT_AUTOCHECKPOINT, connect, init_schema
 from ._transport import NETWORK_ERRORS, Backoff, Transport, UploadError, classify
 from .errors import LdpError
 from .hashing import value_bytes
@@ -201,7 +201,7 @@ class Reporter:
         self._dir = Path(storage_dir)
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._secret = load_or_create_secret(self._dir)
-        self._db = connect(self._dir, synchronous="NORMAL")  # report() path, guarded by _lock
+        self._db = connect(self._dir, synchronous="NORMAL", autocheckpoint=REPORT_AUTOCHECKPOINT)  # report() path, guarded by _lock
         init_schema(self._db)
         self._up_db = connect(self._dir, synchronous="FULL")  # uploader, guarded by _upload_lock
         self._tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)  # uploader
@@ -225,6 +225,7 @@ class Reporter:
         self._current: dict[str, tuple[MetricSpec, float]] = {}
         self._no_spec_until: dict[str, float] = {}
         self._want_refresh: set[str] = set()
+        self._eps_cache: dict[tuple[str, int, int], tuple[float, float]] = {}
         with self._lock:
             self._load_specs()
             for spec in self._pinned.values():
@@ -259,6 +260,7 @@ class Reporter:
         if spec is None:
             self._count("no_spec")
             return ReportResult("no_spec", metric)
+        eps_one, daily = self._budget_of(spec)
         now = self._clock()
         with self._lock:
             if self._closed:
@@ -273,17 +275,17 @@ class Reporter:
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    day = _ledger.budget_day(conn, now)
-                    count, eps = _ledger.spent(conn, metric, day)
-                    if not _ledger.allows(spec, count, eps):
+                    day, high, count, eps = _ledger.state(conn, metric, now)
+                    if not _ledger.allows(spec, count, eps, eps_one=eps_one, daily=daily):
                         conn.execute("ROLLBACK")
                         self._n["refused_budget"] += 1
                         return ReportResult("budget_exceeded", metric, spec.version)
-                    if _ledger.advance_day(conn, day):
+                    if day > high:
+                        _ledger.set_day(conn, day)
                         conn.execute("DELETE FROM memo WHERE day < ?", (day,))
                     batch, payload, memoized = self._privatize(conn, spec, value, day)
                     _queue.enqueue(conn, metric, spec.version, payload)
-                    _ledger.spend(conn, metric, day, spec.effective_epsilon)
+                    _ledger.spend(conn, metric, day, eps_one)
                     conn.execute("COMMIT")
                 except BaseException:
                     if conn.in_transaction:
@@ -373,6 +375,14 @@ class Reporter:
             return None
         with self._lock:
             return _ledger.remaining(self._db, spec, self._clock())
+
+    def _budget_of(self, spec: MetricSpec) -> tuple[float, float]:
+        """(effective ε of one report, daily ε) of a spec, computed once (the properties are not cached)."""
+        key = (spec.name, spec.version, id(spec))
+        cached = self._eps_cache.get(key)
+        if cached is None:
+            cached = self._eps_cache[key] = (spec.effective_epsilon, spec.daily_epsilon)
+        return cached
 
     # -------------------------------------------------------------------------------- privatization
     def _privatize(self, conn: sqlite3.Connection, spec: MetricSpec, value: object, day: int) -> tuple[ReportBatch, bytes, bool]:
@@ -509,6 +519,10 @@ class Reporter:
                 last = batch.id
                 if not self._send(batch):
                     break
+            try:
+                self._up_db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:  # a busy database: the next cycle tries again
+                log.debug("ldptel WAL checkpoint skipped: %s", exc)
             now = self._clock()
             nxt = self._next_flush_at if self._retry_at <= now else max(self._retry_at, self._next_flush_at)
             return max(nxt - now, 0.0)

@@ -12,7 +12,7 @@ import http.client
 import http.server
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -46,6 +46,8 @@ class LiveServer:
     """The ingest app on 127.0.0.1:<port>, restartable on the same port."""
 
     def __init__(self, config: ServerConfig, redis: redis_lib.Redis) -> None:
+        if getattr(config, "registry_ttl", 0):  # see registry changes (new versions) at once
+            config = replace(config, registry_ttl=0)
         self.config = config
         self.redis = redis
         self.app = create_app(config)
