@@ -38,15 +38,6 @@ def budget_day(conn: sqlite3.Connection, now: float) -> int:
     return max(utc_day(now), high)
 
 
-def advance_day(conn: sqlite3.Connection, day: int) -> bool:
-    """Record ``day`` as the latest budget day; True when it is new (the caller then prunes per-day state)."""
-    row = conn.execute("SELECT value FROM meta WHERE key = 'high_day'").fetchone()
-    if row is not None and int(row[0]) >= day:
-        return False
-    set_day(conn, day)
-    return True
-
-
 def spent(conn: sqlite3.Connection, metric: str, day: int) -> tuple[int, float]:
     row = conn.execute("SELECT count, epsilon FROM ledger WHERE metric = ? AND day = ?", (metric, day)).fetchone()
     return (0, 0.0) if row is None else (int(row[0]), float(row[1]))

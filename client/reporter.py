@@ -542,7 +542,7 @@ class Reporter:
             self._backoff.reset()
             return True
         if outcome in ("retry", "auth"):
-            self._up_db.execute("UPDATE batches SET attempts = attempts + 1 WHERE id = ?", (batch.id,))
+            _queue.count_attempt(self._up_db, batch)
             self._retry(resp.retry_after)
             self._emit(UploadError(f"HTTP {resp.status}; will retry", status=resp.status, outcome=outcome, **info))  # type: ignore[arg-type]
             return False
