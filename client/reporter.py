@@ -94,6 +94,7 @@ __all__ = ["ReportResult", "Reporter", "ReporterStats", "UploadError", "longitud
 log = logging.getLogger("ldptel.client.reporter")
 
 Status = Literal["queued", "budget_exceeded", "queue_full", "no_spec", "storage_error", "closed"]
+MAX_BATCH_SIZE = 10_000  # the ingest default max_batch_reports: a larger batch would be refused with 413
 NO_SPEC_RETRY = 60.0  # seconds before a failed first fetch of a spec is tried again from report()
 
 
@@ -145,7 +146,7 @@ class Reporter:
     :param token: the app's bearer token.
     :param storage_dir: a directory private to this installation (created, mode 0700): queue, ledger, memo,
         spec cache and the device secret. Deleting it resets the longitudinal guarantees.
-    :param batch_size: reports per uploaded batch (also the queue length that triggers an upload), ≥ 1.
+    :param batch_size: reports per uploaded batch (also the queue length that triggers an upload), 1 to 10,000.
     :param flush_interval: seconds between uploads of partial batches, > 0.
     :param max_queue: most unacknowledged reports kept on disk; more are dropped and counted.
     :param specs: pinned specs (offline use): a mapping name → :class:`MetricSpec` or an iterable of specs.
@@ -179,8 +180,8 @@ class Reporter:
         backoff_base: float = 1.0,
         backoff_cap: float = 300.0,
     ) -> None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= 100_000:
-            raise ValueError(f"batch_size must be an integer in [1, 100000], got {batch_size!r}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be an integer in [1, {MAX_BATCH_SIZE}], got {batch_size!r}")
         if not isinstance(max_queue, int) or isinstance(max_queue, bool) or max_queue < 1:
             raise ValueError(f"max_queue must be an integer >= 1, got {max_queue!r}")
         for name, val in (("flush_interval", flush_interval), ("timeout", timeout), ("spec_ttl", spec_ttl),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import secrets
@@ -132,6 +133,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=20_000, help="report() calls per latency figure")
     ap.add_argument("--upload", type=int, default=50_000, help="reports for the upload throughput figure")
     args = ap.parse_args()
+    logging.getLogger("ldptel").setLevel(logging.ERROR)  # the latency runs point at a closed port on purpose
     emit(figure="environment", python=platform.python_version(), machine=platform.machine(), cpus=os.cpu_count())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
