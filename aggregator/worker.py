@@ -141,6 +141,10 @@ class WorkerStats:
         }
 
 
+class _StopLoop(Exception):
+    """Internal: a --once worker has nothing left to claim."""
+
+
 class LeaseLostError(LdpError):
     """This worker no longer owns a shard (its lease expired and possibly another worker took it)."""
 
@@ -236,29 +240,50 @@ class Worker:
         cfg = self.config
         log.info("worker starting", extra={"event": "start", "worker": cfg.worker_id, "once": cfg.once})
         last_progress = time.monotonic()
+        backoff = 0.1
         try:
             while not self._stop.is_set():
-                now = time.monotonic()
-                if now - self._last_heartbeat >= cfg.lease_ttl / 3:
-                    self._heartbeat()
-                    self._renew_leases()
-                if now - self._last_scan >= cfg.rescan_seconds or (cfg.once and not self._owned):
-                    self._rebalance()
-                if cfg.once and not self._owned:
+                try:
+                    self._step(on_progress, progress_seconds, last_progress)
+                    if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
+                        last_progress = time.monotonic()
+                    backoff = 0.1
+                except _StopLoop:
                     break
-                worked = self._round()
-                if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
-                    on_progress(self)
-                    last_progress = time.monotonic()
-                if not worked and not cfg.once and self._owned and not self._stop.is_set():
-                    self._idle_wait()
-                elif not self._owned and not cfg.once and not self._stop.is_set():
-                    self._stop.wait(min(cfg.rescan_seconds, cfg.lease_ttl / 3))
+                except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+                    if cfg.once:
+                        raise
+                    # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
+                    # pending in Redis), wait, and claim again once Redis answers.
+                    log.error("lost Redis; retrying", extra={"event": "redis_error", "error": str(exc), "retry_in": backoff})
+                    for sh in list(self._owned.values()):
+                        self._drop(sh, "Redis connection lost")
+                    self._last_scan = self._last_heartbeat = -1e18
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, cfg.lease_ttl / 2)
         finally:
             self._shutdown()
         stats = self.stats()
         log.info("worker stopped", extra={"event": "stop", "worker": cfg.worker_id, **stats.to_dict()})
         return stats
+
+    def _step(self, on_progress: Callable[[Worker], None] | None, progress_seconds: float, last_progress: float) -> None:
+        cfg = self.config
+        now = time.monotonic()
+        if now - self._last_heartbeat >= cfg.lease_ttl / 3:
+            self._heartbeat()
+            self._renew_leases()
+        if now - self._last_scan >= cfg.rescan_seconds or (cfg.once and not self._owned):
+            self._rebalance()
+        if cfg.once and not self._owned:
+            raise _StopLoop
+        worked = self._round()
+        if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
+            on_progress(self)
+        if not worked and not cfg.once and self._owned and not self._stop.is_set():
+            self._idle_wait()
+        elif not self._owned and not cfg.once and not self._stop.is_set():
+            self._stop.wait(min(cfg.rescan_seconds, cfg.lease_ttl / 3))
 
     def _round(self) -> bool:
         """Poll every owned shard once without blocking; commit the ones that are due. True if any read."""

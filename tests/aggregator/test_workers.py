@@ -137,3 +137,39 @@ def test_a_worker_that_lost_its_lease_cannot_commit(redis: redis_lib.Redis, rng:
     assert redis.get(keys.checkpoint("color", 0)) is None
     assert redis.smembers(keys.sketch_index("color", 0)) == set()
     assert redis.xpending(keys.stream("color", 0), keys.CONSUMER_GROUP)["pending"] == 10  # left for the owner
+
+
+@pytest.mark.slow
+def test_a_following_worker_survives_a_redis_crash_and_restart(rng: np.random.Generator, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from ldptel.server.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(appendonly=True, data_dir=tmp_path / "redis") as server:
+        r = server.client()
+        record = create(r, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+        first = append_reports(r, record, ["a"] * 500, rng, day="2026-03-01", batch_size=50)
+        wr = server.client()
+        clients = [r, wr]
+        worker = Worker(wr, WorkerConfig(lease_ttl=1, rescan_seconds=0.1, block_seconds=0.1,
+                                                      checkpoint_seconds=0.05))
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            _wait(lambda: _total(r, "color").n == first.n, timeout=20, what="the first fold")
+            server.kill()  # SIGKILL: the AOF write(2) precedes every reply, so acknowledged commits survive
+            time.sleep(0.3)
+            server.start()
+            r = server.client()
+            clients.append(r)
+            second = append_reports(r, record, ["b"] * 300, rng, day="2026-03-01", batch_size=50)
+            _wait(lambda: _total(r, "color").n == first.n + second.n, timeout=30, what="the fold after the restart")
+        finally:
+            worker.stop()
+            thread.join(timeout=20)
+        assert not thread.is_alive()
+        expected = first.expected_state()
+        expected.add_inplace(second.expected_state())
+        assert _total(r, "color").equals(expected)
+        for client in clients:
+            client.close()
