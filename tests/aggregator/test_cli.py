@@ -167,3 +167,14 @@ def test_demo_slot_and_console_script(redis_url: str) -> None:
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "demo" in proc.stderr
     proc = ldptel("--help", redis_url=redis_url, check=True)
     assert "aggregate" in proc.stdout
+
+
+def test_aggregate_once_prints_stats_and_progress(redis: redis_lib.Redis, env_url: str, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    sent = append_reports(redis, record, ["a", "b"] * 150, rng, day="2026-03-01", batch_size=30)
+    code, out, err = run("aggregate", "--once", "--progress", "--metric", "color")
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["reports"] == sent.n and stats["entries"] == 10 and stats["dead"] == 0
+    assert run("aggregate", "--once", "--metric", "nope")[2].startswith("ldptel: error: unknown metric")
+    assert estimate_metric(redis, "color").n == sent.n
