@@ -407,6 +407,9 @@ class Worker:
         self._skipped += skipped
 
     def _decode(self, metric: str, fields: dict[bytes, bytes]) -> tuple[int, str, Any]:
+        missing = [name.decode() for name in (b"d", b"v", b"n", b"b") if name not in fields]
+        if missing:
+            raise ValueError(f"entry lacks the field(s) {', '.join(missing)} (expected d, v, n, b)")
         version = int(fields[b"v"])
         day = store.check_day(fields[b"d"].decode("ascii"))
         n = int(fields[b"n"])
