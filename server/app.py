@@ -5,7 +5,12 @@ before anything is written:
 
 1. bearer token (401/403), per-token rate limit (429), body size (413), content type (415);
 2. the fixed batch header (400), report count (413);
-3. the metric's registry record, one ``HGET`` (404 unknown, 409 retired or not the current version);
+3. the metric's registry record (404 unknown, 409 retired or not the current version). A process reuses a
+   record for ``registry_ttl`` seconds (default 1) instead of an ``HGET`` per request, which saves one of the two
+   Redis round trips; a batch that does not match the cached record is checked against a fresh read before it
+   is rejected, so a new metric or version is usable at once, and a retirement or a version change reaches every
+   worker within ``registry_ttl`` (until then that worker still appends batches of the previous version, which
+   the aggregator keeps in that version's sketches);
 4. full vectorized validation of the payload against the current spec (400);
 5. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
    (202 only after Redis replied).
@@ -112,7 +117,8 @@ class _State:
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes
-    records: dict[bytes, MetricRecord]
+    records: dict[bytes, MetricRecord]  # parsed records by their exact registry JSON
+    recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
     records_lock: threading.Lock
 
 
@@ -159,6 +165,7 @@ def create_app(config: ServerConfig | None = None) -> Flask:
         app_digests=frozenset(_digest(t) for t in cfg.app_tokens),
         admin_digest=_digest(cfg.admin_token),
         records={},
+        recent={},
         records_lock=threading.Lock(),
     )
     app.extensions["redis"] = client
@@ -274,26 +281,37 @@ def _parse_json(body: bytes) -> Any:
         _fail(400, "malformed_body", "body is not valid JSON")
 
 
-def _record(name: str) -> MetricRecord:
-    """The registry record of ``name``: one HGET; parsed records are cached by their exact JSON bytes."""
+def _record(name: str, *, fresh: bool = False) -> MetricRecord:
+    """The registry record of ``name``: reused for ``registry_ttl`` seconds unless ``fresh``, else one HGET.
+
+    Unknown names are never cached (so a metric is usable as soon as it is created), and the cache only
+    holds registered names, so it is bounded by the registry's size.
+    """
     state = _state()
+    ttl = state.config.registry_ttl
+    now = time.monotonic()
+    if not fresh and ttl > 0:
+        hit = state.recent.get(name)
+        if hit is not None and now - hit[0] < ttl:
+            return hit[1]
     raw = state.redis.hget(keys.registry(), name)
     if raw is None:
+        state.recent.pop(name, None)
         raise UnknownMetricError(name)
-    cached = state.records.get(raw)  # type: ignore[call-overload]
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
-    record = parse_record(raw)  # type: ignore[arg-type]
-    with state.records_lock:
-        if len(state.records) >= _MAX_CACHED_RECORDS:
-            state.records.clear()
-        state.records[raw] = record  # type: ignore[index]
-    return record
+    record = state.records.get(raw)  # type: ignore[call-overload]
+    if record is None:
+        record = parse_record(raw)  # type: ignore[arg-type]
+        with state.records_lock:
+            if len(state.records) >= _MAX_CACHED_RECORDS:
+                state.records.clear()
+            state.records[raw] = record  # type: ignore[index]
+    state.recent[name] = (now, record)
+    return record  # type: ignore[no-any-return]
 
 
-def _record_or_404(name: str, *, n: int = 0) -> MetricRecord:
+def _record_or_404(name: str, *, n: int = 0, fresh: bool = False) -> MetricRecord:
     try:
-        return _record(name)
+        return _record(name, fresh=fresh)
     except UnknownMetricError:
         _fail(404, "unknown_metric", f"unknown metric {name!r}", n=n)
 
@@ -338,7 +356,7 @@ def get_metrics() -> Response:
 @bp.get("/v1/metrics/<name>")
 def get_metric_route(name: str) -> Response:
     _authenticate("app", "admin")
-    return _json_response(_record_or_404(name).to_dict(), 200)
+    return _json_response(_record_or_404(name, fresh=True).to_dict(), 200)
 
 
 @bp.post("/v1/metrics")
@@ -356,6 +374,7 @@ def post_metric() -> Response:
         state = _state()
         before = state.redis.hget(keys.registry(), spec.name)
         record = create_metric(state.redis, spec, shards=shards)
+        state.recent.pop(spec.name, None)
     except InvalidParameterError as exc:
         _invalid_spec(exc)
     except RegistryConflictError as exc:
@@ -370,6 +389,7 @@ def post_retire(name: str) -> Response:
     _authenticate("admin")
     try:
         record = retire_metric(_state().redis, name)
+        _state().recent.pop(name, None)
     except UnknownMetricError:
         _fail(404, "unknown_metric", f"unknown metric {name!r}")
     log.info("metric %s retired", record.name)
@@ -391,7 +411,7 @@ def post_reports() -> Response:
         metric, version, n = header.metric, header.version, header.n
         if n > cfg.max_batch_reports:
             _fail(413, "too_many_reports", f"{n} reports; at most {cfg.max_batch_reports} per batch", n=n)
-        record = _record_or_404(metric, n=n)
+        record = _matching_record(metric, version, n)
         spec = _current_spec(record, version, n)
         try:
             header, _ = decode_batch(body, spec.params)
@@ -408,7 +428,7 @@ def post_reports() -> Response:
         n = len(reports) if isinstance(reports, list) else 0
         if n > cfg.max_batch_reports:
             _fail(413, "too_many_reports", f"{n} reports; at most {cfg.max_batch_reports} per batch", n=n)
-        record = _record_or_404(metric, n=n)
+        record = _matching_record(metric, version, n)
         spec = _current_spec(record, version, n)
         try:
             header, batch = batch_from_json(obj, spec.params)
@@ -444,6 +464,14 @@ def post_reports() -> Response:
         },
         202,
     )
+
+
+def _matching_record(metric: str, version: int, n: int) -> MetricRecord:
+    """The record to check a batch against; a cached record that would reject it is re-read first."""
+    record = _record_or_404(metric, n=n)
+    if record.active and version == record.current_version:
+        return record
+    return _record_or_404(metric, n=n, fresh=True)
 
 
 def _current_spec(record: MetricRecord, version: int, n: int) -> MetricSpec:

@@ -17,6 +17,7 @@ Environment variables (all optional except the tokens):
 ``LDPTEL_DEDUPE_TTL``          seconds a batch id is remembered for dedupe (default 86400)
 ``LDPTEL_RETRY_AFTER``         seconds advertised in Retry-After on 503/429 (default 1)
 ``LDPTEL_REDIS_TIMEOUT``       Redis socket timeout in seconds (default 2)
+``LDPTEL_REGISTRY_TTL``        seconds an ingest process may reuse a metric's registry record (default 1; 0: never)
 ``LDPTEL_DATA_DIR``            data dir of the embedded server (default: a temporary dir, deleted on exit)
 =============================  ==========================================================================
 """
@@ -64,6 +65,7 @@ class ServerConfig:
     dedupe_ttl: int = 86_400
     retry_after: int = 1
     redis_timeout: float = 2.0
+    registry_ttl: float = 1.0
     data_dir: Path | None = None
 
     def __post_init__(self) -> None:
@@ -90,6 +92,8 @@ class ServerConfig:
         _check_range("RETRY_AFTER", self.retry_after, 1, 3600)
         if not (math.isfinite(self.redis_timeout) and 0 < self.redis_timeout <= 60):
             raise ConfigError(f"{PREFIX}REDIS_TIMEOUT must be in (0, 60] seconds")
+        if not (math.isfinite(self.registry_ttl) and 0 <= self.registry_ttl <= 60):
+            raise ConfigError(f"{PREFIX}REGISTRY_TTL must be in [0, 60] seconds")
 
     # ------------------------------------------------------------------------------------------ builders
     @classmethod
@@ -122,9 +126,10 @@ class ServerConfig:
             raw = get(name)
             if raw is not None:
                 kwargs[attr] = _parse_int(name, raw)
-        raw = get("REDIS_TIMEOUT")
-        if raw is not None:
-            kwargs["redis_timeout"] = _parse_float("REDIS_TIMEOUT", raw)
+        for name, attr in (("REDIS_TIMEOUT", "redis_timeout"), ("REGISTRY_TTL", "registry_ttl")):
+            raw = get(name)
+            if raw is not None:
+                kwargs[attr] = _parse_float(name, raw)
         raw = get("RATE_LIMIT")
         if raw is not None:
             kwargs["rate_limit"], kwargs["rate_burst"] = _parse_rate(raw)

@@ -7,6 +7,10 @@ or redis-py retry after a lost reply can never append twice.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -20,9 +24,20 @@ __all__ = ["AppendResult", "BatchAppender", "utc_day"]
 _LUA = resources.files(__package__).joinpath("append.lua").read_text(encoding="utf-8")
 
 
+_day_cache: tuple[int, str] = (-1, "")
+
+
 def utc_day(now: datetime | None = None) -> str:
-    """The server-assigned UTC day ``YYYY-MM-DD`` of an accepted batch."""
-    return (now or datetime.now(UTC)).strftime("%Y-%m-%d")
+    """The server-assigned UTC day ``YYYY-MM-DD`` of an accepted batch (formatted at most once a second)."""
+    global _day_cache
+    if now is not None:
+        return now.astimezone(UTC).strftime("%Y-%m-%d")
+    second = int(time.time())
+    cached_second, day = _day_cache
+    if second != cached_second:
+        day = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%d")
+        _day_cache = (second, day)
+    return day
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +48,41 @@ class AppendResult:
 
 
 class BatchAppender:
-    """Registers the append script once per client and appends batches with EVALSHA (EVAL on NOSCRIPT)."""
+    """Appends batches with EVALSHA of ``append.lua`` (SCRIPT LOAD on NOSCRIPT).
+
+    Hot path: each thread keeps one dedicated connection (built from the client's pool settings) and talks to
+    it directly. Measured on the project machine, redis-py's pool checkout + command machinery costs more than
+    the Redis round trip itself (EVALSHA of a 13 KB batch: ~500 µs through ``Redis.evalsha`` vs ~200-260 µs on
+    a held connection). A broken connection (Redis restarted) is reopened and the call retried once, which is
+    safe because the script is idempotent per batch id; a second failure propagates as a ``redis`` error.
+    """
 
     def __init__(self, r: redis.Redis) -> None:
-        self._script = r.register_script(_LUA)
+        self._pool = r.connection_pool
+        self._sha = hashlib.sha1(_LUA.encode("utf-8")).hexdigest()
+        self._local = threading.local()
+
+    def _connection(self) -> redis.connection.AbstractConnection:
+        conn = getattr(self._local, "conn", None)
+        pid = os.getpid()
+        if conn is None or getattr(self._local, "pid", None) != pid:  # new thread, or a forked child
+            conn = self._pool.make_connection()
+            self._local.conn, self._local.pid = conn, pid
+        return conn
+
+    def _call(self, *args: object) -> object:
+        conn = self._connection()
+        for attempt in (0, 1):
+            try:
+                conn.send_command(*args)
+                return conn.read_response()
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                conn.disconnect()
+                if attempt:
+                    raise
+            except redis.ResponseError:
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def append(
         self,
@@ -52,10 +98,12 @@ class BatchAppender:
     ) -> AppendResult:
         """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard."""
         shard = keys.shard_for(batch_id, shards)
-        result = self._script(
-            keys=[keys.stream(metric, shard), keys.seen(metric, shard, batch_id.hex())],
-            args=[day, version, n, data, dedupe_ttl],
-        )
+        args = (2, keys.stream(metric, shard), keys.seen(metric, shard, batch_id.hex()), day, version, n, data, dedupe_ttl)
+        try:
+            result = self._call("EVALSHA", self._sha, *args)
+        except redis.exceptions.NoScriptError:
+            self._call("SCRIPT", "LOAD", _LUA)
+            result = self._call("EVALSHA", self._sha, *args)
         if result is None:
             return AppendResult(duplicate=True, entry_id=None, shard=shard)
         entry = result.decode() if isinstance(result, bytes) else str(result)

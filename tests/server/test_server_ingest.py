@@ -307,3 +307,30 @@ def test_large_batch_of_1000_cms_reports(api, redis, cms) -> None:  # type: igno
 def test_redis_client_is_injected(app) -> None:  # type: ignore[no-untyped-def]
     assert isinstance(app.extensions["redis"], redis_lib.Redis)
     assert os.path.basename(app.root_path) == "server"
+
+
+def test_registry_changes_made_elsewhere_are_seen(redis, rng, redis_url, app_token) -> None:  # type: ignore[no-untyped-def]
+    """Another process (CLI, another worker) changes the registry: a new version is usable at once (a cached
+    record that would reject a batch is re-read first); a retirement is seen within registry_ttl."""
+    from ldptel.server.registry import create_metric, retire_metric
+
+    app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token="x" * 20, redis_url=redis_url,
+                                  rate_limit=None, registry_ttl=0.3))
+    client = app.test_client()
+    headers = {"Authorization": f"Bearer {app_token}"}
+    create_metric(redis, cms_spec())
+    data, _ = make_batch(cms_spec(), 5, rng)
+    assert client.post("/v1/reports", data=data, content_type=OCTET, headers=headers).status_code == 202
+    v2 = create_metric(redis, cms_spec(epsilon=1.5)).current
+    data2, _ = make_batch(v2, 5, rng)
+    assert client.post("/v1/reports", data=data2, content_type=OCTET, headers=headers).status_code == 202
+    retire_metric(redis, "app.feature")
+    import time
+
+    time.sleep(0.35)
+    before = snapshot(redis)
+    data3, _ = make_batch(v2, 5, rng)
+    response = client.post("/v1/reports", data=data3, content_type=OCTET, headers=headers)
+    assert response.status_code == 409 and response.json["error"] == "metric_retired"
+    assert snapshot(redis) == before
+    app.extensions["redis"].close()

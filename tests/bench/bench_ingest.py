@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Ingest throughput and latency under gunicorn on loopback, against a bare Flask endpoint in the same run.
+
+    .venv/bin/python tests/bench/bench_ingest.py [--duration 6] [--reps 2] [--procs 2] [--conns 4]
+
+Starts a private Redis (AOF on, everysec), then for each batch size (100 and 1,000 cms reports, m = 1024):
+gunicorn ``-w 2`` with ``deploy/gunicorn.conf.py`` serving (a) a bare Flask app whose POST endpoint only
+reads the body and answers 202 (the HTTP ceiling of this machine) and (b) the real ingest app. The load
+generator is ``--procs`` processes, each keeping ``--conns`` keep-alive HTTP/1.1 connections busy with
+pre-built requests (a selectors loop, one request in flight per connection; every request carries a fresh
+batch id so no request is a dedupe hit). Everything binds to 127.0.0.1 and is bounded in time; servers are
+stopped by pid. Prints one JSON line per figure (median over ``--reps`` runs), then ratios and goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import selectors
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_TOKEN = "bench-app-token-0123456789abcdef"
+ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
+BATCH_ID_OFFSET = 16  # magic 4 + format 1 + mechanism 1 + flags 2 + version 4 + n 4
+BARE_APP = '''
+from flask import Flask, request
+app = Flask(__name__)
+
+@app.post("/v1/reports")
+def null():
+    request.get_data(cache=False)  # the body has to be received anyway
+    return "", 202
+'''
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ------------------------------------------------------------------------------------------ load generator
+def _load_worker(port: int, body: bytes, conns: int, warmup: float, duration: float, seed: int, out: mp.Queue) -> None:
+    head = (
+        f"POST /v1/reports HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {APP_TOKEN}\r\n"
+        f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    template = bytearray(head + body)
+    id_at = len(head) + BATCH_ID_OFFSET
+    counter = seed << 40
+    sel = selectors.DefaultSelector()
+    state: dict[socket.socket, list] = {}
+
+    def send(sock: socket.socket) -> None:
+        nonlocal counter
+        counter += 1
+        template[id_at : id_at + 8] = counter.to_bytes(8, "little")
+        sock.sendall(template)
+        state[sock] = [time.perf_counter(), b""]
+
+    for _ in range(conns):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setblocking(True)
+        sel.register(sock, selectors.EVENT_READ)
+        send(sock)
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup, start + warmup + duration
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    while True:
+        now = time.perf_counter()
+        if now >= stop_at:
+            break
+        for key, _ in sel.select(timeout=0.5):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            t0, buf = state[sock]
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("server closed a keep-alive connection")
+            buf += chunk
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                state[sock][1] = buf
+                continue
+            length = 0
+            for line in buf[:end].split(b"\r\n")[1:]:
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            if len(buf) < end + 4 + length:
+                state[sock][1] = buf
+                continue
+            t1 = time.perf_counter()
+            if t0 >= measure_from and t1 <= stop_at:
+                status = int(buf[9:12])
+                statuses[status] = statuses.get(status, 0) + 1
+                latencies.append(t1 - t0)
+            send(sock)
+    for sock in state:
+        sock.close()
+    out.put((latencies, statuses))
+
+
+def run_load(port: int, body: bytes, *, procs: int, conns: int, warmup: float, duration: float) -> dict:
+    ctx = mp.get_context("fork")
+    queue: mp.Queue = ctx.Queue()
+    workers = [
+        ctx.Process(target=_load_worker, args=(port, body, conns, warmup, duration, i + 1 + int(time.time()) % 1000 * 64, queue))
+        for i in range(procs)
+    ]
+    for w in workers:
+        w.start()
+    results = [queue.get(timeout=warmup + duration + 60) for _ in workers]
+    for w in workers:
+        w.join(timeout=10)
+    latencies = sorted(x for lat, _ in results for x in lat)
+    statuses: dict[int, int] = {}
+    for _, st in results:
+        for k, v in st.items():
+            statuses[k] = statuses.get(k, 0) + v
+    n = len(latencies)
+    return {
+        "requests": n,
+        "rps": n / duration,
+        "p50_ms": 1000 * latencies[n // 2] if n else float("nan"),
+        "p99_ms": 1000 * latencies[min(n - 1, int(n * 0.99))] if n else float("nan"),
+        "statuses": statuses,
+    }
+
+
+# --------------------------------------------------------------------------------------------- servers
+def start_gunicorn(app: str, port: int, env: dict[str, str], workdir: Path, log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"),
+           "-w", "2", "-b", f"127.0.0.1:{port}", "--chdir", str(workdir), app]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gunicorn exited: {log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.05)
+    time.sleep(0.5)  # let both workers finish booting
+    return proc
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps({"bench": "ingest", **fields}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=6.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=1.0)
+    parser.add_argument("--reps", type=int, default=2, help="runs per configuration (median reported)")
+    parser.add_argument("--procs", type=int, default=2, help="load generator processes")
+    parser.add_argument("--conns", type=int, default=4, help="keep-alive connections per process")
+    parser.add_argument("--sizes", default="100,1000")
+    parser.add_argument("--no-aof", action="store_true", help="run Redis without AOF (to see what persistence costs)")
+    args = parser.parse_args(argv)
+    if not (0 < args.duration <= 60 and 1 <= args.reps <= 5 and 1 <= args.procs <= 8 and 1 <= args.conns <= 64):
+        parser.error("bounded: duration ≤ 60 s, reps ≤ 5, procs ≤ 8, conns ≤ 64")
+
+    from ldptel.client import CmsParams, MetricSpec, privatize_batch
+    from ldptel.client.wire import encode_batch
+    from ldptel.server.embedded import EmbeddedRedis
+    from ldptel.server.registry import create_metric
+
+    spec = MetricSpec(name="bench.cms", params=CmsParams(epsilon=4.0, k=256, m=1024))
+    rng = np.random.default_rng(1)
+    bodies = {}
+    for size in (int(s) for s in args.sizes.split(",")):
+        batch = privatize_batch([f"v{i % 97}" for i in range(size)], spec.params, rng=rng)
+        bodies[size] = encode_batch(metric=spec.name, version=1, batch_id=bytes(16), batch=batch, params=spec.params)
+
+    with tempfile.TemporaryDirectory(prefix="ldptel-bench-") as tmp, EmbeddedRedis(
+        data_dir=Path(tmp) / "redis", appendonly=not args.no_aof
+    ) as redis_server:
+        workdir = Path(tmp)
+        (workdir / "bare_app.py").write_text(BARE_APP)
+        r = redis_server.client()
+        create_metric(r, spec, shards=4)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}
+        env.update(
+            LDPTEL_APP_TOKENS=APP_TOKEN,
+            LDPTEL_ADMIN_TOKEN=ADMIN_TOKEN,
+            LDPTEL_REDIS_URL=redis_server.url,
+            LDPTEL_RATE_LIMIT="off",
+            LDPTEL_ACCESS_LOG="",
+            LDPTEL_LOG_LEVEL="warning",
+            LDPTEL_MAX_BODY_BYTES=str(8 << 20),
+        )
+        log = workdir / "gunicorn.log"
+        results: dict[tuple[str, int], list[dict]] = {}
+        acked_reports = 0
+        for size, body in bodies.items():
+            for _ in range(args.reps):
+                for target, app in (("bare", "bare_app:app"), ("ldptel", "ldptel.server:create_app()")):
+                    port = _free_port()
+                    proc = start_gunicorn(app, port, env, workdir, log)
+                    try:
+                        res = run_load(port, body, procs=args.procs, conns=args.conns, warmup=args.warmup, duration=args.duration)
+                    finally:
+                        stop(proc)
+                    if target == "ldptel":
+                        acked_reports += res["statuses"].get(202, 0) * size
+                    bad = {k: v for k, v in res["statuses"].items() if k != 202}
+                    if bad:
+                        print(f"warning: {target} batch {size}: non-202 statuses {bad}", file=sys.stderr)
+                    results.setdefault((target, size), []).append(res)
+
+        stored = sum(
+            int(fields[b"n"])
+            for shard in range(4)
+            for _, fields in r.xrange(f"ldp:v1:{{{spec.name}:{shard}}}:reports")
+        )
+        r.close()
+
+        def med(target: str, size: int, key: str) -> float:
+            return float(statistics.median(x[key] for x in results[(target, size)]))
+
+        common = {"workers": 2, "worker_class": "gthread", "conns": args.procs * args.conns, "duration_s": args.duration, "reps": args.reps}
+        for size in bodies:
+            for target in ("bare", "ldptel"):
+                rps = med(target, size, "rps")
+                emit(figure="requests_per_s", target=target, batch=size, value=round(rps, 1), **common)
+                emit(figure="reports_per_s", target=target, batch=size, value=round(rps * size), **common)
+                emit(figure="latency_p50_ms", target=target, batch=size, value=round(med(target, size, "p50_ms"), 2), **common)
+                emit(figure="latency_p99_ms", target=target, batch=size, value=round(med(target, size, "p99_ms"), 2), **common)
+            ratio = med("ldptel", size, "rps") / med("bare", size, "rps")
+            emit(figure="ratio_vs_bare_requests_per_s", batch=size, value=round(ratio, 3), goal=0.70, met=ratio >= 0.70)
+        if 1000 in bodies:
+            rep = med("ldptel", 1000, "rps") * 1000
+            emit(figure="reports_per_s_goal", batch=1000, value=round(rep), goal=100_000, met=rep >= 100_000)
+        emit(figure="integrity_reports_acked_vs_stored", value=acked_reports, stored=stored, met=stored >= acked_reports)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
