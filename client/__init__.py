@@ -1,5 +1,7 @@
 """ldptel client: the LDP protocol (specs, mechanisms, hashing, wire format) and the SDK runtime.
 
+Apps use :class:`Reporter`; everything else is the protocol it, the server and the aggregator share.
+
 Depends on the standard library, numpy and mmh3 only.
 """
 
@@ -29,6 +31,7 @@ from .specs import (
     OueCmsParams as OueCmsParams,
     RrParams as RrParams,
 )
+from .reporter import Reporter as Reporter, ReportResult as ReportResult
 from .wire import ReportBatch as ReportBatch, decode_batch as decode_batch, encode_batch as encode_batch
 
 __version__ = "0.1.0"
@@ -45,6 +48,8 @@ __all__ = [
     "MetricSpec",
     "OueCmsParams",
     "ReportBatch",
+    "ReportResult",
+    "Reporter",
     "RrParams",
     "SketchState",
     "WireFormatError",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
@@ -66,6 +67,7 @@ def _flip_epsilon(threshold: int, bits: int, scale: float = 1.0) -> float:
     return scale * (math.log((1 << bits) - threshold) - math.log(threshold))
 
 
+@lru_cache(maxsize=4096)
 def _safe_flip_threshold(prob: float, bits: int, epsilon: float, scale: float) -> int:
     """Threshold for a flip probability whose ε (``scale``·ln((1−f)/f)) must not exceed ``epsilon``."""
     t = _ceil_threshold(prob, bits)
@@ -156,6 +158,19 @@ class RrParams(_ParamsBase):
 
 
 # ------------------------------------------------------------------------------------------------- grr
+def _grr_epsilon(t: int, d: int, bits: int) -> float:
+    return math.log(t) + math.log(d - 1) - math.log((1 << bits) - t)
+
+
+@lru_cache(maxsize=1024)
+def _grr_keep_threshold(epsilon: float, d: int, bits: int) -> int:
+    """Largest T with T/2^bits <= e^ε/(e^ε + d − 1) whose ε (computed from T) does not exceed ε."""
+    t = math.floor(math.exp(epsilon) / (math.exp(epsilon) + d - 1) * (1 << bits))
+    while t > 1 and _grr_epsilon(t, d, bits) > epsilon:
+        t -= 1
+    return t
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GrrParams(_ParamsBase):
     """k-ary (generalized) randomized response over a declared finite domain of d labels.
@@ -198,13 +213,10 @@ class GrrParams(_ParamsBase):
 
     @property
     def keep_threshold(self) -> int:
-        t = math.floor(self.keep_probability * (1 << self.prob_bits))
-        while t > 1 and self._eps_of(t) > self.epsilon:
-            t -= 1
-        return t
+        return _grr_keep_threshold(self.epsilon, self.d, self.prob_bits)
 
     def _eps_of(self, t: int) -> float:
-        return math.log(t) + math.log(self.d - 1) - math.log((1 << self.prob_bits) - t)
+        return _grr_epsilon(t, self.d, self.prob_bits)
 
     @property
     def p(self) -> float:
@@ -442,7 +454,7 @@ def params_from_dict(data: object) -> Params:
     if not isinstance(data, dict):
         raise InvalidParameterError("params", "a JSON object", type(data).__name__)
     mech = data.get("mechanism")
-    if mech not in PARAMS_TYPES:
+    if not isinstance(mech, str) or mech not in PARAMS_TYPES:
         raise InvalidParameterError("mechanism", f"one of {list(MECHANISMS)}", mech)
     cls = PARAMS_TYPES[mech]
     allowed = set(cls.__dataclass_fields__)

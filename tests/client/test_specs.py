@@ -134,3 +134,29 @@ def test_specs_are_frozen() -> None:
     cms = CmsParams(epsilon=4, k=8, m=64)
     with pytest.raises(AttributeError):
         cms.epsilon = 1.0  # type: ignore[misc]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70000) | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=5),
+    max_leaves=15,
+)
+_params_like = st.fixed_dictionaries(
+    {"mechanism": st.sampled_from(["rr", "grr", "cms", "hcms", "oue-cms"]) | _json},
+    optional={k: _json | st.integers(0, 4096) for k in ("epsilon", "k", "m", "domain", "hash_seed", "hash_version", "prob_bits", "gamma")},
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.one_of(_json, _params_like, st.fixed_dictionaries({"name": _json | st.just("ok"), "params": _params_like}, optional={"version": _json, "reports_per_day": _json, "description": _json})))
+def test_any_json_either_parses_or_raises_invalid_parameter_error(data) -> None:
+    try:
+        if isinstance(data, dict) and "name" in data:
+            MetricSpec.from_dict(data)
+        else:
+            params_from_dict(data)
+    except InvalidParameterError:
+        pass
