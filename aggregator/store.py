@@ -74,7 +74,7 @@ def parse_index_member(member: bytes | str) -> tuple[int, str]:
 
 def dead_letter_key(metric: str, shard: int) -> str:
     """Stream of entries that could not be decoded (same hash tag as the shard: written in its commit)."""
-    return f"{keys.PREFIX}{keys.tag(metric, shard)}:dead"
+    return keys.dead_letters(metric, shard)
 
 
 # ------------------------------------------------------------------------------------------- reading

@@ -55,7 +55,7 @@ from .store import StreamId, format_id, index_member, next_id, parse_id
 log = logging.getLogger("ldptel.aggregator.worker")
 
 CONSUMER = "fold"
-WORKERS_KEY = f"{keys.PREFIX}aggregators"
+WORKERS_KEY = keys.aggregators()
 DEAD_LETTER_MAXLEN = 10_000
 _ACK_CHUNK = 10_000
 

@@ -50,6 +50,16 @@ def lease(metric: str, shard: int) -> str:
     return f"{PREFIX}{tag(metric, shard)}:lease"
 
 
+def dead_letters(metric: str, shard: int) -> str:
+    """Stream of entries the aggregator could not decode (kept, acked, never folded)."""
+    return f"{PREFIX}{tag(metric, shard)}:dead"
+
+
+def aggregators() -> str:
+    """Sorted set of live aggregator workers (score: heartbeat expiry, ms), used to share shards fairly."""
+    return f"{PREFIX}aggregators"
+
+
 def shard_for(batch_id: bytes, shards: int) -> int:
     """Shard of a batch: from its id, so a retried batch always meets its own dedupe key."""
     return int.from_bytes(batch_id[:4], "little") % shards
