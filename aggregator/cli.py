@@ -212,6 +212,24 @@ def write_result(result: Any, fmt: str, out: TextIO) -> None:
     _table(headers, table_rows, out)
 
 
+def plot_labels(labels: Sequence[str], *, width: int = 24) -> list[str]:
+    """Tick labels a reader can read: labels with symbols (emoji) or characters the font lacks become their
+    Unicode names, e.g. '😂' → 'face with tears of joy', instead of boxes, specks and font warnings."""
+    import unicodedata
+
+    from matplotlib import font_manager, ft2font
+
+    charmap = ft2font.FT2Font(font_manager.findfont(font_manager.FontProperties())).get_charmap()
+    out = []
+    for label in labels:
+        text = str(label)
+        if any(ord(ch) not in charmap or unicodedata.category(ch) == "So" for ch in text):
+            names = (unicodedata.name(ch, f"U+{ord(ch):04X}").lower() for ch in text if unicodedata.category(ch) not in ("Mn", "Cf"))
+            text = " ".join(n for n in names if not n.startswith("variation selector"))
+        out.append(text if len(text) <= width else text[: width - 1] + "…")
+    return out
+
+
 def plot_result(result: Any, path: str, *, max_bars: int = 50) -> None:
     """Bars of the raw estimates with their intervals (and post-processed values as markers)."""
     try:
@@ -232,7 +250,7 @@ def plot_result(result: Any, path: str, *, max_bars: int = 50) -> None:
     if result.postprocess != "none":
         ax.plot(x, result.adjusted[:count], "o", color="#dd8452", label=result.postprocess)
     ax.axhline(0, color="black", linewidth=0.6)
-    ax.set_xticks(x, [str(label)[:24] for label in est.labels[:count]], rotation=60, ha="right", fontsize=8)
+    ax.set_xticks(x, plot_labels(est.labels[:count]), rotation=60, ha="right", fontsize=8)
     ax.set_ylabel("reports")
     ax.set_title(f"{result.metric} v{result.version} · {result.days[0]} .. {result.days[-1]} · n = {result.n:,}")
     ax.legend(fontsize=8)
