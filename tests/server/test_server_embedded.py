@@ -55,6 +55,7 @@ def test_fixed_port_in_use_fails_cleanly(redis_server: EmbeddedRedis) -> None:
         EmbeddedRedis(port=redis_server.port).start()
 
 
+@pytest.mark.slow
 def test_no_server_left_when_the_owner_is_killed(tmp_path: Path) -> None:
     code = (
         "import os, sys; from ldptel.server.embedded import EmbeddedRedis;"

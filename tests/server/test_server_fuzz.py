@@ -14,6 +14,8 @@ from ldptel.client.wire import decode_header
 from schema_check import check_response
 from srv_helpers import AUTH_JSON, OCTET, cms_spec, grr_spec, make_batch, make_json_batch, rr_spec
 
+pytestmark = pytest.mark.slow
+
 FUZZ = settings(
     max_examples=150,
     deadline=None,
