@@ -139,7 +139,8 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
     """Parse and check the fixed header (enough to find the metric before its params are known)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise WireFormatError(f"a batch is bytes, got {type(data).__name__}")
-    data = bytes(data)
+    if not isinstance(data, bytes):
+        data = bytes(data)
     if len(data) < _HEADER.size + 1:
         raise WireFormatError(f"batch too short: {len(data)} bytes, the header alone is {_HEADER.size + 1}+")
     magic, fmt, code, flags, version, n, batch_id, name_len = _HEADER.unpack_from(data)
@@ -176,8 +177,9 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
 
 def decode_batch(data: bytes | bytearray | memoryview, params: Params) -> tuple[BatchHeader, ReportBatch]:
     """Decode and fully validate a batch against the params of its metric version."""
+    if not isinstance(data, bytes):
+        data = bytes(data)  # one copy for bytearray/memoryview input; bytes are used as they are
     header = decode_header(data)
-    data = bytes(data)
     if header.mechanism != params.mechanism:
         raise WireFormatError(f"batch is {header.mechanism!r} but the metric's mechanism is {params.mechanism!r}")
     n, off = header.n, header.payload_offset
