@@ -24,7 +24,9 @@ The reported stderr plugs f̂ clipped to [0, n] into the first two terms.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -37,7 +39,17 @@ from .base import Estimate, SketchState, labels_of
 
 UnaryParams = CmsParams | OueCmsParams
 _CHUNK_BYTES = 1 << 19  # privatize in chunks whose random planes stay in cache
+_THREADS = min(2, os.cpu_count() or 1)
 _FOLD_LANES = 255  # uint8 column sums of at most 255 reports never overflow
+
+
+def _children(rng: np.random.Generator | None, count: int) -> list[np.random.Generator | None]:
+    """Independent generators of the same kind, seeded from ``rng`` (None stays the OS CSPRNG)."""
+    if rng is None:
+        return [None] * count
+    seeds = rng.integers(0, 2**63, size=count)
+    kind = type(rng.bit_generator)
+    return [np.random.Generator(kind(int(seed))) for seed in seeds]
 
 
 def privatize_batch(values: Sequence[object] | np.ndarray, params: UnaryParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
@@ -56,18 +68,31 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: UnaryParams, 
     threshold = params.cold_threshold if oue else params.flip_threshold  # type: ignore[union-attr]
     assert params.prob_bits is not None
     coins = np.unpackbits(random_words(rng, (n + 63) // 64).view(np.uint8), count=n).astype(bool) if oue else None
-    for lo in range(0, n, chunk):
-        hi = min(lo + chunk, n)
-        whi = (hi + (-hi) % 8) * nb // 8
-        bernoulli_words(rng, threshold, params.prob_bits, whi - lo * nb // 8, out=flat_words[lo * nb // 8 : whi])
-        h = hot[lo:hi]
-        flat = bits[lo:hi].reshape(-1)
-        pos = np.arange(hi - lo) * nb + (h >> 3)
-        mask = (0x80 >> (h & 7)).astype(np.uint8)
-        if coins is None:
-            flat[pos] ^= mask
-        else:  # oue: the hot bit is a fresh fair coin, whatever the noise put there
-            flat[pos] = np.where(coins[lo:hi], flat[pos] | mask, flat[pos] & ~mask)
+
+    def fill(gen: np.random.Generator | None, starts: range) -> None:
+        for lo in starts:
+            hi = min(lo + chunk, n)
+            whi = (hi + (-hi) % 8) * nb // 8
+            bernoulli_words(gen, threshold, params.prob_bits, whi - lo * nb // 8, out=flat_words[lo * nb // 8 : whi])  # type: ignore[arg-type]
+            h = hot[lo:hi]
+            flat = bits[lo:hi].reshape(-1)
+            pos = np.arange(hi - lo) * nb + (h >> 3)
+            mask = (0x80 >> (h & 7)).astype(np.uint8)
+            if coins is None:
+                flat[pos] ^= mask
+            else:  # oue: the hot bit is a fresh fair coin, whatever the noise put there
+                flat[pos] = np.where(coins[lo:hi], flat[pos] | mask, flat[pos] & ~mask)
+
+    starts = range(0, n, chunk)
+    if len(starts) < 2 * _THREADS or _THREADS == 1:
+        fill(rng, starts)
+    else:
+        # Random generation dominates and releases the GIL (os.urandom and numpy's bit generators alike), so
+        # the chunks are split over threads. Thread t takes chunks t, t+T, ...; with an injected generator it
+        # draws from a child generator seeded from ``rng``: the result depends only on the seed.
+        gens = _children(rng, _THREADS)
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(fill, gens, [starts[t::_THREADS] for t in range(_THREADS)]))
     bits = bits[:n]
     return ReportBatch(mechanism=params.mechanism, n=n, rows=rows, bits=bits)
 

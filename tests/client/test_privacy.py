@@ -213,3 +213,27 @@ def test_two_default_draws_differ() -> None:
     params = CmsParams(epsilon=0.5, k=64, m=1024)
     a, b = privatize("same", params), privatize("same", params)
     assert a.bits.tobytes() != b.bits.tobytes() or a.rows[0] != b.rows[0]
+
+
+@pytest.mark.parametrize("factory", [lambda: CmsParams(epsilon=4, k=16, m=1024), lambda: OueCmsParams(epsilon=4, k=16, m=1024)])
+def test_large_batches_split_over_threads_keep_exact_bit_rates_and_determinism(factory) -> None:
+    """20,000 reports of m = 1024 bits span 40 chunks, so privatize_batch uses its thread pool."""
+    from ldptel.client.mechanisms import cms as cms_module
+    from tests.stats import assert_close_normal
+
+    params = factory()
+    n = 20_000
+    assert n * params.m // 8 > 4 * cms_module._CHUNK_BYTES  # really the threaded path
+    batch = privatize_batch(["v"] * n, params, rng=np.random.default_rng(8))
+    again = privatize_batch(["v"] * n, params, rng=np.random.default_rng(8))
+    assert np.array_equal(batch.bits, again.bits) and np.array_equal(batch.rows, again.rows)
+    fam = _family(params)
+    hot = fam.hash_rows(fam.bases(["v"])[np.zeros(n, dtype=np.int64)], batch.rows)
+    unpacked = np.unpackbits(batch.bits, axis=1)
+    hot_ones = int(unpacked[np.arange(n), hot].sum())
+    cold_ones = int(unpacked.sum()) - hot_ones
+    cold_n = n * (params.m - 1)
+    assert_close_normal(hot_ones / n, params.p, math.sqrt(params.p * (1 - params.p) / n), n=n, what="hot bit rate")
+    assert_close_normal(cold_ones / cold_n, params.q, math.sqrt(params.q * (1 - params.q) / cold_n), n=cold_n, what="cold bit rate")
+    # Rows are uniform over the k rows.
+    assert_chi_square(np.bincount(batch.rows, minlength=params.k), np.full(params.k, 1 / params.k), what="rows")
