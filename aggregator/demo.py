@@ -86,6 +86,7 @@ MAX_DEVICES = 1_000_000
 START_TIMEOUT = 30.0  # seconds for the ingest server to answer /readyz
 FOLD_TIMEOUT = 60.0  # seconds for the worker to fold everything after the last device
 DEVICE_RETRY = 30.0  # seconds one device keeps retrying its upload before it gives up
+STALL_TIMEOUT = 20.0  # seconds without any acknowledged report before the demo gives up on the ingest server
 STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL of a child process group
 
 log = logging.getLogger("ldptel.aggregator.demo")
@@ -687,6 +688,7 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         inflight: set[Future[None]] = set()
         submitted = finished = 0
         window = 2 * config.threads  # a short queue: waiting on it stays cheap, memory stays flat
+        last_delivered, last_progress = 0, time.monotonic()
         while submitted < config.devices or inflight:
             while submitted < config.devices and len(inflight) < window:
                 inflight.add(executor.submit(fleet.run_device, submitted))
@@ -697,6 +699,14 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
             finished += len(done)
             _watch_children(children)
             status.progress("devices", finished, config.devices, started=started)
+            now = time.monotonic()
+            if fleet.stats.delivered != last_delivered:
+                last_delivered, last_progress = fleet.stats.delivered, now
+            elif now - last_progress > STALL_TIMEOUT:
+                raise DemoFailure(
+                    f"the ingest server acknowledged no report for {STALL_TIMEOUT:.0f}s "
+                    f"({fleet.stats.upload_errors} upload errors); its log ends with:\n{_log_tail(ingest.log_path)}"
+                )
         status.progress("devices", config.devices, config.devices, started=started, final=True)
         times.mark("fleet")
         stats = fleet.stats
@@ -913,7 +923,7 @@ class _Report:
         ax2.set_xlim(-0.8, 0.8)
         ax2.set_ylim(0, max(100 * prop.ci_high, 100 * true_share) * 1.3)
         ax2.set_ylabel("% of devices")
-        ax2.set_title(f"{FLAG_METRIC} (rr)", fontsize=10)
+        ax2.set_title(f"dark mode (rr, ε = {self.specs[0].effective_epsilon:.3g})", fontsize=10)
         fig.tight_layout()
         try:
             fig.savefig(path, dpi=110, format="png")
