@@ -41,6 +41,7 @@ UnaryParams = CmsParams | OueCmsParams
 _CHUNK_BYTES = 1 << 19  # privatize in chunks whose random planes stay in cache
 _THREADS = min(2, os.cpu_count() or 1)
 _FOLD_LANES = 255  # uint8 column sums of at most 255 reports never overflow
+_THREADED_FOLD_BITS = 1 << 26  # fold in threads above this many report bits (64k reports at m = 1024)
 
 
 def _children(rng: np.random.Generator | None, count: int) -> list[np.random.Generator | None]:
@@ -134,14 +135,23 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
     order = np.argsort(rows.astype(np.uint16), kind="stable")  # k <= 65536: a radix sort
     ends = np.cumsum(row_counts)
     counts = state.counts
-    lanes = np.empty(m, dtype=np.uint8)
-    for j in np.flatnonzero(row_counts):
-        hi = int(ends[j])
-        for s in range(hi - int(row_counts[j]), hi, _FOLD_LANES):
-            # Gather this chunk of row j's reports (≤ 255 × m/8 bytes, cache-resident), unpack, sum in uint8.
-            chunk = bits.take(order[s : min(s + _FOLD_LANES, hi)], axis=0)
-            np.sum(np.unpackbits(chunk, axis=1, count=m), axis=0, dtype=np.uint8, out=lanes)
-            counts[j] += lanes
+
+    def fold_rows(js: np.ndarray) -> None:
+        lanes = np.empty(m, dtype=np.uint8)
+        for j in js:
+            hi = int(ends[j])
+            for s in range(hi - int(row_counts[j]), hi, _FOLD_LANES):
+                # Gather this chunk of row j's reports (≤ 255 × m/8 bytes, cache-resident), unpack, sum in uint8.
+                chunk = bits.take(order[s : min(s + _FOLD_LANES, hi)], axis=0)
+                np.sum(np.unpackbits(chunk, axis=1, count=m), axis=0, dtype=np.uint8, out=lanes)
+                counts[j] += lanes
+
+    present = np.flatnonzero(row_counts)
+    if _THREADS == 1 or rows.size * m < _THREADED_FOLD_BITS:
+        fold_rows(present)
+    else:  # threads own disjoint rows; numpy releases the GIL inside unpack and sum
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(fold_rows, [present[t::_THREADS] for t in range(_THREADS)]))
     state.row_counts += row_counts
     return state
 
