@@ -135,7 +135,10 @@ def sum_sketches(
         for name, raw in zip(chunk, pipe.execute()):
             if raw is None:
                 continue
-            total.add_inplace(_decode(raw, params, name))
+            try:
+                total.add_bytes(raw, params)  # summed in place: no 16 MB temporary per day blob
+            except (LdpError, ValueError) as exc:
+                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
             found += 1
     return total, found
 

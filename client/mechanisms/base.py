@@ -89,21 +89,33 @@ class SketchState:
 
     @classmethod
     def from_bytes(cls, data: bytes, params: Params) -> SketchState:
-        shape, nrows = state_shape(params)
-        if len(data) < _STATE_HEADER.size:
-            raise WireFormatError("sketch state too short")
-        magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(data)
-        if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES:
-            raise WireFormatError("not an ldptel sketch state (bad magic, format or dtype)")
-        if mech != _MECH_CODES[params.mechanism] or (rows, cols) != shape:
-            raise StateMismatchError(f"stored state {(rows, cols)} does not match {params.mechanism} {shape}")
-        dt = _DTYPES[code]
-        size = rows * cols
-        body = np.frombuffer(data, dtype=dt, offset=_STATE_HEADER.size)
-        if body.size != size + nrows:
-            raise WireFormatError("sketch state has the wrong length")
-        counts = body[:size].astype(np.int64).reshape(shape)
-        return cls(params.mechanism, counts, body[size:].astype(np.int64))
+        counts, row_counts = _parse_state(data, params)
+        return cls(params.mechanism, counts.astype(np.int64).reshape(counts.shape), row_counts.astype(np.int64))
+
+    def add_bytes(self, data: bytes, params: Params) -> None:
+        """Add a serialized state into this one without materialising it (queries sum many day blobs)."""
+        self.check(params)
+        counts, row_counts = _parse_state(data, params)
+        np.add(self.counts, counts, out=self.counts)  # int32 → int64 cast inside the ufunc, no temporary
+        np.add(self.row_counts, row_counts, out=self.row_counts)
+
+
+def _parse_state(data: bytes, params: Params) -> tuple[np.ndarray, np.ndarray]:
+    """Validated read-only views (counts, row_counts) of a serialized state, in its stored dtype."""
+    shape, nrows = state_shape(params)
+    if len(data) < _STATE_HEADER.size:
+        raise WireFormatError("sketch state too short")
+    magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(data)
+    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES:
+        raise WireFormatError("not an ldptel sketch state (bad magic, format or dtype)")
+    if mech != _MECH_CODES[params.mechanism] or (rows, cols) != shape:
+        raise StateMismatchError(f"stored state {(rows, cols)} does not match {params.mechanism} {shape}")
+    dt = _DTYPES[code]
+    size = rows * cols
+    if len(data) - _STATE_HEADER.size != (size + nrows) * dt.itemsize:
+        raise WireFormatError("sketch state has the wrong length")
+    body = np.frombuffer(data, dtype=dt, offset=_STATE_HEADER.size)
+    return body[:size].reshape(shape), body[size:]
 
 
 def z_value(confidence: float) -> float:

@@ -52,6 +52,9 @@ def test_fold_is_exact_additive_and_round_trips(params) -> None:
     assert fold(params, [b2], into=into) is into and into.equals(whole)
     back = SketchState.from_bytes(whole.to_bytes(), params)
     assert back.equals(whole)
+    summed = fold(params, [b1])
+    summed.add_bytes(fold(params, [b2]).to_bytes(), params)
+    assert summed.equals(whole)
 
 
 def test_large_counts_serialize_as_int64() -> None:
@@ -76,6 +79,10 @@ def test_state_mismatches_and_bad_bytes_are_typed_errors() -> None:
         SketchState.from_bytes(b"nonsense-bytes-here", a)
     with pytest.raises(WireFormatError):
         SketchState.from_bytes(SketchState.empty(a).to_bytes()[:-4], a)
+    with pytest.raises(WireFormatError):
+        SketchState.from_bytes(SketchState.empty(a).to_bytes()[:-1], a)  # not a whole number of counters
+    with pytest.raises(WireFormatError):
+        SketchState.empty(a).add_bytes(SketchState.empty(a).to_bytes()[:-1], a)
     with pytest.raises(StateMismatchError):
         fold(a, [], into=SketchState.empty(b))
 
