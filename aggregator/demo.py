@@ -923,7 +923,7 @@ class _Report:
         ax2.set_xlim(-0.8, 0.8)
         ax2.set_ylim(0, max(100 * prop.ci_high, 100 * true_share) * 1.3)
         ax2.set_ylabel("% of devices")
-        ax2.set_title(f"dark mode (rr, ε = {self.specs[0].effective_epsilon:.3g})", fontsize=10)
+        ax2.set_title(f"dark mode\n(rr, ε = {self.specs[0].effective_epsilon:.3g})", fontsize=10)
         fig.tight_layout()
         try:
             fig.savefig(path, dpi=110, format="png")
