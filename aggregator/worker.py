@@ -505,12 +505,18 @@ class Worker:
         sh.last_commit = time.monotonic()
 
     def _trim_below(self, folded: StreamId) -> StreamId | None:
-        """XTRIM MINID bound: every entry below it is folded and older than the retention window."""
+        """XTRIM MINID bound: every entry below it is folded and older than the retention window.
+
+        Entry ids carry only the start of their UTC arrival day (the ingest never stores arrival times), so
+        retention counts in whole days: an entry is kept until the day that contains now − retention has
+        begun after its own day, i.e. at least ``retention_seconds`` and less than a day more.
+        """
         if folded == store.ZERO_ID:
             return None
         limit = next_id(folded)
         if self.config.retention_seconds > 0:
-            cutoff = (int((time.time() - self.config.retention_seconds) * 1000), 0)
+            cutoff_s = time.time() - self.config.retention_seconds
+            cutoff = (int(cutoff_s // 86400 * 86400 * 1000), 0)
             limit = min(limit, cutoff)
         return limit if limit > (0, 1) else None
 

@@ -7,6 +7,7 @@ or redis-py retry after a lost reply can never append twice.
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import os
 import threading
@@ -113,7 +114,8 @@ class BatchAppender:
     ) -> AppendResult:
         """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard."""
         shard = keys.shard_for(batch_id, shards)
-        args = (2, keys.stream(metric, shard), keys.seen(metric, shard, batch_id.hex()), day, version, n, data, dedupe_ttl)
+        day_ms = calendar.timegm(time.strptime(day, "%Y-%m-%d")) * 1000  # entry ids carry only the day
+        args = (2, keys.stream(metric, shard), keys.seen(metric, shard, batch_id.hex()), day, version, n, data, dedupe_ttl, day_ms)
         try:
             result = self._call("EVALSHA", self._sha, *args)
         except redis.exceptions.NoScriptError:

@@ -6,6 +6,8 @@ sketch must equal, exactly, the fold of the batches the app acknowledged.
 
 from __future__ import annotations
 
+import time
+
 from collections import Counter
 
 import numpy as np
@@ -124,10 +126,15 @@ def test_poison_entries_are_dead_lettered_and_the_rest_counts_exactly(redis: red
     assert drain(redis).entries == 0  # nothing left, nothing re-counted
 
 
+def _today() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
 def test_redelivered_entries_at_or_below_the_checkpoint_are_skipped(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
     """A crash after EXEC but with entries still pending (e.g. acked in a later commit) must not double count."""
     record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
-    sent = append_reports(redis, record, [f"v{i % 3}" for i in range(400)], rng, day="2026-03-01", batch_size=40)
+    # Today: entry ids carry the arrival day, and entries of a past day are already past retention.
+    sent = append_reports(redis, record, [f"v{i % 3}" for i in range(400)], rng, day=_today(), batch_size=40)
     drain(redis)
     stream = keys.stream("pages", 0)
     # Put every entry back into the consumer's pending list, as if the XACKs had been lost.
@@ -141,11 +148,22 @@ def test_redelivered_entries_at_or_below_the_checkpoint_are_skipped(redis: redis
     assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0
 
 
+def test_retention_counts_from_the_arrival_day(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    """Entry ids are "<start of the UTC day>-<seq>": folded entries of a day older than the retention go."""
+    record = create(redis, MetricSpec(name="old", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=1)
+    append_reports(redis, record, ["a", "b"] * 50, rng, day="2026-03-01", batch_size=10)
+    ids = [eid.decode() for eid, _ in redis.xrange(keys.stream("old", 0))]
+    assert {eid.split("-")[0] for eid in ids} == {str(1772323200000)}  # 2026-03-01T00:00:00Z, nothing finer
+    drain(redis, retention_seconds=3600)
+    assert redis.xlen(keys.stream("old", 0)) == 0
+    assert estimate_metric(redis, "old").n == 100
+
+
 def test_retention_zero_trims_what_was_folded(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
-    append_reports(redis, record, ["a", "b"] * 500, rng, day="2026-03-01", batch_size=10)
+    append_reports(redis, record, ["a", "b"] * 500, rng, day=_today(), batch_size=10)
     drain(redis, retention_seconds=3600)
-    assert sum(redis.xlen(keys.stream("color", s)) for s in range(2)) == 100  # kept for an hour
+    assert sum(redis.xlen(keys.stream("color", s)) for s in range(2)) == 100  # today's entries: kept an hour at least
     drain(redis, retention_seconds=0)
     assert sum(redis.xlen(keys.stream("color", s)) for s in range(2)) == 0
     assert estimate_metric(redis, "color").n == 1000
