@@ -143,7 +143,7 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
             for s in range(hi - int(row_counts[j]), hi, _FOLD_LANES):
                 # Gather this chunk of row j's reports (≤ 255 × m/8 bytes, cache-resident), unpack, sum in uint8.
                 chunk = bits.take(order[s : min(s + _FOLD_LANES, hi)], axis=0)
-                np.sum(np.unpackbits(chunk, axis=1, count=m), axis=0, dtype=np.uint8, out=lanes)
+                np.add.reduce(np.unpackbits(chunk.reshape(-1)).reshape(-1, m), axis=0, out=lanes)
                 counts[j] += lanes
 
     present = np.flatnonzero(row_counts)
