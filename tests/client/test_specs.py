@@ -4,6 +4,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, recommend_mechanism
 from ldptel.client.errors import InvalidParameterError
@@ -135,9 +137,6 @@ def test_specs_are_frozen() -> None:
     with pytest.raises(AttributeError):
         cms.epsilon = 1.0  # type: ignore[misc]
 
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-3, 70000) | st.floats(allow_nan=True) | st.text(max_size=12),
