@@ -16,6 +16,7 @@ import os
 import platform
 import secrets
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,26 @@ def bench_latency(spec: MetricSpec, values: list[object], storage: Path, *, thre
     p = spec.params
     emit(figure="report_latency", mechanism=spec.mechanism, m=getattr(p, "m", None), k=getattr(p, "k", None),
          n=len(values), distinct_values=len(set(values)), queue="sqlite WAL on disk", thread=thread, **percentiles(samples))
+
+
+def bench_bare_sqlite(n: int, storage: Path) -> None:
+    """Baseline in the same run: one INSERT + COMMIT of a 130-byte blob per call, sqlite WAL on the same disk,
+    synchronous=NORMAL (what ``report()`` uses): the floor for any durable on-device queue."""
+    storage.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(storage / "bare.sqlite3", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE q (id INTEGER PRIMARY KEY, body BLOB NOT NULL)")
+    blob = os.urandom(130)
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        db.execute("BEGIN")
+        db.execute("INSERT INTO q (body) VALUES (?)", (blob,))
+        db.execute("COMMIT")
+        samples.append(time.perf_counter() - t0)
+    db.close()
+    emit(figure="baseline_bare_sqlite_insert", n=n, queue="sqlite WAL on disk", **percentiles(samples))
 
 
 def free_port() -> int:
@@ -151,6 +172,7 @@ def main() -> None:
             (MetricSpec(name="b.grr", params=GrrParams(epsilon=2.0, domain=tuple(f"l{i}" for i in range(16))),
                         reports_per_day=10_000), [f"l{i % 16}" for i in range(n)]),
         ]
+        bench_bare_sqlite(n, root / "bare")
         for spec, values in cases:
             bench_latency(spec, values, root / spec.name, thread=False)
         with EmbeddedRedis(appendonly=True, data_dir=root / "redis") as redis:
