@@ -409,10 +409,7 @@ def post_reports() -> Response:
         except WireFormatError as exc:
             _fail(400, "invalid_batch", str(exc))
         metric, version, n = header.metric, header.version, header.n
-        if n > cfg.max_batch_reports:
-            _fail(413, "too_many_reports", f"{n} reports; at most {cfg.max_batch_reports} per batch", n=n)
-        record = _matching_record(metric, version, n)
-        spec = _current_spec(record, version, n)
+        record, spec = _target(cfg, metric, version, n)
         try:
             header, _ = decode_batch(body, spec.params)
         except WireFormatError as exc:
@@ -426,10 +423,7 @@ def post_reports() -> Response:
         if not isinstance(metric, str) or isinstance(version, bool) or not isinstance(version, int):
             _fail(400, "invalid_batch", "'metric' must be a string and 'version' an integer")
         n = len(reports) if isinstance(reports, list) else 0
-        if n > cfg.max_batch_reports:
-            _fail(413, "too_many_reports", f"{n} reports; at most {cfg.max_batch_reports} per batch", n=n)
-        record = _matching_record(metric, version, n)
-        spec = _current_spec(record, version, n)
+        record, spec = _target(cfg, metric, version, n)
         try:
             header, batch = batch_from_json(obj, spec.params)
             if header.metric != record.name:  # pragma: no cover - batch_from_json keeps the given name
@@ -464,6 +458,14 @@ def post_reports() -> Response:
         },
         202,
     )
+
+
+def _target(cfg: ServerConfig, metric: str, version: int, n: int) -> tuple[MetricRecord, MetricSpec]:
+    """The size limit, then the metric's record and the spec of the batch's version (413/404/409 otherwise)."""
+    if n > cfg.max_batch_reports:
+        _fail(413, "too_many_reports", f"{n} reports; at most {cfg.max_batch_reports} per batch", n=n)
+    record = _matching_record(metric, version, n)
+    return record, _current_spec(record, version, n)
 
 
 def _matching_record(metric: str, version: int, n: int) -> MetricRecord:
