@@ -180,6 +180,12 @@ def decode_batch(data: bytes | bytearray | memoryview, params: Params) -> tuple[
     if not isinstance(data, bytes):
         data = bytes(data)  # one copy for bytearray/memoryview input; bytes are used as they are
     header = decode_header(data)
+    return header, decode_payload(data, header, params)
+
+
+def decode_payload(data: bytes, header: BatchHeader, params: Params) -> ReportBatch:
+    """The reports of ``data``, whose header ``header = decode_header(data)`` the caller has read already (to
+    find the metric's params): every field is checked against ``params`` as in :func:`decode_batch`."""
     if header.mechanism != params.mechanism:
         raise WireFormatError(f"batch is {header.mechanism!r} but the metric's mechanism is {params.mechanism!r}")
     n, off = header.n, header.payload_offset
@@ -193,27 +199,28 @@ def decode_batch(data: bytes | bytearray | memoryview, params: Params) -> tuple[
     if mech == "rr":
         bits = np.frombuffer(buf, dtype=np.uint8)
         _check_padding(bits, n)
-        return header, ReportBatch(mechanism=mech, n=n, bits=bits)
+        return ReportBatch(mechanism=mech, n=n, bits=bits)
     if mech == "grr":
         assert isinstance(params, GrrParams)
         width = _grr_width(params.d)
         cols = np.frombuffer(buf, dtype="<u1" if width == 1 else "<u2").astype(np.int64)
         if cols.size and int(cols.max()) >= params.d:
             raise WireFormatError(f"grr label index {int(cols.max())} out of range [0, {params.d - 1}]")
-        return header, ReportBatch(mechanism=mech, n=n, cols=cols)
+        return ReportBatch(mechanism=mech, n=n, cols=cols)
     k, m = params.k, params.m  # type: ignore[union-attr]
-    rows = np.frombuffer(buf[: 2 * n], dtype="<u2").astype(np.int64)
-    if int(rows.max()) >= k:
-        raise WireFormatError(f"row index {int(rows.max())} out of range [0, {k - 1}]")
+    raw_rows = np.frombuffer(buf[: 2 * n], dtype="<u2")
+    if int(raw_rows.max()) >= k:
+        raise WireFormatError(f"row index {int(raw_rows.max())} out of range [0, {k - 1}]")
+    rows = raw_rows.astype(np.int64)
     if mech in ("cms", "oue-cms"):
         bits = np.frombuffer(buf[2 * n :], dtype=np.uint8).reshape(n, m // 8)
-        return header, ReportBatch(mechanism=mech, n=n, rows=rows, bits=bits)
+        return ReportBatch(mechanism=mech, n=n, rows=rows, bits=bits)
     cols = np.frombuffer(buf[2 * n : 4 * n], dtype="<u2").astype(np.int64)
     if int(cols.max()) >= m:
         raise WireFormatError(f"column index {int(cols.max())} out of range [0, {m - 1}]")
     bits = np.frombuffer(buf[4 * n :], dtype=np.uint8)
     _check_padding(bits, n)
-    return header, ReportBatch(mechanism=mech, n=n, rows=rows, cols=cols, bits=bits)
+    return ReportBatch(mechanism=mech, n=n, rows=rows, cols=cols, bits=bits)
 
 
 def _check_padding(bits: np.ndarray, n: int) -> None:

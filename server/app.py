@@ -22,13 +22,11 @@ request body or report ever reaches a log.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
 import redis
@@ -39,11 +37,12 @@ from werkzeug.exceptions import HTTPException
 
 from ldptel.client.errors import InvalidParameterError, WireFormatError
 from ldptel.client.specs import MetricSpec
-from ldptel.client.wire import batch_from_json, decode_batch, decode_header, encode_batch
+from ldptel.client.wire import batch_from_json, decode_header, decode_payload, encode_batch
 
 from . import keys
 from .config import ServerConfig
 from .embedded import shared_embedded
+from .fastpath import FastIngest
 from .openapi import openapi_document
 from .prom import Telemetry
 from .ratelimit import TokenBucketLimiter
@@ -55,6 +54,16 @@ from .registry import (
     list_metrics,
     parse_record,
     retire_metric,
+)
+from .state import (
+    RATE_WAIT_KEY,
+    REDIS_UNAVAILABLE,
+    IngestState,
+    accepted_body,
+    bearer_digest,
+    cached_record,
+    digest,
+    error_body,
 )
 from .storage import BatchAppender, utc_day
 
@@ -74,7 +83,6 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
     429: "rate_limited",
 }
-_MAX_CACHED_RECORDS = 4096
 
 
 class ApiError(Exception):
@@ -105,29 +113,11 @@ def error_response(
     status: int, code: str, message: str, /, *, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
     """The one shape of every error the service returns."""
-    return _json_response({"error": code, "message": message, **extra}, status, headers)
+    return _json_response(error_body(code, message, **extra), status, headers)
 
 
-@dataclass(frozen=True, eq=False)
-class _State:
-    config: ServerConfig
-    redis: redis.Redis
-    appender: BatchAppender
-    limiter: TokenBucketLimiter | None
-    telemetry: Telemetry
-    app_digests: frozenset[bytes]
-    admin_digest: bytes
-    records: dict[bytes, MetricRecord]  # parsed records by their exact registry JSON
-    recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
-    records_lock: threading.Lock
-
-
-def _state() -> _State:
+def _state() -> IngestState:
     return current_app.extensions["ldptel"]  # type: ignore[no-any-return]
-
-
-def _digest(token: str | bytes) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogateescape") if isinstance(token, str) else token).digest()
 
 
 # --------------------------------------------------------------------------------------------- factory
@@ -156,20 +146,23 @@ def create_app(config: ServerConfig | None = None) -> Flask:
     app = Flask("ldptel.server", root_path=here, instance_path=os.path.join(here, "instance"))
     app.config["MAX_CONTENT_LENGTH"] = cfg.max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["ldptel"] = _State(
+    state = app.extensions["ldptel"] = IngestState(
         config=cfg,
         redis=client,
         appender=BatchAppender(client),
         limiter=None if cfg.rate_limit is None else TokenBucketLimiter(rate=cfg.rate_limit, burst=cfg.rate_burst),
         telemetry=Telemetry(),
-        app_digests=frozenset(_digest(t) for t in cfg.app_tokens),
-        admin_digest=_digest(cfg.admin_token),
+        app_digests=frozenset(digest(t) for t in cfg.app_tokens),
+        admin_digest=digest(cfg.admin_token),
         records={},
         recent={},
         records_lock=threading.Lock(),
     )
     app.extensions["redis"] = client
     app.register_blueprint(bp)
+    # The common ingest request (a valid binary batch) skips Flask's per-request machinery; anything else,
+    # including every error, is answered by the routes below. See fastpath.py.
+    app.wsgi_app = FastIngest(app.wsgi_app, state)  # type: ignore[method-assign]
     return app
 
 
@@ -208,9 +201,7 @@ def _http_error(exc: HTTPException) -> Response:
 def _redis_error(exc: redis.RedisError) -> Response:
     log.warning("redis unavailable: %s", type(exc).__name__)
     retry_after = str(_state().config.retry_after)
-    return error_response(
-        503, "redis_unavailable", "storage is unavailable; retry later", headers={"Retry-After": retry_after}
-    )
+    return error_response(503, *REDIS_UNAVAILABLE, headers={"Retry-After": retry_after})
 
 
 @bp.app_errorhandler(Exception)
@@ -225,16 +216,14 @@ def _authenticate(*allowed: Role) -> Role:
     header = request.headers.get("Authorization")
     if header is None:
         raise ApiError(401, "unauthorized", "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    scheme, _, token = header.partition(" ")
-    token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    token_digest = bearer_digest(header)
+    if token_digest is None:
         raise ApiError(401, "unauthorized", "Authorization must be 'Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
     state = _state()
-    digest = _digest(token)
     role: Role
-    if digest == state.admin_digest:
+    if token_digest == state.admin_digest:
         role = "admin"
-    elif digest in state.app_digests:
+    elif token_digest in state.app_digests:
         role = "app"
     else:
         raise ApiError(
@@ -243,7 +232,10 @@ def _authenticate(*allowed: Role) -> Role:
     if role not in allowed:
         raise ApiError(403, "forbidden", f"this endpoint needs an {' or '.join(allowed)} token")
     if state.limiter is not None:
-        wait = state.limiter.acquire(digest)
+        # The fast path (fastpath.py) may have taken this request's token already; it leaves the result here.
+        wait = request.environ.get(RATE_WAIT_KEY)
+        if wait is None:
+            wait = state.limiter.acquire(token_digest)
         if wait > 0:
             retry_after = str(max(1, int(wait + 0.999)))
             _reject("", "rate_limited", 0)
@@ -281,37 +273,9 @@ def _parse_json(body: bytes) -> Any:
         _fail(400, "malformed_body", "body is not valid JSON")
 
 
-def _record(name: str, *, fresh: bool = False) -> MetricRecord:
-    """The registry record of ``name``: reused for ``registry_ttl`` seconds unless ``fresh``, else one HGET.
-
-    Unknown names are never cached (so a metric is usable as soon as it is created), and the cache only
-    holds registered names, so it is bounded by the registry's size.
-    """
-    state = _state()
-    ttl = state.config.registry_ttl
-    now = time.monotonic()
-    if not fresh and ttl > 0:
-        hit = state.recent.get(name)
-        if hit is not None and now - hit[0] < ttl:
-            return hit[1]
-    raw = state.redis.hget(keys.registry(), name)
-    if raw is None:
-        state.recent.pop(name, None)
-        raise UnknownMetricError(name)
-    record = state.records.get(raw)  # type: ignore[call-overload]
-    if record is None:
-        record = parse_record(raw)  # type: ignore[arg-type]
-        with state.records_lock:
-            if len(state.records) >= _MAX_CACHED_RECORDS:
-                state.records.clear()
-            state.records[raw] = record  # type: ignore[index]
-    state.recent[name] = (now, record)
-    return record  # type: ignore[no-any-return]
-
-
 def _record_or_404(name: str, *, n: int = 0, fresh: bool = False) -> MetricRecord:
     try:
-        return _record(name, fresh=fresh)
+        return cached_record(_state(), name, fresh=fresh)
     except UnknownMetricError:
         _fail(404, "unknown_metric", f"unknown metric {name!r}", n=n)
 
@@ -411,7 +375,7 @@ def post_reports() -> Response:
         metric, version, n = header.metric, header.version, header.n
         record, spec = _target(cfg, metric, version, n)
         try:
-            header, _ = decode_batch(body, spec.params)
+            decode_payload(body, header, spec.params)
         except WireFormatError as exc:
             _fail(400, "invalid_batch", str(exc), metric=metric, n=n)
         data = body
@@ -447,17 +411,10 @@ def post_reports() -> Response:
         dedupe_ttl=cfg.dedupe_ttl,
     )
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
-    return _json_response(
-        {
-            "accepted": n,
-            "duplicate": result.duplicate,
-            "metric": record.name,
-            "version": version,
-            "batch_id": header.batch_id.hex(),
-            "day": day,
-        },
-        202,
+    body = accepted_body(
+        n=n, duplicate=result.duplicate, metric=record.name, version=version, batch_id=header.batch_id, day=day
     )
+    return _json_response(body, 202)
 
 
 def _target(cfg: ServerConfig, metric: str, version: int, n: int) -> tuple[MetricRecord, MetricSpec]:

@@ -8,6 +8,7 @@ or redis-py retry after a lost reply can never append twice.
 from __future__ import annotations
 
 import calendar
+import functools
 import hashlib
 import os
 import threading
@@ -39,6 +40,36 @@ def utc_day(now: datetime | None = None) -> str:
         day = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%d")
         _day_cache = (second, day)
     return day
+
+
+@functools.lru_cache(maxsize=16)
+def _day_start_ms(day: str) -> int:
+    """Start of the UTC day ``YYYY-MM-DD`` in ms since the epoch (strptime costs ~15 µs; days repeat)."""
+    return calendar.timegm(time.strptime(day, "%Y-%m-%d")) * 1000
+
+
+def _pack(*args: str) -> bytes:
+    """A command in the Redis protocol (RESP): ``*<argc>`` then ``$<len>`` + bytes per argument."""
+    return _pack_parts([a.encode("utf-8") for a in args])
+
+
+def _pack_parts(parts: list[bytes]) -> bytes:
+    out = [b"*%d\r\n" % len(parts)]
+    for part in parts:
+        out.append(b"$%d\r\n" % len(part))
+        out.append(part)
+        out.append(b"\r\n")
+    return b"".join(out)
+
+
+def _pack_evalsha(sha: str, stream: str, seen: str, day: str, version: str, n: str, data: bytes, ttl: str, day_ms: str) -> bytes:
+    """``EVALSHA sha 2 stream seen day version n data ttl day_ms`` in RESP, with one copy of ``data``.
+
+    Built here rather than by redis-py's command packer, which costs more than the rest of the append's
+    Python code for a batch of 100 reports (py-spy of ``tests/bench/bench_ingest.py``)."""
+    text = [x.encode("ascii") for x in (sha, "2", stream, seen, day, version, n)]
+    tail = [ttl.encode("ascii"), day_ms.encode("ascii")]
+    return _pack_parts([b"EVALSHA", *text, data, *tail])
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +116,13 @@ class BatchAppender:
                 return
         conn.disconnect()
 
-    def _call(self, *args: object) -> object:
+    def _call(self, packed: bytes) -> object:
+        """Send one command in RESP form (built by :func:`_pack`) and read its reply."""
         conn = self._checkout()
         try:
             for attempt in (0, 1):
                 try:
-                    conn.send_command(*args)
+                    conn.send_packed_command([packed], check_health=False)
                     return conn.read_response()
                 except (redis.ConnectionError, redis.TimeoutError, OSError):
                     conn.disconnect()
@@ -114,13 +146,23 @@ class BatchAppender:
     ) -> AppendResult:
         """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard."""
         shard = keys.shard_for(batch_id, shards)
-        day_ms = calendar.timegm(time.strptime(day, "%Y-%m-%d")) * 1000  # entry ids carry only the day
-        args = (2, keys.stream(metric, shard), keys.seen(metric, shard, batch_id.hex()), day, version, n, data, dedupe_ttl, day_ms)
+        day_ms = _day_start_ms(day)  # entry ids carry only the day
+        evalsha = _pack_evalsha(
+            self._sha,
+            keys.stream(metric, shard),
+            keys.seen(metric, shard, batch_id.hex()),
+            day,
+            str(version),
+            str(n),
+            data,
+            str(dedupe_ttl),
+            str(day_ms),
+        )
         try:
-            result = self._call("EVALSHA", self._sha, *args)
+            result = self._call(evalsha)
         except redis.exceptions.NoScriptError:
-            self._call("SCRIPT", "LOAD", _LUA)
-            result = self._call("EVALSHA", self._sha, *args)
+            self._call(_pack("SCRIPT", "LOAD", _LUA))
+            result = self._call(evalsha)
         if result is None:
             return AppendResult(duplicate=True, entry_id=None, shard=shard)
         entry = result.decode() if isinstance(result, bytes) else str(result)

@@ -1,0 +1,128 @@
+"""The WSGI fast path of ``POST /v1/reports``: a valid binary batch from an app token, without Flask's machinery.
+
+Almost every request an ingest service sees is the same one: an app token, a binary batch for the current
+version of an active metric, and a 202. For that request Flask's per-request machinery (request context,
+URL routing, before/after hooks, ``Request`` and ``Response`` objects) cost about as much CPU as the work
+itself (validation and the Redis append), measured with ``tests/bench/bench_ingest.py``. :class:`FastIngest`
+wraps ``app.wsgi_app`` (the way Flask documents for middleware) and answers that one request directly.
+
+It only ever answers **202** (or **503** when Redis is unreachable). At the first thing that is not the common
+case — another path, method or content type, a missing length, a body over the limit, no or not an app token,
+the rate limit, a batch that does not decode, too many reports, an unknown metric, a retired metric or another
+version — it hands the request, with the body it read, to the Flask app, which checks everything again and
+answers with the documented error. So every error comes from one place (``app.py``), and both paths share the
+helpers in ``state.py``: the token digest, the registry cache, the validation (:func:`decode_payload`), the
+append and the 202 body. The tests run every request through this wrapper (the Flask test client calls
+``app.wsgi_app``) and compare it with the Flask route alone.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+
+from ldptel.client.errors import WireFormatError
+from ldptel.client.wire import decode_header, decode_payload
+
+from .registry import UnknownMetricError
+from .state import RATE_WAIT_KEY, REDIS_UNAVAILABLE, IngestState, accepted_body, bearer_digest, cached_record, error_body
+from .storage import utc_day
+
+__all__ = ["FastIngest"]
+
+log = logging.getLogger("ldptel.server")
+ENDPOINT = "/v1/reports"
+_JSON = ("Content-Type", "application/json")
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class FastIngest:
+    """WSGI middleware: ``app.wsgi_app = FastIngest(app.wsgi_app, state)``."""
+
+    def __init__(self, wsgi_app: WsgiApp, state: IngestState) -> None:
+        self.wsgi_app = wsgi_app
+        self.state = state
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if (
+            environ.get("PATH_INFO") != ENDPOINT
+            or environ.get("REQUEST_METHOD") != "POST"
+            or environ.get("CONTENT_TYPE") != "application/octet-stream"
+        ):
+            return self.wsgi_app(environ, start_response)
+        t0 = time.perf_counter()
+        length_text = environ.get("CONTENT_LENGTH") or ""
+        if not length_text.isdigit() or not 0 < int(length_text) <= self.state.config.max_body_bytes:
+            return self.wsgi_app(environ, start_response)  # nothing read yet: Flask answers 400/411/413
+        body = environ["wsgi.input"].read(int(length_text))
+        try:
+            accepted = self._ingest(environ, body)
+        except redis.RedisError as exc:
+            log.warning("redis unavailable: %s", type(exc).__name__)
+            return self._respond(start_response, t0, 503, error_body(*REDIS_UNAVAILABLE), retry_after=True)
+        if accepted is None:
+            environ["wsgi.input"] = io.BytesIO(body)
+            return self.wsgi_app(environ, start_response)
+        return self._respond(start_response, t0, 202, accepted)
+
+    def _ingest(self, environ: dict[str, Any], body: bytes) -> dict[str, Any] | None:
+        """Append the batch and return the 202 body; None when this is not the common case."""
+        state = self.state
+        if len(body) != int(environ["CONTENT_LENGTH"]):
+            return None  # the client went away mid-body
+        header_text = environ.get("HTTP_AUTHORIZATION")
+        token_digest = None if header_text is None else bearer_digest(header_text)
+        if token_digest is None or token_digest not in state.app_digests:
+            return None
+        if state.limiter is not None:
+            wait = environ[RATE_WAIT_KEY] = state.limiter.acquire(token_digest)
+            if wait > 0:
+                return None
+        try:
+            header = decode_header(body)
+            if header.n > state.config.max_batch_reports:
+                return None
+            record = cached_record(state, header.metric)
+            if not record.active or header.version != record.current_version:
+                return None  # Flask re-reads the registry before it answers 409
+            decode_payload(body, header, record.current.params)  # full validation against the current spec
+        except (WireFormatError, UnknownMetricError):
+            return None
+        day = utc_day()
+        result = state.appender.append(
+            metric=record.name,
+            shards=record.shards,
+            batch_id=header.batch_id,
+            version=header.version,
+            n=header.n,
+            data=body,
+            day=day,
+            dedupe_ttl=state.config.dedupe_ttl,
+        )
+        state.telemetry.accepted(record.name, header.n, duplicate=result.duplicate)
+        return accepted_body(
+            n=header.n,
+            duplicate=result.duplicate,
+            metric=record.name,
+            version=header.version,
+            batch_id=header.batch_id,
+            day=day,
+        )
+
+    def _respond(
+        self, start_response: StartResponse, t0: float, status: int, body: dict[str, Any], *, retry_after: bool = False
+    ) -> list[bytes]:
+        payload = json.dumps(body, separators=(",", ":")).encode()
+        headers = [_JSON, ("Content-Length", str(len(payload)))]
+        if retry_after:
+            headers.append(("Retry-After", str(self.state.config.retry_after)))
+        start_response("202 ACCEPTED" if status == 202 else "503 SERVICE UNAVAILABLE", headers)
+        self.state.telemetry.observe(ENDPOINT, status, time.perf_counter() - t0)
+        return [payload]

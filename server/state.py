@@ -1,0 +1,111 @@
+"""Per-process state of the ingest app and the helpers that need no Flask request context.
+
+Both the Flask routes (``app.py``) and the WSGI fast path of ``POST /v1/reports`` (``fastpath.py``) use these,
+so a token, a registry record or an accepted batch is handled the same way on either path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from . import keys
+from .config import ServerConfig
+from .prom import Telemetry
+from .ratelimit import TokenBucketLimiter
+from .registry import MetricRecord, UnknownMetricError, parse_record
+from .storage import BatchAppender
+
+__all__ = [
+    "IngestState",
+    "RATE_WAIT_KEY",
+    "REDIS_UNAVAILABLE",
+    "accepted_body",
+    "bearer_digest",
+    "cached_record",
+    "digest",
+    "error_body",
+]
+
+# WSGI environ key: the rate-limit wait (seconds, 0.0 = allowed) the fast path already took for this request,
+# so the Flask route it falls back to does not take a second token.
+RATE_WAIT_KEY = "ldptel.rate_wait"
+_MAX_CACHED_RECORDS = 4096
+# (code, message) of the 503 answered while Redis is unreachable (with Retry-After: config.retry_after)
+REDIS_UNAVAILABLE = ("redis_unavailable", "storage is unavailable; retry later")
+
+
+@dataclass(frozen=True, eq=False)
+class IngestState:
+    config: ServerConfig
+    redis: redis.Redis
+    appender: BatchAppender
+    limiter: TokenBucketLimiter | None
+    telemetry: Telemetry
+    app_digests: frozenset[bytes]
+    admin_digest: bytes
+    records: dict[bytes, MetricRecord]  # parsed records by their exact registry JSON
+    recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
+    records_lock: threading.Lock
+
+
+def digest(token: str | bytes) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogateescape") if isinstance(token, str) else token).digest()
+
+
+def bearer_digest(header: str) -> bytes | None:
+    """The digest of the token in an ``Authorization: Bearer <token>`` header, or None if it is not one."""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return digest(token)
+
+
+def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> MetricRecord:
+    """The registry record of ``name``: reused for ``registry_ttl`` seconds unless ``fresh``, else one HGET.
+
+    Unknown names are never cached (so a metric is usable as soon as it is created), and the cache only
+    holds registered names, so it is bounded by the registry's size. Raises :class:`UnknownMetricError`.
+    """
+    ttl = state.config.registry_ttl
+    now = time.monotonic()
+    if not fresh and ttl > 0:
+        hit = state.recent.get(name)
+        if hit is not None and now - hit[0] < ttl:
+            return hit[1]
+    raw = state.redis.hget(keys.registry(), name)
+    if raw is None:
+        state.recent.pop(name, None)
+        raise UnknownMetricError(name)
+    record = state.records.get(raw)  # type: ignore[call-overload]
+    if record is None:
+        record = parse_record(raw)  # type: ignore[arg-type]
+        with state.records_lock:
+            if len(state.records) >= _MAX_CACHED_RECORDS:
+                state.records.clear()
+            state.records[raw] = record  # type: ignore[index]
+    state.recent[name] = (now, record)
+    return record  # type: ignore[no-any-return]
+
+
+def accepted_body(*, n: int, duplicate: bool, metric: str, version: int, batch_id: bytes, day: str) -> dict[str, Any]:
+    """The JSON body of a 202: what was accepted (a duplicate is acknowledged, not appended again)."""
+    return {
+        "accepted": n,
+        "duplicate": duplicate,
+        "metric": metric,
+        "version": version,
+        "batch_id": batch_id.hex(),
+        "day": day,
+    }
+
+
+def error_body(code: str, message: str, /, **extra: Any) -> dict[str, Any]:
+    """The one shape of every error the service returns: ``{"error": code, "message": ..., **extra}``."""
+    return {"error": code, "message": message, **extra}

@@ -1,0 +1,115 @@
+"""The WSGI fast path of POST /v1/reports (server/fastpath.py) against the Flask route it stands in for."""
+
+from __future__ import annotations
+
+import json
+
+from flask import Flask
+
+from ldptel.client.wire import decode_header
+from ldptel.server import ServerConfig, create_app
+from ldptel.server.fastpath import FastIngest
+from srv_helpers import OCTET, cms_spec, make_batch, make_json_batch, snapshot, stream_entries
+
+
+def _app(redis_url: str, app_token: str, admin_token: str, **overrides: object) -> Flask:
+    settings: dict[str, object] = {"rate_limit": None, **overrides}
+    config = ServerConfig(app_tokens=frozenset({app_token}), admin_token=admin_token, redis_url=redis_url, **settings)  # type: ignore[arg-type]
+    return create_app(config)
+
+
+def _flask_requests(app: Flask) -> list[str]:
+    """Paths of the requests that reached Flask (the fast path never creates a request context)."""
+    seen: list[str] = []
+
+    @app.before_request
+    def _count() -> None:
+        from flask import request
+
+        seen.append(request.path)
+
+    return seen
+
+
+def test_valid_binary_batches_skip_flask_and_everything_else_reaches_it(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
+    app = _app(redis_url, app_token, admin_token)
+    assert isinstance(app.wsgi_app, FastIngest)
+    reached = _flask_requests(app)
+    client = app.test_client()
+    spec = cms_spec()
+    assert client.post("/v1/metrics", json=spec.to_dict(), headers={"Authorization": f"Bearer {admin_token}"}).status_code == 201
+    assert reached == ["/v1/metrics"]
+    reached.clear()
+    headers = {"Authorization": f"Bearer {app_token}"}
+    good, bid = make_batch(spec, 20, rng)
+    response = client.post("/v1/reports", data=good, content_type=OCTET, headers=headers)
+    assert response.status_code == 202 and response.json["batch_id"] == bid.hex()
+    assert reached == []  # answered by the fast path
+    assert client.post("/v1/reports", data=good, content_type=OCTET, headers=headers).json["duplicate"] is True
+    assert reached == []
+    # the JSON form, a bad batch, a wrong token and an admin token all go to the Flask routes
+    assert client.post("/v1/reports", json=make_json_batch(spec, 3, rng), headers=headers).status_code == 202
+    assert client.post("/v1/reports", data=good[:-1], content_type=OCTET, headers=headers).status_code == 400
+    assert client.post("/v1/reports", data=good, content_type=OCTET, headers={"Authorization": "Bearer " + "x" * 20}).status_code == 401
+    assert client.post("/v1/reports", data=good, content_type=OCTET, headers={"Authorization": f"Bearer {admin_token}"}).status_code == 403
+    assert reached == ["/v1/reports"] * 4
+    app.extensions["redis"].close()
+
+
+def test_fast_path_and_flask_route_answer_and_store_the_same(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
+    fast = _app(redis_url, app_token, admin_token)
+    plain = _app(redis_url, app_token, admin_token)
+    plain.wsgi_app = plain.wsgi_app.wsgi_app  # type: ignore[attr-defined,method-assign]  # the Flask route alone
+    assert not isinstance(plain.wsgi_app, FastIngest)
+    spec = cms_spec()
+    headers = {"Authorization": f"Bearer {app_token}"}
+    assert fast.test_client().post("/v1/metrics", json=spec.to_dict(), headers={"Authorization": f"Bearer {admin_token}"}).status_code == 201
+    answers = {}
+    batches = {}
+    for name, app in (("fast", fast), ("plain", plain)):
+        data, bid = make_batch(spec, 50, rng)
+        response = app.test_client().post("/v1/reports", data=data, content_type=OCTET, headers=headers)
+        assert response.status_code == 202
+        answers[name] = (response.status, response.content_type, response.json)
+        batches[name] = (data, bid)
+    for name in answers:
+        status, content_type, body = answers[name]
+        assert (status, content_type) == ("202 ACCEPTED", "application/json")
+        assert body == {**answers["plain"][2], "batch_id": batches[name][1].hex()}
+    stored = {decode_header(f[b"b"]).batch_id: f for _, _, f in stream_entries(redis, spec.name, 4)}
+    for data, bid in batches.values():
+        assert stored[bid][b"b"] == data and stored[bid][b"n"] == b"50" and stored[bid][b"v"] == b"1"
+    # one dedupe for both paths: a retry on the other path is a duplicate and writes nothing
+    before = snapshot(redis)
+    for name, app in (("fast", plain), ("plain", fast)):
+        data, _ = batches[name]
+        retry = app.test_client().post("/v1/reports", data=data, content_type=OCTET, headers=headers)
+        assert retry.status_code == 202 and retry.json["duplicate"] is True
+    assert snapshot(redis) == before
+    text = fast.test_client().get("/metrics").get_data(as_text=True)
+    assert f'ldptel_reports_accepted_total{{metric="{spec.name}"}} 50' in text
+    assert f'ldptel_batches_duplicate_total{{metric="{spec.name}"}} 1' in text
+    assert 'ldptel_http_request_duration_seconds_count{endpoint="/v1/reports"} 2' in text
+    for app in (fast, plain):
+        app.extensions["redis"].close()
+
+
+def test_a_request_takes_one_rate_limit_token_on_either_path(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
+    # The fast path takes the token; when it hands a request to Flask (here: a batch that does not decode),
+    # Flask must reuse that result instead of taking a second token.
+    app = _app(redis_url, app_token, admin_token, rate_limit=0.001, rate_burst=3)
+    client = app.test_client()
+    spec = cms_spec()
+    assert client.post("/v1/metrics", json=spec.to_dict(), headers={"Authorization": f"Bearer {admin_token}"}).status_code == 201
+    headers = {"Authorization": f"Bearer {app_token}"}
+    good, _ = make_batch(spec, 5, rng)
+    bad = good[:-1]
+    statuses = [
+        client.post("/v1/reports", data=body, content_type=OCTET, headers=headers).status_code
+        for body in (bad, good, bad, good)
+    ]
+    assert statuses == [400, 202, 400, 429]
+    limited = client.post("/v1/reports", data=make_batch(spec, 5, rng)[0], content_type=OCTET, headers=headers)
+    assert limited.status_code == 429 and json.loads(limited.get_data())["error"] == "rate_limited"
+    assert len(stream_entries(redis, spec.name, 4)) == 1
+    app.extensions["redis"].close()
