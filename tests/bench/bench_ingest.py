@@ -5,11 +5,14 @@
 
 Starts a private Redis (AOF on, everysec), then for each batch size (100 and 1,000 cms reports, m = 1024):
 gunicorn ``-w 2`` with ``deploy/gunicorn.conf.py`` serving (a) a bare Flask app whose POST endpoint only
-reads the body and answers 202 (the HTTP ceiling of this machine) and (b) the real ingest app. The load
+reads the body and answers 202 (the HTTP ceiling of this machine), (b) the same endpoint plus one Redis PING
+(the ceiling of any endpoint that answers only after Redis replied; context, not a goal) and (c) the real
+ingest app. The load
 generator is ``--procs`` processes, each keeping ``--conns`` keep-alive HTTP/1.1 connections busy with
 pre-built requests (a selectors loop, one request in flight per connection; every request carries a fresh
 batch id so no request is a dedupe hit). Everything binds to 127.0.0.1 and is bounded in time; servers are
-stopped by pid. Prints one JSON line per figure (median over ``--reps`` runs), then ratios and goals.
+stopped by pid. Prints one JSON line per figure (median over ``--reps`` runs), then ratios (the median of the
+per-rep ratios of back-to-back runs) and goals.
 """
 
 from __future__ import annotations
@@ -34,14 +37,30 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 APP_TOKEN = "bench-app-token-0123456789abcdef"
 ADMIN_TOKEN = "bench-admin-token-0123456789abcdef"
+# (name, WSGI app, path): the bare endpoint, the bare endpoint + one Redis PING, and the ingest service
+TARGETS = (
+    ("bare", "bare_app:app", "/v1/reports"),
+    ("bare_redis_ping", "bare_app:app", "/ping/v1/reports"),
+    ("ldptel", "ldptel.server:create_app()", "/v1/reports"),
+)
 BATCH_ID_OFFSET = 16  # magic 4 + format 1 + mechanism 1 + flags 2 + version 4 + n 4
 BARE_APP = '''
+import os
+
+import redis
 from flask import Flask, request
 app = Flask(__name__)
+r = redis.Redis.from_url(os.environ["LDPTEL_REDIS_URL"])
 
 @app.post("/v1/reports")
 def null():
     request.get_data(cache=False)  # the body has to be received anyway
+    return "", 202
+
+@app.post("/ping/v1/reports")
+def ping():
+    request.get_data(cache=False)
+    r.ping()  # the least an endpoint that answers only after Redis acknowledged can do
     return "", 202
 '''
 
@@ -53,9 +72,11 @@ def _free_port() -> int:
 
 
 # ------------------------------------------------------------------------------------------ load generator
-def _load_worker(port: int, body: bytes, conns: int, warmup: float, duration: float, seed: int, out: mp.Queue) -> None:
+def _load_worker(
+    port: int, path: str, body: bytes, conns: int, warmup: float, duration: float, seed: int, out: mp.Queue
+) -> None:
     head = (
-        f"POST /v1/reports HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {APP_TOKEN}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {APP_TOKEN}\r\n"
         f"Content-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n\r\n"
     ).encode()
     template = bytearray(head + body)
@@ -115,11 +136,11 @@ def _load_worker(port: int, body: bytes, conns: int, warmup: float, duration: fl
     out.put((latencies, statuses))
 
 
-def run_load(port: int, body: bytes, *, procs: int, conns: int, warmup: float, duration: float) -> dict:
+def run_load(port: int, body: bytes, *, path: str = "/v1/reports", procs: int, conns: int, warmup: float, duration: float) -> dict:
     ctx = mp.get_context("fork")
     queue: mp.Queue = ctx.Queue()
     workers = [
-        ctx.Process(target=_load_worker, args=(port, body, conns, warmup, duration, i + 1 + int(time.time()) % 1000 * 64, queue))
+        ctx.Process(target=_load_worker, args=(port, path, body, conns, warmup, duration, i + 1 + int(time.time()) % 1000 * 64, queue))
         for i in range(procs)
     ]
     for w in workers:
@@ -239,11 +260,11 @@ def main(argv: list[str] | None = None) -> int:
         acked_batches = 0
         for size, body in bodies.items():
             for _ in range(args.reps):
-                for target, app in (("bare", "bare_app:app"), ("ldptel", "ldptel.server:create_app()")):
+                for target, app, path in TARGETS:
                     port = _free_port()
                     proc = start_gunicorn(app, port, env, workdir, log)
                     try:
-                        res = run_load(port, body, procs=args.procs, conns=args.conns, warmup=args.warmup, duration=args.duration)
+                        res = run_load(port, body, path=path, procs=args.procs, conns=args.conns, warmup=args.warmup, duration=args.duration)
                     finally:
                         stop(proc)
                     if target == "ldptel":
@@ -267,14 +288,23 @@ def main(argv: list[str] | None = None) -> int:
 
         common = {"workers": 2, "worker_class": "gthread", "conns": args.procs * args.conns, "duration_s": args.duration, "reps": args.reps}
         for size in bodies:
-            for target in ("bare", "ldptel"):
+            for target, _, _ in TARGETS:
                 rps = med(target, size, "rps")
                 emit(figure="requests_per_s", target=target, batch=size, value=round(rps, 1), **common)
                 emit(figure="reports_per_s", target=target, batch=size, value=round(rps * size), **common)
                 emit(figure="latency_p50_ms", target=target, batch=size, value=round(med(target, size, "p50_ms"), 2), **common)
                 emit(figure="latency_p99_ms", target=target, batch=size, value=round(med(target, size, "p99_ms"), 2), **common)
-            ratio = med("ldptel", size, "rps") / med("bare", size, "rps")
-            emit(figure="ratio_vs_bare_requests_per_s", batch=size, value=round(ratio, 3), goal=0.70, met=ratio >= 0.70)
+            # Each rep runs bare then ldptel back to back, so a rep's ratio compares two runs under the same
+            # load of this shared host (steal time here drifts by 10-20% within a minute); the figure is the
+            # median of those paired ratios.
+            pairs = [x["rps"] / b["rps"] for b, x in zip(results[("bare", size)], results[("ldptel", size)])]
+            ratio = float(statistics.median(pairs))
+            emit(figure="ratio_vs_bare_requests_per_s", batch=size, value=round(ratio, 3),
+                 runs=[round(x, 3) for x in pairs], goal=0.70, met=ratio >= 0.70)
+            # Context for the goal: what waiting for one Redis reply (a PING, no payload) costs a bare endpoint.
+            pings = [x["rps"] / b["rps"] for b, x in zip(results[("bare", size)], results[("bare_redis_ping", size)])]
+            emit(figure="ratio_bare_redis_ping_vs_bare_requests_per_s", batch=size,
+                 value=round(float(statistics.median(pings)), 3), runs=[round(x, 3) for x in pings])
         if 1000 in bodies:
             rep = med("ldptel", 1000, "rps") * 1000
             emit(figure="reports_per_s_goal", batch=1000, value=round(rep), goal=100_000, met=rep >= 100_000)
