@@ -11,13 +11,16 @@ Exactly once. The in-memory state of a (version, day) starts from what is stored
 seconds the worker commits, per shard, in ONE MULTI/EXEC guarded by WATCH on the lease and the checkpoint:
 the updated sketch blobs, the sketch index, the checkpoint (id of the last entry folded), dead letters,
 the XACK of every folded id and the retention trim. A crash before EXEC applies nothing (the entries stay
-pending and are refolded from the stored state); after EXEC they are acknowledged and at or below the
-checkpoint. Any entry with an id at or below the watermark (the checkpoint, then the last folded id) is
-skipped, so a report is counted exactly once. The WATCH fences a worker that lost its lease (a long pause):
-its EXEC fails and it drops the shard without writing.
+pending and are refolded from the stored state); after EXEC they are acknowledged. So an entry is pending
+exactly when it is not in the stored sketches, and the pending list is always folded. The group itself never
+delivers an entry twice: it is created at the checkpoint, and moved forward to it if found behind (an
+operator's XGROUP SETID); a new entry at or below the last folded id is skipped all the same. The WATCH
+fences a worker that lost its lease (a long pause): its EXEC fails and it drops the shard without writing.
 
-A worker only reads a shard while its lease is certainly valid (renewed less than half a TTL ago), which
-keeps a paused ex-owner from reading entries into the pending list behind the new owner's back.
+A worker only reads a shard while its lease is certainly valid (renewed less than half a TTL ago). If an
+ex-owner still reads after a pause past that check, its entries land in the shared pending list behind the
+new owner; the new owner's next commit counts more pending entries than it has in flight, skips the trim
+and re-reads the pending list, so they are folded once, a commit later.
 
 Poison entries (missing fields, unknown version, failed decode) never stop the worker: they are copied to
 the shard's dead-letter stream (:func:`~ldptel.aggregator.store.dead_letter_key`) in the same commit and
@@ -308,8 +311,9 @@ class Worker:
                 self._maybe_commit(sh)
                 if self.config.once and sh.drained:
                     self._commit(sh)
-                    self._release_shard(sh)
-                    self._finished.add(key)
+                    if sh.drained:  # a commit that finds entries left pending re-reads them first
+                        self._release_shard(sh)
+                        self._finished.add(key)
             except LeaseLostError:
                 self._drop(sh, "lease lost")
         return worked
@@ -357,7 +361,7 @@ class Worker:
         if entries:
             if self.config.prefetch:
                 sh.prefetch = (sh.cursor, self._reader().submit(self._read, sh, sh.cursor, None))
-            self._fold_entries(sh, entries)
+            self._fold_entries(sh, entries, pending=cursor != ">")
         return len(entries)
 
     def _read(self, sh: _Shard, cursor: str, block_ms: int | None) -> Any:
@@ -381,16 +385,31 @@ class Worker:
             except redis_lib.RedisError:
                 pass
 
-    def _fold_entries(self, sh: _Shard, entries: Sequence[tuple[bytes, dict[bytes, bytes] | None]]) -> None:
+    def _fold_entries(
+        self, sh: _Shard, entries: Sequence[tuple[bytes, dict[bytes, bytes] | None]], *, pending: bool
+    ) -> None:
+        """Fold entries read from the pending list (``pending``) or new ones (``>``).
+
+        A pending entry was delivered but never acknowledged, and acknowledgements are committed with the
+        sketches, so it was never folded into them: it is always folded, even below the checkpoint (an entry
+        a former owner read after it lost its lease, while this worker had already moved past it). A new
+        entry at or below the last folded id can only come from a group moved backwards under a running
+        worker; it is already counted and skipped.
+        """
         groups: dict[tuple[int, str], list[Any]] = defaultdict(list)
         reports = skipped = 0
         for eid, fields in entries:
             sh.to_ack.append(eid)
             sid = parse_id(eid)
-            if sid <= sh.last_folded:
-                skipped += 1  # already in the stored sketch (or folded earlier in this run)
+            if not pending and sid <= sh.last_folded:
+                skipped += 1
                 continue
-            sh.last_folded = sid
+            if pending and sid <= sh.checkpoint:
+                log.warning(
+                    "folding an entry another reader left pending below the checkpoint",
+                    extra={"event": "stray", "shard": sh.name, "id": eid.decode()},
+                )
+            sh.last_folded = max(sh.last_folded, sid)
             if fields is None:  # deleted from the stream while pending: nothing to fold
                 sh.dead.append((eid, {}, "entry deleted from the stream before it was folded"))
                 continue
@@ -457,14 +476,23 @@ class Worker:
             self._commit(sh)
 
     def _commit(self, sh: _Shard) -> None:
-        """Write the shard's dirty sketches, checkpoint, index, dead letters, XACK and trim in one EXEC."""
+        """Write the shard's dirty sketches, checkpoint, index, dead letters, XACK and trim in one EXEC.
+
+        Each commit also counts the group's pending entries. After it, the only ones left should be those of
+        the read in flight; any more were read by someone else (a former owner that lost its lease while
+        paused). Then the trim is skipped and the shard re-reads its pending list next, so those entries
+        are folded, not lost.
+        """
+        prefetched = self._prefetched(sh)
         if not sh.to_ack and not sh.dirty and not sh.dead:
             # Nothing new: still let folded entries age out of the retention window. Entries at or below
             # the committed checkpoint are acknowledged, so trimming them needs no transaction.
-            minid = self._trim_below(sh.checkpoint)
+            strays = int(self.r.xpending(sh.stream, keys.CONSUMER_GROUP)["pending"]) > prefetched
+            minid = None if strays else self._trim_below(sh.checkpoint)
             if minid is not None:
                 self.r.xtrim(sh.stream, minid=format_id(minid), approximate=False)
             sh.last_commit = time.monotonic()
+            self._rescan_if(sh, strays)
             return
         lease_key = keys.lease(sh.metric, sh.shard)
         ckpt_key = keys.checkpoint(sh.metric, sh.shard)
@@ -477,6 +505,8 @@ class Worker:
                 if owner != self.config.worker_id.encode() or (parse_id(stored) if stored else store.ZERO_ID) != sh.checkpoint:
                     pipe.unwatch()
                     raise LeaseLostError(f"shard {sh.name} is no longer leased to {self.config.worker_id}")
+                pending = int(pipe.xpending(sh.stream, keys.CONSUMER_GROUP)["pending"])  # type: ignore[index]
+                strays = pending > len(set(sh.to_ack)) + prefetched
                 pipe.multi()
                 for (version, day), blob in blobs.items():
                     pipe.set(keys.sketch(sh.metric, sh.shard, version, day), blob)
@@ -490,7 +520,7 @@ class Worker:
                     pipe.xadd(store.dead_letter_key(sh.metric, sh.shard), letter, maxlen=DEAD_LETTER_MAXLEN)  # type: ignore[arg-type]
                 for lo in range(0, len(sh.to_ack), _ACK_CHUNK):
                     pipe.xack(sh.stream, keys.CONSUMER_GROUP, *sh.to_ack[lo : lo + _ACK_CHUNK])
-                minid = self._trim_below(sh.last_folded)
+                minid = None if strays else self._trim_below(sh.last_folded)
                 if minid is not None:
                     pipe.xtrim(sh.stream, minid=format_id(minid), approximate=False)
                 pipe.execute()
@@ -511,6 +541,29 @@ class Worker:
         sh.dead = []
         sh.uncommitted = 0
         sh.last_commit = time.monotonic()
+        self._rescan_if(sh, strays)
+
+    def _prefetched(self, sh: _Shard) -> int:
+        """Entries of the read in flight (waited for; a failed read is dropped and its entries stay pending)."""
+        if sh.prefetch is None:
+            return 0
+        try:
+            return len(_entries_of(sh.prefetch[1].result()))
+        except redis_lib.RedisError:
+            sh.prefetch = None
+            return 0
+
+    def _rescan_if(self, sh: _Shard, strays: bool) -> None:
+        """Re-read the pending list next (dropping the read in flight: its entries are pending too)."""
+        if not strays or sh.cursor != ">":
+            return
+        log.warning(
+            "entries pending that this worker did not read; re-reading the pending list",
+            extra={"event": "rescan", "shard": sh.name},
+        )
+        self._forget_prefetch(sh)
+        sh.cursor = "0"
+        sh.drained = False
 
     def _trim_below(self, folded: StreamId) -> StreamId | None:
         """XTRIM MINID bound: every entry below it is folded and older than the retention window.
@@ -616,12 +669,23 @@ class Worker:
 
     def _adopt(self, metric: str, shard: int, leased_at: float) -> None:
         stream = keys.stream(metric, shard)
+        checkpoint = store.read_checkpoint(self.r, metric, shard)
+        # The group delivers only entries after the checkpoint: one created now (first run, or after an operator
+        # deleted it) starts there, and one whose last-delivered id is behind it is moved forward, so no
+        # folded entry is ever delivered again.
         try:
-            self.r.xgroup_create(stream, keys.CONSUMER_GROUP, id="0", mkstream=True)
+            self.r.xgroup_create(stream, keys.CONSUMER_GROUP, id=format_id(checkpoint), mkstream=True)
         except redis_lib.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-        checkpoint = store.read_checkpoint(self.r, metric, shard)
+            delivered = _group_last_delivered(self.r, stream)
+            if delivered is not None and delivered < checkpoint:
+                log.warning(
+                    "consumer group was behind the checkpoint; moved it forward",
+                    extra={"event": "group_setid", "shard": f"{metric}:{shard}", "from": format_id(delivered),
+                           "to": format_id(checkpoint)},
+                )
+                self.r.xgroup_setid(stream, keys.CONSUMER_GROUP, format_id(checkpoint))
         sh = _Shard(metric=metric, shard=shard, checkpoint=checkpoint, last_folded=checkpoint, leased_at=leased_at)
         self._owned[(metric, shard)] = sh
         log.info(
@@ -672,6 +736,13 @@ def _entries_of(resp: Any) -> list[tuple[bytes, dict[bytes, bytes] | None]]:
             return list(value[0] if value and isinstance(value[0], list) else value)
         return []
     return list(resp[0][1])
+
+
+def _group_last_delivered(r: redis_lib.Redis, stream: str) -> StreamId | None:
+    for group in r.xinfo_groups(stream):
+        if group.get("name") in (keys.CONSUMER_GROUP, keys.CONSUMER_GROUP.encode()):
+            return parse_id(group["last-delivered-id"])
+    return None
 
 
 def shard_lag(r: redis_lib.Redis, metric: str, shard: int) -> tuple[int | None, int]:

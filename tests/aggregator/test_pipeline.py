@@ -15,7 +15,8 @@ import pytest
 import redis as redis_lib
 from flask.testing import FlaskClient
 
-from agg_helpers import append_reports, create, drain, post_reports
+from agg_helpers import Ingested, append_reports, create, drain, post_reports
+from ldptel.aggregator.worker import Worker, WorkerConfig
 from ldptel.aggregator import store
 from ldptel.aggregator.query import EmptyRangeError, estimate_metric
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
@@ -130,22 +131,56 @@ def _today() -> str:
     return time.strftime("%Y-%m-%d", time.gmtime())
 
 
-def test_redelivered_entries_at_or_below_the_checkpoint_are_skipped(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
-    """A crash after EXEC but with entries still pending (e.g. acked in a later commit) must not double count."""
-    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
-    # Today: entry ids carry the arrival day, and entries of a past day are already past retention.
+def _folded_once(redis: redis_lib.Redis, rng: np.random.Generator, name: str) -> tuple[str, Ingested]:
+    """A one-shard metric with 400 reports appended today (ids carry the day) and folded by one drain."""
+    record = create(redis, MetricSpec(name=name, params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
     sent = append_reports(redis, record, [f"v{i % 3}" for i in range(400)], rng, day=_today(), batch_size=40)
-    drain(redis)
-    stream = keys.stream("pages", 0)
-    # Put every entry back into the consumer's pending list, as if the XACKs had been lost.
-    ids = [eid for eid, _ in redis.xrange(stream)]
-    redis.xgroup_setid(stream, keys.CONSUMER_GROUP, "0")
-    redis.xreadgroup(keys.CONSUMER_GROUP, "fold", {stream: ">"}, count=len(ids))
-    assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == len(ids)
+    assert drain(redis).reports == 400
+    return keys.stream(name, 0), sent
+
+
+def test_a_deleted_consumer_group_is_recreated_at_the_checkpoint(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    stream, sent = _folded_once(redis, rng, "pages")
+    redis.xgroup_destroy(stream, keys.CONSUMER_GROUP)  # e.g. an operator's cleanup; the entries are still there
     stats = drain(redis)
-    assert stats.skipped == len(ids) and stats.reports == 0
+    assert stats.entries == 0 and stats.reports == 0
+    assert _stored_total(redis, "pages").equals(sent.expected_state())
+
+
+def test_a_group_moved_behind_the_checkpoint_is_moved_forward(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    stream, sent = _folded_once(redis, rng, "pages")
+    checkpoint = redis.get(keys.checkpoint("pages", 0))
+    redis.xgroup_setid(stream, keys.CONSUMER_GROUP, "0")  # would deliver every folded entry again
+    stats = drain(redis)
+    assert stats.reports == 0
+    assert _stored_total(redis, "pages").equals(sent.expected_state())
+    group = next(g for g in redis.xinfo_groups(stream) if g["name"] == keys.CONSUMER_GROUP.encode())
+    assert group["last-delivered-id"] == checkpoint
+
+
+def test_entries_a_former_owner_reads_behind_the_new_owner_are_folded_once(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    """A paused ex-owner's XREADGROUP can put entries into the shared pending list after the new owner has
+    read past them. The new owner's next commit sees more pending entries than it has in flight and re-reads
+    the pending list: every report is folded exactly once, in the same run, and nothing stays pending."""
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
+    sent = append_reports(redis, record, [f"v{i % 5}" for i in range(800)], rng, day=_today(), batch_size=40)
+    stream = keys.stream("pages", 0)
+    stolen: list[bytes] = []
+
+    def ex_owner_reads(worker: Worker) -> None:
+        if not stolen and worker.stats().entries >= 4:  # the new owner is reading new entries by now
+            reply = redis.xreadgroup(keys.CONSUMER_GROUP, "fold", {stream: ">"}, count=3)
+            stolen.extend(eid for eid, _ in reply[0][1])
+
+    worker = Worker(redis, WorkerConfig(once=True, batch=4, checkpoint_every=1, prefetch=False, retention_seconds=0))
+    stats = worker.run(on_progress=ex_owner_reads, progress_seconds=0.0)
+    assert len(stolen) == 3
+    checkpoint = store.parse_id(redis.get(keys.checkpoint("pages", 0)))
+    assert all(store.parse_id(eid) < checkpoint for eid in stolen)  # the new owner had moved past them
+    assert stats.reports == 800 and stats.entries == 20 and stats.skipped == 0
     assert _stored_total(redis, "pages").equals(sent.expected_state())
     assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0
+    assert redis.xlen(stream) == 0  # retention 0: everything folded is trimmed, the stolen entries too
 
 
 def test_retention_counts_from_the_arrival_day(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
