@@ -40,7 +40,7 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,8 @@ import redis as redis_lib
 from ldptel.client import SketchState, fold
 from ldptel.client.errors import LdpError
 from ldptel.client.specs import MetricSpec, Params
-from ldptel.client.wire import decode_batch
+from ldptel.client.mechanisms.cms import merge_by_row
+from ldptel.client.wire import ReportBatch, decode_batch
 from ldptel.server import keys
 
 from . import store
@@ -347,11 +348,11 @@ class Worker:
         if sh.prefetch is not None:
             cursor, future = sh.prefetch
             sh.prefetch = None
-            resp = future.result()
+            read = future.result()
         else:
             cursor = sh.cursor
-            resp = self._read(sh, cursor, None if cursor != ">" else block_ms)
-        entries = _entries_of(resp)
+            read = self._read(sh, cursor, None if cursor != ">" else block_ms)
+        entries = read.entries
         if cursor != ">":
             if not entries:
                 sh.cursor = ">"  # our pending list is done: switch to new entries
@@ -361,13 +362,33 @@ class Worker:
         if entries:
             if self.config.prefetch:
                 sh.prefetch = (sh.cursor, self._reader().submit(self._read, sh, sh.cursor, None))
-            self._fold_entries(sh, entries, pending=cursor != ">")
+            self._fold_entries(sh, read, pending=cursor != ">")
         return len(entries)
 
-    def _read(self, sh: _Shard, cursor: str, block_ms: int | None) -> Any:
-        return self._reads.xreadgroup(
+    def _read(self, sh: _Shard, cursor: str, block_ms: int | None) -> _Read:
+        """One XREADGROUP, its entries decoded and their batches merged per (version, day).
+
+        Run on the prefetch thread, so decoding and the merge (one copy of every report's bits into one
+        array, which the fold would otherwise make) overlap the fold of the previous read.
+        """
+        resp = self._reads.xreadgroup(
             keys.CONSUMER_GROUP, CONSUMER, {sh.stream: cursor}, count=self.config.batch, block=block_ms
         )
+        entries = _entries_of(resp)
+        decoded: list[tuple[int, str, ReportBatch] | str] = []
+        groups: dict[tuple[int, str], list[ReportBatch]] = defaultdict(list)
+        for _, fields in entries:
+            if fields is None:  # deleted from the stream while pending: nothing to fold
+                decoded.append("entry deleted from the stream before it was folded")
+                continue
+            try:
+                version, day, batch = self._decode(sh.metric, fields)
+            except (LdpError, ValueError, KeyError, UnicodeDecodeError) as exc:
+                decoded.append(f"{type(exc).__name__}: {exc}")
+                continue
+            decoded.append((version, day, batch))
+            groups[(version, day)].append(batch)
+        return _Read(entries=entries, decoded=decoded, merged={key: merge_batches(b) for key, b in groups.items()})
 
     def _reader(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -385,9 +406,7 @@ class Worker:
             except redis_lib.RedisError:
                 pass
 
-    def _fold_entries(
-        self, sh: _Shard, entries: Sequence[tuple[bytes, dict[bytes, bytes] | None]], *, pending: bool
-    ) -> None:
+    def _fold_entries(self, sh: _Shard, read: _Read, *, pending: bool) -> None:
         """Fold entries read from the pending list (``pending``) or new ones (``>``).
 
         A pending entry was delivered but never acknowledged, and acknowledgements are committed with the
@@ -396,9 +415,9 @@ class Worker:
         entry at or below the last folded id can only come from a group moved backwards under a running
         worker; it is already counted and skipped.
         """
-        groups: dict[tuple[int, str], list[Any]] = defaultdict(list)
+        kept: dict[tuple[int, str], list[ReportBatch]] = defaultdict(list)
         reports = skipped = 0
-        for eid, fields in entries:
+        for (eid, fields), decoded in zip(read.entries, read.decoded):
             sh.to_ack.append(eid)
             sid = parse_id(eid)
             if not pending and sid <= sh.last_folded:
@@ -410,26 +429,25 @@ class Worker:
                     extra={"event": "stray", "shard": sh.name, "id": eid.decode()},
                 )
             sh.last_folded = max(sh.last_folded, sid)
-            if fields is None:  # deleted from the stream while pending: nothing to fold
-                sh.dead.append((eid, {}, "entry deleted from the stream before it was folded"))
+            if isinstance(decoded, str):
+                sh.dead.append((eid, fields or {}, decoded))
+                if fields is not None:
+                    log.warning(
+                        "dead-lettered a stream entry",
+                        extra={"event": "dead_letter", "shard": sh.name, "id": eid.decode(), "error": decoded},
+                    )
                 continue
-            try:
-                version, day, batch = self._decode(sh.metric, fields)
-            except (LdpError, ValueError, KeyError, UnicodeDecodeError) as exc:
-                sh.dead.append((eid, fields, f"{type(exc).__name__}: {exc}"))
-                log.warning(
-                    "dead-lettered a stream entry",
-                    extra={"event": "dead_letter", "shard": sh.name, "id": eid.decode(), "error": str(exc)},
-                )
-                continue
-            groups[(version, day)].append(batch)
+            version, day, batch = decoded
+            kept[(version, day)].append(batch)
             reports += batch.n
+        # Nothing skipped (the normal case): fold the batches the read merged already.
+        groups = read.merged if not skipped else {key: merge_batches(batches) for key, batches in kept.items()}
         for (version, day), batches in groups.items():
             state = self._state(sh, version, day)
             fold(self._params(sh.metric, version), batches, into=state)
             sh.dirty.add((version, day))
-        sh.uncommitted += len(entries)
-        self._entries += len(entries)
+        sh.uncommitted += len(read.entries)
+        self._entries += len(read.entries)
         self._reports += reports
         self._skipped += skipped
 
@@ -548,7 +566,7 @@ class Worker:
         if sh.prefetch is None:
             return 0
         try:
-            return len(_entries_of(sh.prefetch[1].result()))
+            return len(sh.prefetch[1].result().entries)
         except redis_lib.RedisError:
             sh.prefetch = None
             return 0
@@ -721,6 +739,23 @@ class Worker:
             self._pool.shutdown(wait=True)
             self._pool = None
         self._reads.connection_pool.disconnect()
+
+
+@dataclass(frozen=True, eq=False)
+class _Read:
+    """One XREADGROUP reply: its entries, each decoded (or the reason it goes to the dead letters), and the
+    decoded batches merged per (version, day)."""
+
+    entries: list[tuple[bytes, dict[bytes, bytes] | None]]
+    decoded: list[tuple[int, str, ReportBatch] | str]
+    merged: dict[tuple[int, str], list[ReportBatch]]
+
+
+def merge_batches(batches: list[ReportBatch]) -> list[ReportBatch]:
+    """cms, oue-cms: the batches as one, ordered by row (:func:`merge_by_row`); the others as they are."""
+    if batches and batches[0].mechanism in ("cms", "oue-cms"):
+        return [merge_by_row(batches)]
+    return batches
 
 
 def _record_name(record: object) -> str:

@@ -132,7 +132,9 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
     bits = bit_parts[0] if len(bit_parts) == 1 else np.concatenate(bit_parts)  # type: ignore[arg-type]
     assert bits is not None
     row_counts = np.bincount(rows, minlength=k)
-    order = np.argsort(rows.astype(np.uint16), kind="stable")  # k <= 65536: a radix sort
+    # A batch already ordered by row (see merge_by_row) is read in place; otherwise each chunk is gathered.
+    presorted = len(bit_parts) == 1 and bool(np.all(rows[1:] >= rows[:-1]))
+    order = None if presorted else np.argsort(rows.astype(np.uint16), kind="stable")  # k <= 65536: a radix sort
     ends = np.cumsum(row_counts)
     counts = state.counts
 
@@ -141,8 +143,9 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
         for j in js:
             hi = int(ends[j])
             for s in range(hi - int(row_counts[j]), hi, _FOLD_LANES):
-                # Gather this chunk of row j's reports (≤ 255 × m/8 bytes, cache-resident), unpack, sum in uint8.
-                chunk = bits.take(order[s : min(s + _FOLD_LANES, hi)], axis=0)
+                # This chunk of row j's reports (≤ 255 × m/8 bytes, cache-resident): unpack, sum in uint8.
+                e = min(s + _FOLD_LANES, hi)
+                chunk = bits[s:e] if order is None else bits.take(order[s:e], axis=0)
                 np.add.reduce(np.unpackbits(chunk.reshape(-1)).reshape(-1, m), axis=0, out=lanes)
                 counts[j] += lanes
 
@@ -154,6 +157,35 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
             list(pool.map(fold_rows, [present[t::_THREADS] for t in range(_THREADS)]))
     state.row_counts += row_counts
     return state
+
+
+def merge_by_row(batches: Sequence[ReportBatch]) -> ReportBatch:
+    """Every report of ``batches`` (cms or oue-cms, one metric version) in one batch, ordered by row.
+
+    :func:`fold` then reads each row's reports contiguously instead of gathering them. Each report's bits are
+    copied once, straight to their place (the alternative, concatenating and then gathering, copies twice
+    and gathers at random from the whole array). The fold of the result equals the fold of ``batches``.
+    """
+    rows = concat_rows(batches)
+    nb = batches[0].bits.shape[1]  # type: ignore[union-attr]
+    order = np.argsort(rows.astype(np.uint16), kind="stable")
+    place = np.empty_like(order)
+    place[order] = np.arange(order.size)
+    out = np.empty((rows.size, nb), dtype=np.uint8)
+    slots = out.view(f"V{nb}").reshape(-1)  # one item per report, so each assignment moves whole reports
+    starts = np.concatenate([[0], np.cumsum([b.n for b in batches])])
+
+    def place_batches(idx: range) -> None:
+        for i in idx:
+            lo, hi = int(starts[i]), int(starts[i + 1])
+            slots[place[lo:hi]] = np.ascontiguousarray(batches[i].bits).view(f"V{nb}").reshape(-1)
+
+    if _THREADS == 1 or rows.size * 8 * nb < _THREADED_FOLD_BITS:
+        place_batches(range(len(batches)))
+    else:  # disjoint targets; numpy releases the GIL while it copies
+        with ThreadPoolExecutor(_THREADS) as pool:
+            list(pool.map(place_batches, [range(t, len(batches), _THREADS) for t in range(_THREADS)]))
+    return ReportBatch(mechanism=batches[0].mechanism, n=int(rows.size), rows=rows[order], bits=out)
 
 
 def estimate(params: UnaryParams, state: SketchState, *, candidates: Sequence[object], confidence: float = 0.95) -> Estimate:
