@@ -139,7 +139,10 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
     """Parse and check the fixed header (enough to find the metric before its params are known)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise WireFormatError(f"a batch is bytes, got {type(data).__name__}")
-    if not isinstance(data, bytes):
+    if isinstance(data, memoryview):
+        if data.ndim != 1 or data.itemsize != 1:
+            raise WireFormatError("a batch memoryview must be 1-dimensional bytes")
+    elif not isinstance(data, bytes):
         data = bytes(data)
     if len(data) < _HEADER.size + 1:
         raise WireFormatError(f"batch too short: {len(data)} bytes, the header alone is {_HEADER.size + 1}+")
@@ -158,7 +161,7 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
         raise WireFormatError("a batch holds at least 1 report, got 0")
     if not 1 <= name_len <= 64 or len(data) < _HEADER.size + name_len:
         raise WireFormatError(f"bad metric name length {name_len}")
-    raw_name = data[_HEADER.size : _HEADER.size + name_len]
+    raw_name = bytes(data[_HEADER.size : _HEADER.size + name_len])
     try:
         metric = raw_name.decode("utf-8")
     except UnicodeDecodeError:
@@ -176,14 +179,18 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
 
 
 def decode_batch(data: bytes | bytearray | memoryview, params: Params) -> tuple[BatchHeader, ReportBatch]:
-    """Decode and fully validate a batch against the params of its metric version."""
-    if not isinstance(data, bytes):
-        data = bytes(data)  # one copy for bytearray/memoryview input; bytes are used as they are
+    """Decode and fully validate a batch against the params of its metric version.
+
+    ``bytes`` and a ``memoryview`` are used without a copy (the arrays of the result are views of them: the
+    caller keeps a memoryview's bytes unchanged while it uses the batch); a ``bytearray`` is copied once.
+    """
+    if not isinstance(data, (bytes, memoryview)):
+        data = bytes(data)
     header = decode_header(data)
     return header, decode_payload(data, header, params)
 
 
-def decode_payload(data: bytes, header: BatchHeader, params: Params) -> ReportBatch:
+def decode_payload(data: bytes | memoryview, header: BatchHeader, params: Params) -> ReportBatch:
     """The reports of ``data``, whose header ``header = decode_header(data)`` the caller has read already (to
     find the metric's params): every field is checked against ``params`` as in :func:`decode_batch`."""
     if header.mechanism != params.mechanism:
