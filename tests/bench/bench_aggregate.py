@@ -13,7 +13,7 @@ Prints one JSON line per figure:
 
 Usage::
 
-    .venv/bin/python tests/bench/bench_aggregate.py [--reports 4000000] [--per-entry 1000] [--batch 200] [--aof]
+    .venv/bin/python tests/bench/bench_aggregate.py [--reports 4000000] [--per-entry 1000] [--batch 1000] [--aof]
 
 Uses ``LDPTEL_REDIS_URL`` when set (the db is flushed!), else a private embedded server (AOF off unless
 ``--aof``). Not collected by pytest.
@@ -93,7 +93,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reports", type=int, default=4_000_000)
     ap.add_argument("--per-entry", type=int, default=1000, help="reports per stream entry (one ingest batch)")
-    ap.add_argument("--batch", type=int, default=200, help="entries per XREADGROUP")
+    ap.add_argument("--batch", type=int, default=1000, help="entries per XREADGROUP (the worker's default)")
     ap.add_argument("--aof", action="store_true", help="embedded server with AOF everysec")
     ap.add_argument("--repeat", type=int, default=2, help="runs; each figure's best and all runs are printed")
     args = ap.parse_args()
