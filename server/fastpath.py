@@ -7,9 +7,9 @@ itself (validation and the Redis append), measured with ``tests/bench/bench_inge
 wraps ``app.wsgi_app`` (the way Flask documents for middleware) and answers that one request directly.
 
 It only ever answers **202** (or **503** when Redis is unreachable). At the first thing that is not the common
-case — another path, method or content type, a missing length, a body over the limit, no or not an app token,
-the rate limit, a batch that does not decode, too many reports, an unknown metric, a retired metric or another
-version — it hands the request, with the body it read, to the Flask app, which checks everything again and
+case — another path, method or content type, a missing length or a chunked body, a body over the limit, no or
+not an app token, the rate limit, a batch that does not decode, too many reports, an unknown metric, a retired
+metric or another version, or anything unexpected before the append — it hands the request, with the body it read, to the Flask app, which checks everything again and
 answers with the documented error. So every error comes from one place (``app.py``), and both paths share the
 helpers in ``state.py``: the token digest, the registry cache, the validation (:func:`decode_payload`), the
 append and the 202 body. The tests run every request through this wrapper (the Flask test client calls
@@ -27,10 +27,8 @@ from typing import Any
 
 import redis
 
-from ldptel.client.errors import WireFormatError
 from ldptel.client.wire import decode_header, decode_payload
 
-from .registry import UnknownMetricError
 from .state import RATE_WAIT_KEY, REDIS_UNAVAILABLE, IngestState, accepted_body, bearer_digest, cached_record, error_body
 from .storage import utc_day
 
@@ -59,7 +57,11 @@ class FastIngest:
             return self.wsgi_app(environ, start_response)
         t0 = time.perf_counter()
         length_text = environ.get("CONTENT_LENGTH") or ""
-        if not length_text.isdigit() or not 0 < int(length_text) <= self.state.config.max_body_bytes:
+        if (
+            "HTTP_TRANSFER_ENCODING" in environ  # a chunked body: Flask reads the whole stream
+            or not (length_text.isascii() and length_text.isdigit())
+            or not 0 < int(length_text) <= self.state.config.max_body_bytes
+        ):
             return self.wsgi_app(environ, start_response)  # nothing read yet: Flask answers 400/411/413
         body = environ["wsgi.input"].read(int(length_text))
         try:
@@ -93,7 +95,9 @@ class FastIngest:
             if not record.active or header.version != record.current_version:
                 return None  # Flask re-reads the registry before it answers 409
             decode_payload(body, header, record.current.params)  # full validation against the current spec
-        except (WireFormatError, UnknownMetricError):
+        except redis.RedisError:
+            raise
+        except Exception:  # noqa: BLE001 - anything unexpected is Flask's to answer (and count) as usual
             return None
         day = utc_day()
         result = state.appender.append(

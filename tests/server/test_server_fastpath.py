@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 from flask import Flask
@@ -113,3 +114,39 @@ def test_a_request_takes_one_rate_limit_token_on_either_path(redis, rng, redis_u
     assert limited.status_code == 429 and json.loads(limited.get_data())["error"] == "rate_limited"
     assert len(stream_entries(redis, spec.name, 4)) == 1
     app.extensions["redis"].close()
+
+
+def test_odd_lengths_and_chunked_bodies_are_left_to_flask(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
+    """Found in review: a non-ASCII digit in Content-Length crashed the fast path (werkzeug passes it on),
+    and with Transfer-Encoding the fast path read only Content-Length bytes of a longer body."""
+    app = _app(redis_url, app_token, admin_token)
+    reached = _flask_requests(app)
+    client = app.test_client()
+    spec = cms_spec()
+    assert client.post("/v1/metrics", json=spec.to_dict(), headers={"Authorization": f"Bearer {admin_token}"}).status_code == 201
+    reached.clear()
+    good, _ = make_batch(spec, 5, rng)
+    base = {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/reports", "CONTENT_TYPE": OCTET,
+            "HTTP_AUTHORIZATION": f"Bearer {app_token}"}
+    before = snapshot(redis)
+    for extra in ({"CONTENT_LENGTH": "\u00b2"}, {"CONTENT_LENGTH": str(len(good) - 1), "HTTP_TRANSFER_ENCODING": "chunked"}):
+        environ = {**base, **extra, "wsgi.input": io.BytesIO(good)}
+        statuses: list[str] = []
+
+        def start_response(status: str, headers: list, exc_info: object = None) -> None:  # type: ignore[type-arg]
+            statuses.append(status)
+
+        body = b"".join(app.wsgi_app(_environ(environ), start_response))
+        assert statuses and statuses[0].startswith("4"), (extra, statuses, body)
+        assert json.loads(body)["error"]
+    assert reached == ["/v1/reports"] * 2
+    assert snapshot(redis) == before
+    app.extensions["redis"].close()
+
+
+def _environ(extra: dict[str, object]) -> dict[str, object]:
+    from werkzeug.test import EnvironBuilder
+
+    environ = EnvironBuilder(path="/v1/reports", method="POST").get_environ()
+    environ.update(extra)
+    return environ
