@@ -16,6 +16,7 @@ as the next one.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 from collections.abc import Iterator
@@ -29,6 +30,15 @@ __all__ = ["Entry", "StreamReader"]
 Entry = tuple[bytes, dict[bytes, bytes | memoryview] | None]  # (id, fields); fields None: deleted while pending
 _INITIAL = 1 << 20
 _BIG_FIELDS = frozenset({b"b"})  # fields returned as views (the batch bytes); the rest are copied
+
+
+def _error(message: str) -> redis_lib.RedisError:
+    """The exception redis-py raises for this error reply (LOADING is a BusyLoadingError, a ConnectionError)."""
+    try:
+        from redis._parsers import BaseParser
+    except ImportError:  # pragma: no cover - a redis-py without it: the generic class
+        return redis_lib.ResponseError(message)
+    return BaseParser.parse_error(message)  # type: ignore[no-any-return]
 
 
 class _ProtocolError(redis_lib.ConnectionError):
@@ -75,7 +85,7 @@ class _Conn:
     def _len(self, kind: bytes) -> int:
         line = self._line()
         if line[:1] == b"-":
-            raise redis_lib.ResponseError(line[1:].decode("utf-8", "replace"))
+            raise _error(line[1:].decode("utf-8", "replace"))
         if line[:1] != kind:
             raise _ProtocolError(f"expected a {kind!r} header, got {line[:20]!r}")
         return int(line[1:])
@@ -119,6 +129,18 @@ class _Conn:
         return entries
 
 
+def _stale(conn: Any) -> bool:
+    """An idle connection with something to read (EOF after the server closed it, or stray bytes)."""
+    sock = getattr(conn, "_sock", None)
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
 class StreamReader:
     """XREADGROUP on connections of its own (thread-safe: a small stack of idle connections)."""
 
@@ -145,6 +167,8 @@ class StreamReader:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             conn = _Conn(self._new())
+        elif _stale(conn.conn):
+            conn.conn.disconnect()  # e.g. Redis restarted while it was idle: send_command reconnects
         try:
             try:
                 entries = conn.xreadgroup(args)

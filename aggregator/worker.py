@@ -44,12 +44,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import redis as redis_lib
 
 from ldptel.client import SketchState, fold
 from ldptel.client.errors import LdpError
 from ldptel.client.specs import MetricSpec, Params
-from ldptel.client.mechanisms.cms import merge_by_row
+from ldptel.client.mechanisms.cms import merge_by_row, row_order
 from ldptel.client.wire import ReportBatch, decode_batch
 from ldptel.server import keys
 
@@ -164,6 +165,9 @@ class _Shard:
     cursor: str = "0"  # "0"…: re-reading our pending list; ">": new entries
     prefetch: tuple[str, Future[Any]] | None = None  # (cursor, read in flight)
     drained: bool = False
+    scanned: int = 0  # entries read in the current pass over the pending list
+    rescan_found: int = -1  # entries the last stray-triggered pass found (-1: none yet)
+    rescanning: bool = False
     states: dict[tuple[int, str], SketchState] = field(default_factory=dict)
     dirty: set[tuple[int, str]] = field(default_factory=set)
     to_ack: list[bytes] = field(default_factory=list)
@@ -351,8 +355,12 @@ class Worker:
         if cursor != ">":
             if not entries:
                 sh.cursor = ">"  # our pending list is done: switch to new entries
+                if sh.rescanning:
+                    sh.rescan_found, sh.rescanning = sh.scanned, False
+                sh.scanned = 0
                 return 0
             sh.cursor = entries[-1][0].decode()
+            sh.scanned += len(entries)
         sh.drained = not entries
         if entries:
             if self.config.prefetch:
@@ -415,11 +423,12 @@ class Worker:
         entry at or below the last folded id can only come from a group moved backwards under a running
         worker; it is already counted and skipped.
         """
-        kept: dict[tuple[int, str], list[ReportBatch]] = defaultdict(list)
+        keep: list[bool] = []
         reports = skipped = 0
         for (eid, fields), decoded in zip(read.entries, read.decoded):
             sh.to_ack.append(eid)
             sid = parse_id(eid)
+            keep.append(False)
             if not pending and sid <= sh.last_folded:
                 skipped += 1
                 continue
@@ -437,11 +446,10 @@ class Worker:
                         extra={"event": "dead_letter", "shard": sh.name, "id": eid.decode(), "error": decoded},
                     )
                 continue
-            version, day, batch = decoded
-            kept[(version, day)].append(batch)
-            reports += batch.n
+            keep[-1] = True
+            reports += decoded[2].n
         # Nothing skipped (the normal case): fold the batches the read merged already.
-        groups = read.merged if not skipped else {key: merge_batches(batches) for key, batches in kept.items()}
+        groups = read.merged if not skipped else _without_skipped(read, keep)
         for (version, day), batches in groups.items():
             state = self._state(sh, version, day)
             fold(self._params(sh.metric, version), batches, into=state)
@@ -508,8 +516,8 @@ class Worker:
         if not sh.to_ack and not sh.dirty and not sh.dead:
             # Nothing new: still let folded entries age out of the retention window. Entries at or below
             # the committed checkpoint are acknowledged, so trimming them needs no transaction.
-            strays = int(self.r.xpending(sh.stream, keys.CONSUMER_GROUP)["pending"]) > prefetched
-            minid = None if strays else self._trim_below(sh.checkpoint)
+            strays = _our_pending(self.r.xpending(sh.stream, keys.CONSUMER_GROUP)) > prefetched
+            minid = None if strays or sh.cursor != ">" else self._trim_below(sh.checkpoint)
             if minid is not None:
                 self.r.xtrim(sh.stream, minid=format_id(minid), approximate=False)
             sh.last_commit = time.monotonic()
@@ -526,7 +534,7 @@ class Worker:
                 if owner != self.config.worker_id.encode() or (parse_id(stored) if stored else store.ZERO_ID) != sh.checkpoint:
                     pipe.unwatch()
                     raise LeaseLostError(f"shard {sh.name} is no longer leased to {self.config.worker_id}")
-                pending = int(pipe.xpending(sh.stream, keys.CONSUMER_GROUP)["pending"])  # type: ignore[index]
+                pending = _our_pending(pipe.xpending(sh.stream, keys.CONSUMER_GROUP))
                 strays = pending > len(set(sh.to_ack)) + prefetched
                 pipe.multi()
                 for (version, day), blob in blobs.items():
@@ -541,7 +549,9 @@ class Worker:
                     pipe.xadd(store.dead_letter_key(sh.metric, sh.shard), letter, maxlen=DEAD_LETTER_MAXLEN)  # type: ignore[arg-type]
                 for lo in range(0, len(sh.to_ack), _ACK_CHUNK):
                     pipe.xack(sh.stream, keys.CONSUMER_GROUP, *sh.to_ack[lo : lo + _ACK_CHUNK])
-                minid = None if strays else self._trim_below(sh.last_folded)
+                # No trim while strays are pending or the pending list is being read: entries below the
+                # last folded id may still be waiting there (in a page read ahead, say).
+                minid = None if strays or sh.cursor != ">" else self._trim_below(sh.last_folded)
                 if minid is not None:
                     pipe.xtrim(sh.stream, minid=format_id(minid), approximate=False)
                 pipe.execute()
@@ -575,8 +585,12 @@ class Worker:
             return 0
 
     def _rescan_if(self, sh: _Shard, strays: bool) -> None:
-        """Re-read the pending list next (dropping the read in flight: its entries are pending too)."""
-        if not strays or sh.cursor != ">":
+        """Re-read the pending list next (dropping the read in flight: its entries are pending too).
+
+        Not again if the previous such pass found nothing: then the count is off for a reason a re-read
+        cannot fix, and re-reading would only spin (a --once worker would never finish).
+        """
+        if not strays or sh.cursor != ">" or sh.rescan_found == 0:
             return
         log.warning(
             "entries pending that this worker did not read; re-reading the pending list",
@@ -585,6 +599,7 @@ class Worker:
         self._forget_prefetch(sh)
         sh.cursor = "0"
         sh.drained = False
+        sh.rescanning, sh.scanned = True, 0
 
     def _trim_below(self, folded: StreamId) -> StreamId | None:
         """XTRIM MINID bound: every entry below it is folded and older than the retention window.
@@ -763,6 +778,41 @@ def merge_batches(batches: list[ReportBatch]) -> list[ReportBatch]:
 
 def _record_name(record: object) -> str:
     return record if isinstance(record, str) else str(getattr(record, "name"))
+
+
+def _without_skipped(read: _Read, keep: list[bool]) -> dict[tuple[int, str], list[ReportBatch]]:
+    """``read.merged`` without the reports of the entries not kept.
+
+    The cms batches in ``read.decoded`` are views of the reader's buffer, which the next read may already be
+    filling: only their rows (copies) are used, to find which merged report came from which entry.
+    """
+    per_key: dict[tuple[int, str], list[tuple[ReportBatch, bool]]] = defaultdict(list)
+    for decoded, kept in zip(read.decoded, keep):
+        if not isinstance(decoded, str):
+            per_key[(decoded[0], decoded[1])].append((decoded[2], kept))
+    out: dict[tuple[int, str], list[ReportBatch]] = {}
+    for key, items in per_key.items():
+        merged = read.merged[key]
+        if items[0][0].mechanism in ("cms", "oue-cms"):
+            (whole,) = merged
+            source = np.repeat(np.arange(len(items)), [b.n for b, _ in items])
+            mask = np.array([k for _, k in items])[source][row_order(np.concatenate([b.rows for b, _ in items]))]
+            if mask.any():
+                out[key] = [ReportBatch(mechanism=whole.mechanism, n=int(mask.sum()), rows=whole.rows[mask], bits=whole.bits[mask])]
+        else:  # decoded from copies (see _decode): safe to use as they are
+            kept_batches = [b for b, k in items if k]
+            if kept_batches:
+                out[key] = kept_batches
+    return out
+
+
+def _our_pending(summary: Any) -> int:
+    """Entries pending for the fold consumer, from an XPENDING summary (other consumers' are not ours to
+    count: an operator's reader must not make every commit look like it found strays)."""
+    for consumer in summary.get("consumers") or []:
+        if consumer.get("name") in (CONSUMER, CONSUMER.encode()):
+            return int(consumer.get("pending") or 0)
+    return 0
 
 
 def _group_last_delivered(r: redis_lib.Redis, stream: str) -> StreamId | None:

@@ -159,6 +159,11 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
     return state
 
 
+def row_order(rows: np.ndarray) -> np.ndarray:
+    """The stable order of reports by row that :func:`merge_by_row` puts them in (k <= 65536: a radix sort)."""
+    return np.argsort(rows.astype(np.uint16), kind="stable")
+
+
 def merge_by_row(batches: Sequence[ReportBatch]) -> ReportBatch:
     """Every report of ``batches`` (cms or oue-cms, one metric version) in one batch, ordered by row.
 
@@ -168,7 +173,7 @@ def merge_by_row(batches: Sequence[ReportBatch]) -> ReportBatch:
     """
     rows = concat_rows(batches)
     nb = batches[0].bits.shape[1]  # type: ignore[union-attr]
-    order = np.argsort(rows.astype(np.uint16), kind="stable")
+    order = row_order(rows)
     place = np.empty_like(order)
     place[order] = np.arange(order.size)
     out = np.empty((rows.size, nb), dtype=np.uint8)

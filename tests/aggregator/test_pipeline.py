@@ -158,10 +158,14 @@ def test_a_group_moved_behind_the_checkpoint_is_moved_forward(redis: redis_lib.R
     assert group["last-delivered-id"] == checkpoint
 
 
-def test_entries_a_former_owner_reads_behind_the_new_owner_are_folded_once(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+@pytest.mark.parametrize(("steal", "prefetch"), [(3, False), (3, True), (8, True)])
+def test_entries_a_former_owner_reads_behind_the_new_owner_are_folded_once(
+    redis: redis_lib.Redis, rng: np.random.Generator, steal: int, prefetch: bool
+) -> None:
     """A paused ex-owner's XREADGROUP can put entries into the shared pending list after the new owner has
     read past them. The new owner's next commit sees more pending entries than it has in flight and re-reads
-    the pending list: every report is folded exactly once, in the same run, and nothing stays pending."""
+    the pending list: every report is folded exactly once, in the same run, and nothing stays pending, also
+    with several pages of them and a page read ahead."""
     record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
     sent = append_reports(redis, record, [f"v{i % 5}" for i in range(800)], rng, day=_today(), batch_size=40)
     stream = keys.stream("pages", 0)
@@ -169,18 +173,35 @@ def test_entries_a_former_owner_reads_behind_the_new_owner_are_folded_once(redis
 
     def ex_owner_reads(worker: Worker) -> None:
         if not stolen and worker.stats().entries >= 4:  # the new owner is reading new entries by now
-            reply = redis.xreadgroup(keys.CONSUMER_GROUP, "fold", {stream: ">"}, count=3)
+            reply = redis.xreadgroup(keys.CONSUMER_GROUP, "fold", {stream: ">"}, count=steal)
             stolen.extend(eid for eid, _ in reply[0][1])
 
-    worker = Worker(redis, WorkerConfig(once=True, batch=4, checkpoint_every=1, prefetch=False, retention_seconds=0))
-    stats = worker.run(on_progress=ex_owner_reads, progress_seconds=0.0)
-    assert len(stolen) == 3
+    config = WorkerConfig(once=True, batch=4, checkpoint_every=1, prefetch=prefetch, retention_seconds=0)
+    stats = Worker(redis, config).run(on_progress=ex_owner_reads, progress_seconds=0.0)
+    assert len(stolen) == steal
     checkpoint = store.parse_id(redis.get(keys.checkpoint("pages", 0)))
     assert all(store.parse_id(eid) < checkpoint for eid in stolen)  # the new owner had moved past them
-    assert stats.reports == 800 and stats.entries == 20 and stats.skipped == 0
+    assert stats.dead == 0 and stats.skipped == 0
+    assert stats.reports == 800 and stats.entries == 20
     assert _stored_total(redis, "pages").equals(sent.expected_state())
     assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0
     assert redis.xlen(stream) == 0  # retention 0: everything folded is trimmed, the stolen entries too
+
+
+@pytest.mark.timeout(60)  # the bug this guards against made a --once worker spin forever
+def test_another_consumer_s_pending_entries_do_not_stall_a_worker(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    """Entries an operator reads into the group under another consumer name are not the fold consumer's: they
+    must not look like strays on every commit (no trim, endless re-reads, a --once worker never ending)."""
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
+    append_reports(redis, record, [f"v{i % 5}" for i in range(200)], rng, day=_today(), batch_size=20)
+    stream = keys.stream("pages", 0)
+    drain(redis)  # creates the group
+    append_reports(redis, record, [f"v{i % 5}" for i in range(200)], rng, day=_today(), batch_size=20)
+    redis.xreadgroup(keys.CONSUMER_GROUP, "operator", {stream: ">"}, count=2)  # 2 of the 10 new entries
+    stats = drain(redis, retention_seconds=0, batch=4)
+    assert stats.entries == 8 and stats.reports == 160
+    assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 2  # still the operator's
+    assert redis.xlen(stream) < 20  # folded entries were trimmed: commits did not see strays
 
 
 def test_retention_counts_from_the_arrival_day(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
@@ -202,3 +223,28 @@ def test_retention_zero_trims_what_was_folded(redis: redis_lib.Redis, rng: np.ra
     drain(redis, retention_seconds=0)
     assert sum(redis.xlen(keys.stream("color", s)) for s in range(2)) == 0
     assert estimate_metric(redis, "color").n == 1000
+
+
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_a_group_moved_back_under_a_running_worker_is_not_counted_twice(
+    redis: redis_lib.Redis, rng: np.random.Generator, prefetch: bool
+) -> None:
+    """Reads then mix entries already folded (skipped) with new ones in one page; only the new reports of
+    that page may be folded (the merged page is filtered by entry, exactly)."""
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
+    sent = append_reports(redis, record, [f"v{i % 7}" for i in range(1000)], rng, day=_today(), batch_size=25)
+    stream = keys.stream("pages", 0)
+    ids = [eid for eid, _ in redis.xrange(stream)]
+    moved: list[bool] = []
+
+    def operator_moves_the_group_back(worker: Worker) -> None:
+        if not moved and worker.stats().entries >= 10:
+            redis.xgroup_setid(stream, keys.CONSUMER_GROUP, ids[1])  # entries 3.. are delivered again
+            moved.append(True)
+
+    worker = Worker(redis, WorkerConfig(once=True, batch=4, checkpoint_every=10**6, prefetch=prefetch))
+    stats = worker.run(on_progress=operator_moves_the_group_back, progress_seconds=0.0)
+    assert moved and stats.skipped > 0 and stats.reports == 1000
+    assert stats.entries == len(ids) + stats.skipped
+    assert _stored_total(redis, "pages").equals(sent.expected_state())
+    assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0

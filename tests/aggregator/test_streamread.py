@@ -58,3 +58,25 @@ def test_errors_and_block_timeouts(redis: redis_lib.Redis) -> None:
     with reader.read("g", "c", "s", ">", count=10, block_ms=50) as entries:  # the connection still works
         assert [bytes(f[b"b"]) for _, f in entries] == [b"x"]  # type: ignore[index]
     reader.close()
+
+
+def test_an_idle_connection_closed_by_the_server_is_replaced(redis: redis_lib.Redis) -> None:
+    redis.xgroup_create("s", "g", id="0", mkstream=True)
+    redis.xadd("s", {"b": b"1"})
+    reader = StreamReader(redis)
+    with reader.read("g", "c", "s", ">", count=10) as entries:
+        assert len(entries) == 1
+    (idle,) = reader._idle  # noqa: SLF001 - the connection the next read would reuse
+    host, port = idle.conn._sock.getsockname()[:2]  # noqa: SLF001
+    redis.client_kill(f"{host}:{port}")  # the server closes it, as a Redis restart would
+    redis.xadd("s", {"b": b"2"})
+    with reader.read("g", "c", "s", ">", count=10) as entries:  # no error: the stale connection is reopened
+        assert [bytes(f[b"b"]) for _, f in entries] == [b"2"]  # type: ignore[index]
+    reader.close()
+
+
+def test_error_replies_keep_redis_py_classes() -> None:
+    from ldptel.aggregator.streamread import _error
+
+    assert isinstance(_error("LOADING Redis is loading the dataset in memory"), redis_lib.BusyLoadingError)
+    assert type(_error("NOGROUP No such key")) is redis_lib.ResponseError
