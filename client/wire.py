@@ -140,8 +140,8 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise WireFormatError(f"a batch is bytes, got {type(data).__name__}")
     if isinstance(data, memoryview):
-        if data.ndim != 1 or data.itemsize != 1:
-            raise WireFormatError("a batch memoryview must be 1-dimensional bytes")
+        if data.ndim != 1 or data.itemsize != 1 or not data.c_contiguous:
+            raise WireFormatError("a batch memoryview must be contiguous 1-dimensional bytes")
     elif not isinstance(data, bytes):
         data = bytes(data)
     if len(data) < _HEADER.size + 1:

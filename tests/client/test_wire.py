@@ -175,3 +175,16 @@ def test_random_json_only_ever_raises_wire_format_error(obj, mech: str) -> None:
         batch_from_json(obj, PARAMS[mech])
     except WireFormatError:
         pass
+
+
+@pytest.mark.parametrize("mech", ["cms", "hcms"])
+def test_a_memoryview_decodes_without_a_copy_and_odd_views_are_wire_format_errors(mech: str) -> None:
+    data = _encoded(mech)
+    buf = bytearray(data)
+    header, batch = decode_batch(memoryview(buf), PARAMS[mech])
+    assert header == decode_header(data) and batch.n == header.n
+    if mech == "cms":  # the bits are a view of the buffer (the aggregator's reader relies on it)
+        assert batch.bits is not None and np.shares_memory(batch.bits, np.frombuffer(buf, np.uint8))
+    for odd in (memoryview(buf)[::2], memoryview(buf).cast("B", (1, len(buf))), memoryview(np.zeros(8, np.uint16))):
+        with pytest.raises(WireFormatError):
+            decode_batch(odd, PARAMS[mech])
