@@ -122,3 +122,17 @@ def test_merge_by_row_keeps_every_report_and_folds_the_same(params) -> None:
         np.concatenate([b.rows for b in batches]), np.concatenate([b.bits for b in batches])
     )
     assert fold(params, [merged]).equals(fold(params, batches))  # fold(batches) is checked against the reference above
+
+
+def test_merge_by_row_into_a_given_buffer() -> None:
+    from ldptel.client.mechanisms.cms import merge_by_row
+
+    params = CmsParams(epsilon=4, k=16, m=64)
+    rng = np.random.default_rng(3)
+    batches = [privatize_batch(_values(params, n, n), params, rng=rng) for n in (50, 70)]
+    buffer = np.full(120 * 8 + 5, 0xAB, dtype=np.uint8)
+    merged = merge_by_row(batches, out=buffer)
+    assert np.shares_memory(merged.bits, buffer) and merged.bits.shape == (120, 8)
+    assert fold(params, [merged]).equals(fold(params, batches))
+    with pytest.raises(ValueError, match="at least 960 bytes"):
+        merge_by_row(batches, out=np.empty(959, np.uint8))
