@@ -59,13 +59,13 @@ from .state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
     IngestState,
-    accepted_body,
+    append_batch,
     bearer_digest,
     cached_record,
     digest,
     error_body,
 )
-from .storage import BatchAppender, utc_day
+from .storage import BatchAppender
 
 __all__ = ["create_app", "error_response", "ApiError"]
 
@@ -399,21 +399,7 @@ def post_reports() -> Response:
             _fail(400, "invalid_batch", str(exc), metric=record.name, n=n)
         n = header.n
 
-    day = utc_day()
-    result = state.appender.append(
-        metric=record.name,
-        shards=record.shards,
-        batch_id=header.batch_id,
-        version=version,
-        n=n,
-        data=data,
-        day=day,
-        dedupe_ttl=cfg.dedupe_ttl,
-    )
-    state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
-    body = accepted_body(
-        n=n, duplicate=result.duplicate, metric=record.name, version=version, batch_id=header.batch_id, day=day
-    )
+    body = append_batch(state, record=record, batch_id=header.batch_id, version=version, n=n, data=data)
     return _json_response(body, 202)
 
 

@@ -29,8 +29,7 @@ import redis
 
 from ldptel.client.wire import decode_header, decode_payload
 
-from .state import RATE_WAIT_KEY, REDIS_UNAVAILABLE, IngestState, accepted_body, bearer_digest, cached_record, error_body
-from .storage import utc_day
+from .state import RATE_WAIT_KEY, REDIS_UNAVAILABLE, IngestState, append_batch, bearer_digest, cached_record, error_body
 
 __all__ = ["FastIngest"]
 
@@ -99,25 +98,8 @@ class FastIngest:
             raise
         except Exception:  # noqa: BLE001 - anything unexpected is Flask's to answer (and count) as usual
             return None
-        day = utc_day()
-        result = state.appender.append(
-            metric=record.name,
-            shards=record.shards,
-            batch_id=header.batch_id,
-            version=header.version,
-            n=header.n,
-            data=body,
-            day=day,
-            dedupe_ttl=state.config.dedupe_ttl,
-        )
-        state.telemetry.accepted(record.name, header.n, duplicate=result.duplicate)
-        return accepted_body(
-            n=header.n,
-            duplicate=result.duplicate,
-            metric=record.name,
-            version=header.version,
-            batch_id=header.batch_id,
-            day=day,
+        return append_batch(
+            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body
         )
 
     def _respond(

@@ -19,13 +19,14 @@ from .config import ServerConfig
 from .prom import Telemetry
 from .ratelimit import TokenBucketLimiter
 from .registry import MetricRecord, UnknownMetricError, parse_record
-from .storage import BatchAppender
+from .storage import BatchAppender, utc_day
 
 __all__ = [
     "IngestState",
     "RATE_WAIT_KEY",
     "REDIS_UNAVAILABLE",
     "accepted_body",
+    "append_batch",
     "bearer_digest",
     "cached_record",
     "digest",
@@ -92,6 +93,28 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
             state.records[raw] = record  # type: ignore[index]
     state.recent[name] = (now, record)
     return record  # type: ignore[no-any-return]
+
+
+def append_batch(
+    state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes
+) -> dict[str, Any]:
+    """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
+
+    The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended.
+    """
+    day = utc_day()
+    result = state.appender.append(
+        metric=record.name,
+        shards=record.shards,
+        batch_id=batch_id,
+        version=version,
+        n=n,
+        data=data,
+        day=day,
+        dedupe_ttl=state.config.dedupe_ttl,
+    )
+    state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
+    return accepted_body(n=n, duplicate=result.duplicate, metric=record.name, version=version, batch_id=batch_id, day=day)
 
 
 def accepted_body(*, n: int, duplicate: bool, metric: str, version: int, batch_id: bytes, day: str) -> dict[str, Any]:
