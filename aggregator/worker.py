@@ -168,6 +168,7 @@ class _Shard:
     scanned: int = 0  # entries read in the current pass over the pending list
     rescan_found: int = -1  # entries the last stray-triggered pass found (-1: none yet)
     rescanning: bool = False
+    warned_foreign: bool = False
     states: dict[tuple[int, str], SketchState] = field(default_factory=dict)
     dirty: set[tuple[int, str]] = field(default_factory=set)
     to_ack: list[bytes] = field(default_factory=list)
@@ -357,7 +358,7 @@ class Worker:
             if not entries:
                 sh.cursor = ">"  # our pending list is done: switch to new entries
                 if sh.rescanning:
-                    sh.rescan_found, sh.rescanning = sh.scanned, False
+                    sh.rescan_found, sh.rescanning = max(sh.scanned, 0), False
                 sh.scanned = 0
                 return 0
             sh.cursor = entries[-1][0].decode()
@@ -527,12 +528,12 @@ class Worker:
         if not sh.to_ack and not sh.dirty and not sh.dead:
             # Nothing new: still let folded entries age out of the retention window. Entries at or below
             # the committed checkpoint are acknowledged, so trimming them needs no transaction.
-            strays = _our_pending(self.r.xpending(sh.stream, keys.CONSUMER_GROUP)) > prefetched
+            strays = self._our_pending(sh, self.r.xpending(sh.stream, keys.CONSUMER_GROUP)) > prefetched
             minid = None if strays or sh.cursor != ">" else self._trim_below(sh.checkpoint)
             if minid is not None:
                 self.r.xtrim(sh.stream, minid=format_id(minid), approximate=False)
             sh.last_commit = time.monotonic()
-            self._rescan_if(sh, strays)
+            self._rescan_if(sh, strays, prefetched)
             return
         lease_key = keys.lease(sh.metric, sh.shard)
         ckpt_key = keys.checkpoint(sh.metric, sh.shard)
@@ -545,7 +546,7 @@ class Worker:
                 if owner != self.config.worker_id.encode() or (parse_id(stored) if stored else store.ZERO_ID) != sh.checkpoint:
                     pipe.unwatch()
                     raise LeaseLostError(f"shard {sh.name} is no longer leased to {self.config.worker_id}")
-                pending = _our_pending(pipe.xpending(sh.stream, keys.CONSUMER_GROUP))
+                pending = self._our_pending(sh, pipe.xpending(sh.stream, keys.CONSUMER_GROUP))
                 strays = pending > len(set(sh.to_ack)) + prefetched
                 pipe.multi()
                 for (version, day), blob in blobs.items():
@@ -583,7 +584,19 @@ class Worker:
         sh.dead = []
         sh.uncommitted = 0
         sh.last_commit = time.monotonic()
-        self._rescan_if(sh, strays)
+        self._rescan_if(sh, strays, prefetched)
+
+    def _our_pending(self, sh: _Shard, summary: Any) -> int:
+        """The fold consumer's pending entries. Another consumer's (an operator reading with this group) are
+        not counted as strays; they are never folded and are trimmed like folded ones: warned about once."""
+        ours, others = _pending_by_consumer(summary)
+        if others and not sh.warned_foreign:
+            sh.warned_foreign = True
+            log.warning(
+                "another consumer has entries pending in the fold group: they are not folded (read with a group of your own)",
+                extra={"event": "foreign_consumer", "shard": sh.name, "pending": others},
+            )
+        return ours
 
     def _prefetched(self, sh: _Shard) -> int:
         """Entries of the read in flight (waited for; a failed read is dropped and its entries stay pending)."""
@@ -595,13 +608,17 @@ class Worker:
             sh.prefetch = None
             return 0
 
-    def _rescan_if(self, sh: _Shard, strays: bool) -> None:
+    def _rescan_if(self, sh: _Shard, strays: bool, prefetched: int) -> None:
         """Re-read the pending list next (dropping the read in flight: its entries are pending too).
 
-        Not again if the previous such pass found nothing: then the count is off for a reason a re-read
-        cannot fix, and re-reading would only spin (a --once worker would never finish).
+        Not again while the previous such pass found nothing beyond that read's entries: then the count is off
+        for a reason a re-read cannot fix, and re-reading would only spin (a --once worker would never
+        finish). A commit that finds no strays clears that.
         """
-        if not strays or sh.cursor != ">" or sh.rescan_found == 0:
+        if not strays:
+            sh.rescan_found = -1
+            return
+        if sh.cursor != ">" or sh.rescan_found == 0:
             return
         log.warning(
             "entries pending that this worker did not read; re-reading the pending list",
@@ -610,7 +627,7 @@ class Worker:
         self._forget_prefetch(sh)
         sh.cursor = "0"
         sh.drained = False
-        sh.rescanning, sh.scanned = True, 0
+        sh.rescanning, sh.scanned = True, -prefetched  # the dropped read's entries come back: not found ones
 
     def _trim_below(self, folded: StreamId) -> StreamId | None:
         """XTRIM MINID bound: every entry below it is folded and older than the retention window.
@@ -839,13 +856,15 @@ def _without_skipped(read: _Read, keep: list[bool]) -> dict[tuple[int, str], lis
     return out
 
 
-def _our_pending(summary: Any) -> int:
-    """Entries pending for the fold consumer, from an XPENDING summary (other consumers' are not ours to
-    count: an operator's reader must not make every commit look like it found strays)."""
+def _pending_by_consumer(summary: Any) -> tuple[int, int]:
+    """(entries pending for the fold consumer, for any other consumer) from an XPENDING summary."""
+    ours = others = 0
     for consumer in summary.get("consumers") or []:
         if consumer.get("name") in (CONSUMER, CONSUMER.encode()):
-            return int(consumer.get("pending") or 0)
-    return 0
+            ours += int(consumer.get("pending") or 0)
+        else:
+            others += int(consumer.get("pending") or 0)
+    return ours, others
 
 
 def _group_last_delivered(r: redis_lib.Redis, stream: str) -> StreamId | None:

@@ -248,3 +248,34 @@ def test_a_group_moved_back_under_a_running_worker_is_not_counted_twice(
     assert stats.entries == len(ids) + stats.skipped
     assert _stored_total(redis, "pages").equals(sent.expected_state())
     assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0
+
+
+def test_a_re_read_that_finds_nothing_does_not_turn_stray_recovery_off(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    """Review finding: after one stray-triggered re-read found nothing (here an operator acknowledged the strays
+    first), later strays must still be re-read and folded."""
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=8, m=64)), shards=1)
+    append_reports(redis, record, [f"v{i % 5}" for i in range(1200)], rng, day=_today(), batch_size=40)
+    stream = keys.stream("pages", 0)
+    steps: list[str] = []
+
+    def steal(count: int) -> list[bytes]:
+        reply = redis.xreadgroup(keys.CONSUMER_GROUP, "fold", {stream: ">"}, count=count)
+        return [eid for eid, _ in reply[0][1]]
+
+    def meddle(worker: Worker) -> None:
+        entries = worker.stats().entries
+        if not steps and entries >= 4:
+            steps.append("stolen")
+            meddle.first = steal(2)  # type: ignore[attr-defined]
+        elif steps == ["stolen"] and worker.stats().commits and redis.xpending(stream, keys.CONSUMER_GROUP)["pending"]:
+            steps.append("acked")  # the commit saw them; the operator acknowledges them before the re-read
+            redis.xack(stream, keys.CONSUMER_GROUP, *meddle.first)  # type: ignore[attr-defined]
+        elif steps == ["stolen", "acked"] and entries >= 16:
+            steps.append("stolen again")
+            steal(2)
+
+    config = WorkerConfig(once=True, batch=4, checkpoint_every=1, prefetch=False, retention_seconds=0)
+    stats = Worker(redis, config).run(on_progress=meddle, progress_seconds=0.0)
+    assert steps == ["stolen", "acked", "stolen again"]
+    assert stats.reports == 1200 - 2 * 40  # only the two entries the operator acknowledged are missing
+    assert redis.xpending(stream, keys.CONSUMER_GROUP)["pending"] == 0
