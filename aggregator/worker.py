@@ -63,6 +63,7 @@ log = logging.getLogger("ldptel.aggregator.worker")
 CONSUMER = "fold"
 WORKERS_KEY = keys.aggregators()
 DEAD_LETTER_MAXLEN = 10_000
+_ROW_MERGED = ("cms", "oue-cms")  # the mechanisms whose reads are merged by row (merge_by_row)
 _ACK_CHUNK = 10_000
 
 _RENEW_LUA = """
@@ -404,7 +405,7 @@ class Worker:
 
     def _merge(self, batches: list[ReportBatch], held: list[np.ndarray]) -> list[ReportBatch]:
         """cms, oue-cms: one batch ordered by row, in a reused buffer (see :class:`_Buffers`)."""
-        if not batches or batches[0].mechanism not in ("cms", "oue-cms"):
+        if not batches or batches[0].mechanism not in _ROW_MERGED:
             return batches
         buffer = self._buffers.take(sum(b.n for b in batches) * batches[0].bits.shape[1])  # type: ignore[union-attr]
         held.append(buffer)
@@ -480,7 +481,7 @@ class Worker:
         n = int(fields[b"n"])
         params = self._params(metric, version)
         data = fields[b"b"]
-        if params.mechanism not in ("cms", "oue-cms"):
+        if params.mechanism not in _ROW_MERGED:
             data = bytes(data)  # kept as is by _merge: must not point into the reader's buffer
         header, batch = decode_batch(data, params)
         if header.metric != metric or header.version != version or header.n != n:
@@ -843,7 +844,7 @@ def _without_skipped(read: _Read, keep: list[bool]) -> dict[tuple[int, str], lis
     out: dict[tuple[int, str], list[ReportBatch]] = {}
     for key, items in per_key.items():
         merged = read.merged[key]
-        if items[0][0].mechanism in ("cms", "oue-cms"):
+        if items[0][0].mechanism in _ROW_MERGED:
             (whole,) = merged
             source = np.repeat(np.arange(len(items)), [b.n for b, _ in items])
             mask = np.array([k for _, k in items])[source][row_order(np.concatenate([b.rows for b, _ in items]))]
@@ -867,26 +868,30 @@ def _pending_by_consumer(summary: Any) -> tuple[int, int]:
     return ours, others
 
 
-def _group_last_delivered(r: redis_lib.Redis, stream: str) -> StreamId | None:
+def _fold_group(r: redis_lib.Redis, stream: str) -> dict[str, Any] | None:
+    """XINFO GROUPS of ``stream``, the fold group's entry (None if it has none; ResponseError if no stream)."""
     for group in r.xinfo_groups(stream):
         if group.get("name") in (keys.CONSUMER_GROUP, keys.CONSUMER_GROUP.encode()):
-            return parse_id(group["last-delivered-id"])
+            return group  # type: ignore[no-any-return]
     return None
+
+
+def _group_last_delivered(r: redis_lib.Redis, stream: str) -> StreamId | None:
+    group = _fold_group(r, stream)
+    return None if group is None else parse_id(group["last-delivered-id"])
 
 
 def shard_lag(r: redis_lib.Redis, metric: str, shard: int) -> tuple[int | None, int]:
     """(entries not yet folded = undelivered + pending, pending) for one shard, from XINFO GROUPS."""
     try:
-        groups = r.xinfo_groups(keys.stream(metric, shard))
+        group = _fold_group(r, keys.stream(metric, shard))
     except redis_lib.ResponseError:
         return None, 0
-    for group in groups:
-        name = group.get("name")
-        if name in (keys.CONSUMER_GROUP, keys.CONSUMER_GROUP.encode()):
-            pending = int(group.get("pending") or 0)
-            lag = group.get("lag")
-            return (None if lag is None else int(lag) + pending), pending
-    return None, 0
+    if group is None:
+        return None, 0
+    pending = int(group.get("pending") or 0)
+    lag = group.get("lag")
+    return (None if lag is None else int(lag) + pending), pending
 
 
 def run_worker(r: redis_lib.Redis, config: WorkerConfig | None = None) -> WorkerStats:

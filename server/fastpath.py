@@ -9,8 +9,8 @@ wraps ``app.wsgi_app`` (the way Flask documents for middleware) and answers that
 It only ever answers **202** (or **503** when Redis is unreachable). At the first thing that is not the common
 case — another path, method or content type, a missing length or a chunked body, a body over the limit, no or
 not an app token, the rate limit, a batch that does not decode, too many reports, an unknown metric, a retired
-metric or another version, or anything unexpected before the append — it hands the request, with the body it read, to the Flask app, which checks everything again and
-answers with the documented error. So every error comes from one place (``app.py``), and both paths share the
+metric or another version, or anything unexpected before the append — it hands the request, with the body it
+read, to the Flask app, which checks everything again and answers with the documented error. So every error comes from one place (``app.py``), and both paths share the
 helpers in ``state.py``: the token digest, the registry cache, the validation (:func:`decode_payload`), the
 append and the 202 body. The tests run every request through this wrapper (the Flask test client calls
 ``app.wsgi_app``) and compare it with the Flask route alone.
@@ -62,9 +62,10 @@ class FastIngest:
             or not 0 < int(length_text) <= self.state.config.max_body_bytes
         ):
             return self.wsgi_app(environ, start_response)  # nothing read yet: Flask answers 400/411/413
-        body = environ["wsgi.input"].read(int(length_text))
+        length = int(length_text)
+        body = environ["wsgi.input"].read(length)
         try:
-            accepted = self._ingest(environ, body)
+            accepted = None if len(body) != length else self._ingest(environ, body)  # short: the client went away
         except redis.RedisError as exc:
             log.warning("redis unavailable: %s", type(exc).__name__)
             return self._respond(start_response, t0, 503, error_body(*REDIS_UNAVAILABLE), retry_after=True)
@@ -76,8 +77,6 @@ class FastIngest:
     def _ingest(self, environ: dict[str, Any], body: bytes) -> dict[str, Any] | None:
         """Append the batch and return the 202 body; None when this is not the common case."""
         state = self.state
-        if len(body) != int(environ["CONTENT_LENGTH"]):
-            return None  # the client went away mid-body
         header_text = environ.get("HTTP_AUTHORIZATION")
         token_digest = None if header_text is None else bearer_digest(header_text)
         if token_digest is None or token_digest not in state.app_digests:

@@ -25,7 +25,6 @@ __all__ = [
     "IngestState",
     "RATE_WAIT_KEY",
     "REDIS_UNAVAILABLE",
-    "accepted_body",
     "append_batch",
     "bearer_digest",
     "cached_record",
@@ -114,15 +113,10 @@ def append_batch(
         dedupe_ttl=state.config.dedupe_ttl,
     )
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
-    return accepted_body(n=n, duplicate=result.duplicate, metric=record.name, version=version, batch_id=batch_id, day=day)
-
-
-def accepted_body(*, n: int, duplicate: bool, metric: str, version: int, batch_id: bytes, day: str) -> dict[str, Any]:
-    """The JSON body of a 202: what was accepted (a duplicate is acknowledged, not appended again)."""
     return {
         "accepted": n,
-        "duplicate": duplicate,
-        "metric": metric,
+        "duplicate": result.duplicate,
+        "metric": record.name,
         "version": version,
         "batch_id": batch_id.hex(),
         "day": day,

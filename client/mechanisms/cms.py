@@ -134,7 +134,7 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
     row_counts = np.bincount(rows, minlength=k)
     # A batch already ordered by row (see merge_by_row) is read in place; otherwise each chunk is gathered.
     presorted = len(bit_parts) == 1 and bool(np.all(rows[1:] >= rows[:-1]))
-    order = None if presorted else np.argsort(rows.astype(np.uint16), kind="stable")  # k <= 65536: a radix sort
+    order = None if presorted else row_order(rows)
     ends = np.cumsum(row_counts)
     counts = state.counts
 
