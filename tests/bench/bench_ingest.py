@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Ingest throughput and latency under gunicorn on loopback, against a bare Flask endpoint in the same run.
 
-    .venv/bin/python tests/bench/bench_ingest.py [--duration 6] [--reps 2] [--procs 2] [--conns 4]
+    .venv/bin/python tests/bench/bench_ingest.py [--duration 6] [--reps 2] [--procs 2] [--conns 4] [--threads N]
 
 Starts a private Redis (AOF on, everysec), then for each batch size (100 and 1,000 cms reports, m = 1024):
 gunicorn ``-w 2`` with ``deploy/gunicorn.conf.py`` serving (a) a bare Flask app whose POST endpoint only
@@ -13,6 +13,12 @@ pre-built requests (a selectors loop, one request in flight per connection; ever
 batch id so no request is a dedupe hit). Everything binds to 127.0.0.1 and is bounded in time; servers are
 stopped by pid. Prints one JSON line per figure (median over ``--reps`` runs), then ratios (the median of the
 per-rep ratios of back-to-back runs) and goals.
+
+On Linux it also attributes the machine's CPU during each measured window (from ``/proc``): microseconds of
+CPU per request spent in the gunicorn workers, in Redis (its main process, and separately its AOF-rewrite
+children) and in everything else (the load generator, kernel threads, other tenants), plus how many of the
+cores were busy. That says where a gap to the bare endpoint goes: Python per request, Redis per append, or
+idle time while requests wait on each other.
 """
 
 from __future__ import annotations
@@ -163,6 +169,72 @@ def run_load(port: int, body: bytes, *, path: str = "/v1/reports", procs: int, c
     }
 
 
+# ------------------------------------------------------------------------------------- CPU attribution
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_cpu(pid: int) -> tuple[float, float]:
+    """(own, reaped children) CPU seconds of a process, from /proc/<pid>/stat; zeros if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime) / _TICK, (cutime + cstime) / _TICK
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(stat.parent.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return kids
+
+
+def _busy_cores_s() -> float:
+    """CPU seconds the whole machine spent busy (user+nice+system+irq+softirq), from /proc/stat."""
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in Path("/proc/stat").read_text().split()[1:8])
+    return (user + nice + system + irq + softirq) / _TICK
+
+
+class CpuWindow:
+    """Samples CPU of gunicorn's workers and Redis (+ its rewrite children) over the measured window."""
+
+    def __init__(self, gunicorn_pid: int, redis_pid: int | None, warmup: float, duration: float) -> None:
+        self.pids = {"gunicorn": [gunicorn_pid, *_children(gunicorn_pid)], "redis": [redis_pid] if redis_pid else []}
+        self.result: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._run, args=(warmup, duration), daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> dict[str, float]:
+        gunicorn = sum(_proc_cpu(p)[0] for p in self.pids["gunicorn"])
+        redis_own, redis_children = (sum(x) for x in zip((0.0, 0.0), *(_proc_cpu(p) for p in self.pids["redis"])))
+        return {"gunicorn": gunicorn, "redis": redis_own, "redis_rewrite": redis_children,
+                "busy": _busy_cores_s(), "t": time.perf_counter()}
+
+    def _run(self, warmup: float, duration: float) -> None:
+        time.sleep(warmup)
+        a = self._sample()
+        time.sleep(duration)
+        b = self._sample()
+        self.result = {k: b[k] - a[k] for k in a}
+
+    def per_request(self, requests: int) -> dict[str, float]:
+        """CPU µs per request by component, and busy cores; empty if /proc could not be read."""
+        self._thread.join(timeout=5)
+        r = self.result
+        if not r or requests <= 0:
+            return {}
+        rest = r["busy"] - r["gunicorn"] - r["redis"] - r["redis_rewrite"]
+        out = {k: 1e6 * r[k] / requests for k in ("gunicorn", "redis", "redis_rewrite")}
+        out["rest"] = 1e6 * rest / requests
+        out["busy_cores"] = r["busy"] / r["t"]
+        return out
+
+
 def _trim_loop(url: str, metric: str, stop: threading.Event) -> None:
     import redis
 
@@ -214,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--procs", type=int, default=2, help="load generator processes")
     parser.add_argument("--conns", type=int, default=4, help="keep-alive connections per process")
     parser.add_argument("--sizes", default="100,1000")
+    parser.add_argument("--threads", type=int, help="gunicorn threads per worker (default: deploy/gunicorn.conf.py's)")
     parser.add_argument("--no-trim", action="store_true", help="do not trim the streams while loading")
     parser.add_argument("--no-aof", action="store_true", help="run Redis without AOF (to see what persistence costs)")
     args = parser.parse_args(argv)
@@ -249,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
             LDPTEL_LOG_LEVEL="warning",
             LDPTEL_MAX_BODY_BYTES=str(8 << 20),
         )
+        if args.threads:
+            env["LDPTEL_THREADS"] = str(args.threads)
         # Stand-in for the aggregator, which trims what it has folded: without it the streams would grow by
         # ~1 GB per run and the benchmark would measure Redis memory growth and AOF rewrites instead of ingest.
         stop_trim = threading.Event()
@@ -256,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_trim:
             trimmer.start()
         log = workdir / "gunicorn.log"
+        with_cpu = Path("/proc/stat").exists()
         results: dict[tuple[str, int], list[dict]] = {}
         acked_batches = 0
         for size, body in bodies.items():
@@ -263,10 +339,12 @@ def main(argv: list[str] | None = None) -> int:
                 for target, app, path in TARGETS:
                     port = _free_port()
                     proc = start_gunicorn(app, port, env, workdir, log)
+                    cpu = CpuWindow(proc.pid, redis_server.pid, args.warmup, args.duration) if with_cpu else None
                     try:
                         res = run_load(port, body, path=path, procs=args.procs, conns=args.conns, warmup=args.warmup, duration=args.duration)
                     finally:
                         stop(proc)
+                    res["cpu"] = cpu.per_request(res["requests"]) if cpu else {}
                     if target == "ldptel":
                         acked_batches += res["statuses"].get(202, 0)
                     bad = {k: v for k, v in res["statuses"].items() if k != 202}
@@ -286,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         def med(target: str, size: int, key: str) -> float:
             return float(statistics.median(x[key] for x in results[(target, size)]))
 
-        common = {"workers": 2, "worker_class": "gthread", "conns": args.procs * args.conns, "duration_s": args.duration, "reps": args.reps}
+        common = {"workers": 2, "worker_class": "gthread", "threads": args.threads or "conf", "conns": args.procs * args.conns, "duration_s": args.duration, "reps": args.reps}
         for size in bodies:
             for target, _, _ in TARGETS:
                 rps = med(target, size, "rps")
@@ -294,6 +372,11 @@ def main(argv: list[str] | None = None) -> int:
                 emit(figure="reports_per_s", target=target, batch=size, value=round(rps * size), **common)
                 emit(figure="latency_p50_ms", target=target, batch=size, value=round(med(target, size, "p50_ms"), 2), **common)
                 emit(figure="latency_p99_ms", target=target, batch=size, value=round(med(target, size, "p99_ms"), 2), **common)
+                cpus = [x["cpu"] for x in results[(target, size)] if x["cpu"]]
+                if cpus:
+                    emit(figure="cpu_us_per_request", target=target, batch=size,
+                         value={k: round(statistics.median(c[k] for c in cpus)) for k in ("gunicorn", "redis", "redis_rewrite", "rest")},
+                         busy_cores=round(statistics.median(c["busy_cores"] for c in cpus), 2), **common)
             # Each rep runs bare then ldptel back to back, so a rep's ratio compares two runs under the same
             # load of this shared host (steal time here drifts by 10-20% within a minute); the figure is the
             # median of those paired ratios.
