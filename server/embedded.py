@@ -7,8 +7,9 @@ because it ships Valkey 8.1: the Redis 7 feature set we rely on (Lua with ``#!lu
 ``WAITAOF``, no script flags, older AOF format) and a Python wrapper that monkeypatches redis-py. We only use the
 binary: the process is started, watched and stopped here, by pid, with our own flags.
 
-The server runs with AOF on (``appendfsync everysec``), RDB snapshots off, bound to 127.0.0.1 only, and logs to
-a file in its data directory. :meth:`EmbeddedRedis.kill` (SIGKILL) followed by :meth:`EmbeddedRedis.start`
+The server runs with AOF on (``appendfsync everysec``), RDB snapshots off, no LZF compression of the AOF
+rewrite's RDB preamble (as deploy/redis.conf; see there), bound to 127.0.0.1 only, and logs to a file in its
+data directory. :meth:`EmbeddedRedis.kill` (SIGKILL) followed by :meth:`EmbeddedRedis.start`
 restarts it on the same port and data directory, so AOF data survives a crash. No process is ever left behind:
 ``stop`` runs on ``__exit__``, on failed starts and at interpreter exit, and on Linux the server also gets
 SIGTERM from the kernel if the starting process dies without running ``atexit`` (``PR_SET_PDEATHSIG``).
@@ -176,6 +177,7 @@ class EmbeddedRedis:
             "--appendonly", "yes" if self._appendonly else "no",
             "--appendfsync", "everysec",
             "--appendfilename", "ldptel.aof",
+            "--rdbcompression", "no",  # privatized bits barely compress; see deploy/redis.conf
         ]  # fmt: skip
         main_thread = threading.current_thread() is threading.main_thread()
         # PDEATHSIG fires when the *thread* that forked exits, so only set it when starting from the main thread.

@@ -27,6 +27,7 @@ def test_kill_and_restart_keeps_acknowledged_writes(tmp_path: Path) -> None:
         assert server.url == f"redis://127.0.0.1:{server.port}/0"
         r = server.client()
         assert r.config_get("appendonly") == {"appendonly": "yes"}
+        assert r.config_get("rdbcompression") == {"rdbcompression": "no"}  # as deploy/redis.conf
         r.xadd("s", {"b": b"\x00\xff" * 1000})
         port, pid = server.port, server.pid
         r.close()
