@@ -40,7 +40,7 @@ from ldptel.client.specs import MetricSpec
 from ldptel.client.wire import batch_from_json, decode_header, decode_payload, encode_batch
 
 from . import keys
-from .config import ServerConfig
+from .config import MAX_SHARDS, ServerConfig
 from .embedded import shared_embedded
 from .fastpath import FastIngest
 from .openapi import openapi_document
@@ -330,10 +330,13 @@ def post_metric() -> Response:
     data = _parse_json(body)
     if not isinstance(data, dict):
         _fail(400, "invalid_spec", "a metric is a JSON object with at least 'name' and 'params'")
+    null_shards = "shards" in data and data["shards"] is None  # absent means the default; null is an error
     shards = data.pop("shards", None)
     data.pop("version", None)  # assigned by the registry
     data.pop("effective_epsilon", None)  # derived
     try:
+        if null_shards:
+            raise InvalidParameterError("shards", f"an integer in [1, {MAX_SHARDS}]", None)
         spec = MetricSpec.from_dict(data)
         state = _state()
         before = state.redis.hget(keys.registry(), spec.name)

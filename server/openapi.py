@@ -1,13 +1,18 @@
 """The OpenAPI 3.1 document of the ingest API, served at ``GET /v1/openapi.json``.
 
 The tests validate every response they receive against the schemas below (``tests/server/schema_check.py``),
-so this document cannot drift from the app.
+and schemathesis generates requests from this document and checks a live gunicorn server's answers against
+it (``tests/server/test_server_schemathesis.py``), so the document cannot drift from the app.
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from ldptel.client.specs import EPSILON_RANGE
+
+from .config import MAX_SHARDS
 
 __all__ = ["openapi_document"]
 
@@ -32,6 +37,13 @@ _ERROR_CODES = [
     "internal",
 ]
 
+# Per-field limits of a new metric, as the registry enforces them (ldptel.client.specs, server/registry.py).
+# Cross-field ones cannot be written in JSON Schema and are only described: k·m cells, probability bits
+# large enough for ε to survive rounding, a GRR domain that ε can separate.
+_NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"}
+_REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 10_000}
+_DESCRIPTION = {"type": "string", "maxLength": 1000}
+
 _SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -55,9 +67,15 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["mechanism", "epsilon"],
         "properties": {
             "mechanism": {"type": "string", "enum": ["rr", "grr", "cms", "hcms", "oue-cms"]},
-            "epsilon": {"type": "number"},
+            "epsilon": {"type": "number", "minimum": EPSILON_RANGE[0], "maximum": EPSILON_RANGE[1]},
         },
         "additionalProperties": True,
+        "description": (
+            "The mechanism's parameters (ldp-math): rr takes epsilon; grr epsilon and domain (2 or more "
+            "distinct labels); cms, oue-cms and hcms epsilon, k and m (m a power of two, k*m cells capped). "
+            "Combinations the registry cannot honour exactly (epsilon lost to probability rounding, a domain "
+            "too large for epsilon) are refused with 400 naming the parameter."
+        ),
     },
     "MetricSpec": {
         "type": "object",
@@ -76,11 +94,11 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["name", "params"],
         "properties": {
-            "name": {"type": "string"},
+            "name": _NAME,
             "params": {"$ref": "#/components/schemas/Params"},
-            "reports_per_day": {"type": "integer", "minimum": 1},
-            "description": {"type": "string"},
-            "shards": {"type": "integer", "minimum": 1, "description": "only when the metric is created"},
+            "reports_per_day": _REPORTS_PER_DAY,
+            "description": _DESCRIPTION,
+            "shards": {"type": "integer", "minimum": 1, "maximum": MAX_SHARDS, "description": "only when the metric is created"},
         },
     },
     "MetricRecord": {

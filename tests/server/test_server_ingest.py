@@ -192,6 +192,7 @@ def _rejections(spec, rng, app_token, admin_token):  # type: ignore[no-untyped-d
         ("spec not object", dict(method="POST", path="/v1/metrics", json=[1], headers=admin), 400, "invalid_spec"),
         ("spec wrong type", dict(method="POST", path="/v1/metrics", data=b"{}", content_type="text/plain", headers=admin), 415, "unsupported_media_type"),
         ("spec unknown key", dict(method="POST", path="/v1/metrics", json={"name": "x", "params": {"mechanism": "rr", "epsilon": 1}, "colour": 1}, headers=admin), 400, "invalid_spec"),
+        ("spec null shards", dict(method="POST", path="/v1/metrics", json={"name": "x", "params": {"mechanism": "rr", "epsilon": 1}, "shards": None}, headers=admin), 400, "invalid_spec"),
         ("unknown route", dict(method="GET", path="/v1/nothing", headers=app), 404, "not_found"),
         ("wrong method", dict(method="GET", path="/v1/reports", headers=app), 405, "method_not_allowed"),
         ("list without token", dict(method="GET", path="/v1/metrics"), 401, "unauthorized"),
