@@ -35,7 +35,7 @@ MAX_DOMAIN = 1 << 16
 AUTO_PROB_BITS_LOSS = 0.01
 AUTO_PROB_BITS_RANGE = (8, 24)
 SINGLE_DRAW_PROB_BITS = 32
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")  # use fullmatch: "$" would also accept a trailing "\n"
 
 
 # --------------------------------------------------------------------------------------------- validation
@@ -487,7 +487,7 @@ class MetricSpec:
     description: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
             raise InvalidParameterError(
                 "name", "1-64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit", self.name
             )

@@ -97,7 +97,7 @@ def encode_batch(*, metric: str, version: int, batch_id: bytes, batch: ReportBat
     if batch.mechanism != params.mechanism:
         raise WireFormatError(f"batch is {batch.mechanism!r} but the metric's mechanism is {params.mechanism!r}")
     name = metric.encode("utf-8")
-    if not _NAME_RE.match(metric):
+    if not _NAME_RE.fullmatch(metric):
         raise WireFormatError("metric name must be 1-64 characters of a-z, 0-9, '_', '.', '-'")
     if len(batch_id) != 16:
         raise WireFormatError(f"batch_id must be 16 bytes, got {len(batch_id)}")
@@ -166,7 +166,7 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
         metric = raw_name.decode("utf-8")
     except UnicodeDecodeError:
         raise WireFormatError("metric name is not UTF-8") from None
-    if not _NAME_RE.match(metric):
+    if not _NAME_RE.fullmatch(metric):
         raise WireFormatError("metric name must be 1-64 characters of a-z, 0-9, '_', '.', '-'")
     return BatchHeader(
         metric=metric,

@@ -340,7 +340,7 @@ def post_metric() -> Response:
         spec = MetricSpec.from_dict(data)
         state = _state()
         before = state.redis.hget(keys.registry(), spec.name)
-        record = create_metric(state.redis, spec, shards=shards)
+        record = create_metric(state.redis, spec, shards=shards, default_shards=state.config.shards)
         state.recent.pop(spec.name, None)
     except InvalidParameterError as exc:
         _invalid_spec(exc)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ldptel.client.specs import EPSILON_RANGE
+from ldptel.client.specs import EPSILON_RANGE, HASH_VERSIONS, M_RANGE, MAX_CELLS, MAX_DOMAIN, MAX_K
 
 from .config import MAX_SHARDS
 
@@ -44,6 +44,37 @@ _NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"}
 _REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 10_000}
 _DESCRIPTION = {"type": "string", "maxLength": 1000}
 
+
+
+def _int(lo: int, hi: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": lo, "maximum": hi}
+
+
+def _params(mechanism: str, fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    epsilon = {"type": "number", "minimum": EPSILON_RANGE[0], "maximum": EPSILON_RANGE[1]}
+    return {
+        "type": "object",
+        "required": ["mechanism", "epsilon", *required],
+        "properties": {"mechanism": {"const": mechanism}, "epsilon": epsilon, **fields},
+        "additionalProperties": False,
+    }
+
+
+_DOMAIN = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1, "maxLength": 200},
+    "minItems": 2,
+    "maxItems": MAX_DOMAIN,
+    "uniqueItems": True,
+}
+_SKETCH = {
+    "k": _int(1, MAX_K),
+    "m": {"type": "integer", "enum": [1 << b for b in range(M_RANGE[0].bit_length() - 1, M_RANGE[1].bit_length())]},
+    "hash_seed": _int(0, (1 << 32) - 1),
+    "hash_version": {"type": "integer", "enum": list(HASH_VERSIONS)},
+    "prob_bits": {"type": ["integer", "null"], "minimum": 2, "maximum": 32, "description": "null: chosen by the registry"},
+}
+
 _SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -63,19 +94,17 @@ _SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
     },
     "Params": {
-        "type": "object",
-        "required": ["mechanism", "epsilon"],
-        "properties": {
-            "mechanism": {"type": "string", "enum": ["rr", "grr", "cms", "hcms", "oue-cms"]},
-            "epsilon": {"type": "number", "minimum": EPSILON_RANGE[0], "maximum": EPSILON_RANGE[1]},
-        },
-        "additionalProperties": True,
         "description": (
-            "The mechanism's parameters (ldp-math): rr takes epsilon; grr epsilon and domain (2 or more "
-            "distinct labels); cms, oue-cms and hcms epsilon, k and m (m a power of two, k*m cells capped). "
-            "Combinations the registry cannot honour exactly (epsilon lost to probability rounding, a domain "
-            "too large for epsilon) are refused with 400 naming the parameter."
+            "The mechanism's parameters (ldp-math), one object per mechanism. Limits JSON Schema cannot state "
+            f"are checked by the registry, which answers 400 naming the parameter: k*m at most {MAX_CELLS} "
+            "cells, prob_bits large enough for epsilon to survive rounding, and for grr an epsilon large "
+            "enough that the true label stays the most likely report."
         ),
+        "oneOf": [
+            _params("rr", {"prob_bits": _int(2, 32)}, []),
+            _params("grr", {"domain": _DOMAIN, "prob_bits": _int(8, 32)}, ["domain"]),
+            *(_params(mech, _SKETCH, ["k", "m"]) for mech in ("cms", "oue-cms", "hcms")),
+        ],
     },
     "MetricSpec": {
         "type": "object",
@@ -98,8 +127,16 @@ _SCHEMAS: dict[str, Any] = {
             "params": {"$ref": "#/components/schemas/Params"},
             "reports_per_day": _REPORTS_PER_DAY,
             "description": _DESCRIPTION,
-            "shards": {"type": "integer", "minimum": 1, "maximum": MAX_SHARDS, "description": "only when the metric is created"},
+            "shards": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SHARDS,
+                "description": "only when the metric is created (default: the service's LDPTEL_SHARDS)",
+            },
+            "version": {"description": "ignored: the registry assigns versions (so a fetched spec can be posted back)"},
+            "effective_epsilon": {"description": "ignored: derived from params"},
         },
+        "additionalProperties": False,
     },
     "MetricRecord": {
         "type": "object",

@@ -170,10 +170,12 @@ def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], M
 
 
 # ------------------------------------------------------------------------------------------------- API
-def create_metric(r: redis.Redis, spec: MetricSpec, *, shards: int | None = None) -> MetricRecord:
+def create_metric(
+    r: redis.Redis, spec: MetricSpec, *, shards: int | None = None, default_shards: int = DEFAULT_SHARDS
+) -> MetricRecord:
     """Register ``spec`` (its ``version`` is ignored and assigned here).
 
-    New name: version 1, ``shards`` (default :data:`DEFAULT_SHARDS`). Existing name with the same params,
+    New name: version 1, ``shards`` (else ``default_shards``, the service's ``LDPTEL_SHARDS``). Existing name with the same params,
     policy and description as the current version of an active metric: returns the record unchanged
     (idempotent). Otherwise: the next version becomes current and the metric is active again. ``shards`` must
     be None or equal to the existing count (:class:`RegistryConflictError`).
@@ -182,6 +184,7 @@ def create_metric(r: redis.Redis, spec: MetricSpec, *, shards: int | None = None
         raise InvalidParameterError("spec", "a MetricSpec", type(spec).__name__)
     if shards is not None:
         _check_shards(shards)
+    _check_shards(default_shards)
 
     def change(old: MetricRecord | None) -> MetricRecord:
         if old is None:
@@ -189,7 +192,7 @@ def create_metric(r: redis.Redis, spec: MetricSpec, *, shards: int | None = None
                 name=spec.name,
                 current_version=1,
                 status="active",
-                shards=shards if shards is not None else DEFAULT_SHARDS,
+                shards=shards if shards is not None else default_shards,
                 versions={1: spec.with_version(1)},
             )
         if shards is not None and shards != old.shards:

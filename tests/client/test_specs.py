@@ -82,6 +82,7 @@ def test_recommend_mechanism_uses_3e_eps_plus_2() -> None:
         (lambda: GrrParams(epsilon=1, domain=("a", "a")), "domain", "distinct"),
         (lambda: GrrParams(epsilon=1, domain="ab"), "domain", "list"),
         (lambda: MetricSpec(name="Bad Name", params=RrParams(epsilon=1)), "name", "a-z"),
+        (lambda: MetricSpec(name="abc\n", params=RrParams(epsilon=1)), "name", "a-z"),  # "$" matched before "\n"
         (lambda: MetricSpec(name="ok", params=RrParams(epsilon=1), reports_per_day=0), "reports_per_day", "[1, 10000]"),
     ],
 )

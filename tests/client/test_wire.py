@@ -123,6 +123,7 @@ def test_payload_defects_are_rejected() -> None:
         {"metric": "emoji", "version": 1, "batch_id": "00" * 16, "mechanism": "cms", "reports": [{"row": 0, "bits": "0" * 15}]},
         {"metric": "emoji", "version": True, "batch_id": "00" * 16, "mechanism": "cms", "reports": [{"row": 0, "bits": "00" * 8}]},
         {"metric": "Bad", "version": 1, "batch_id": "00" * 16, "mechanism": "cms", "reports": [{"row": 0, "bits": "00" * 8}]},
+        {"metric": "emoji\n", "version": 1, "batch_id": "00" * 16, "mechanism": "cms", "reports": [{"row": 0, "bits": "00" * 8}]},
         {"metric": "emoji", "version": 1, "batch_id": "00" * 16, "mechanism": "cms", "reports": ["x"]},
     ],
 )

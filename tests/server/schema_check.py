@@ -1,7 +1,9 @@
 """A small checker of real responses against the app's OpenAPI document (no schemathesis/jsonschema needed).
 
-Supports the JSON Schema subset the document uses: ``$ref`` (local), ``type``, ``enum``, ``required``,
-``properties``, ``additionalProperties`` (bool or schema), ``items``, ``minItems``, ``minimum``, ``pattern``.
+Supports the JSON Schema subset the document uses: ``$ref`` (local), ``type`` (a name or a list), ``enum``,
+``const``, ``oneOf``, ``required``, ``properties``, ``additionalProperties`` (bool or schema), ``items``,
+``minItems``, ``maxItems``, ``uniqueItems``, ``minimum``, ``maximum``, ``minLength``, ``maxLength``, ``pattern``;
+any other keyword is an error here, so the checker cannot silently skip a rule the document adds.
 """
 
 from __future__ import annotations
@@ -18,7 +20,21 @@ _TYPES: dict[str, Any] = {
     "array": list,
     "string": str,
     "boolean": bool,
+    "null": type(None),
 }
+_KNOWN = {
+    "$ref", "type", "enum", "const", "oneOf", "required", "properties", "additionalProperties", "items",
+    "minItems", "maxItems", "uniqueItems", "minimum", "maximum", "minLength", "maxLength", "pattern",
+    "description", "format",
+}  # fmt: skip
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, _TYPES[kind])
 
 
 class SchemaViolation(AssertionError):
@@ -36,21 +52,38 @@ def _resolve(schema: dict[str, Any]) -> dict[str, Any]:
 
 def validate(value: Any, schema: dict[str, Any], where: str = "$") -> None:
     schema = _resolve(schema)
-    kind = schema.get("type")
-    if kind == "integer":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise SchemaViolation(f"{where}: expected integer, got {value!r}")
-    elif kind == "number":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SchemaViolation(f"{where}: expected number, got {value!r}")
-    elif kind is not None and not isinstance(value, _TYPES[kind]):
-        raise SchemaViolation(f"{where}: expected {kind}, got {type(value).__name__}")
+    unknown = set(schema) - _KNOWN
+    if unknown:
+        raise AssertionError(f"schema_check does not implement {sorted(unknown)} (at {where})")
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not any(_is_type(value, k) for k in kinds):
+            raise SchemaViolation(f"{where}: expected {' or '.join(kinds)}, got {type(value).__name__} {value!r:.60}")
+    if "oneOf" in schema:
+        matches = 0
+        for option in schema["oneOf"]:
+            try:
+                validate(value, option, where)
+            except SchemaViolation:
+                continue
+            matches += 1
+        if matches != 1:
+            raise SchemaViolation(f"{where}: matches {matches} of the oneOf schemas, not exactly 1")
+    if "const" in schema and value != schema["const"]:
+        raise SchemaViolation(f"{where}: {value!r} is not {schema['const']!r}")
     if "enum" in schema and value not in schema["enum"]:
         raise SchemaViolation(f"{where}: {value!r} not in {schema['enum']}")
-    if "minimum" in schema and value < schema["minimum"]:
+    numeric = _is_type(value, "number")
+    if numeric and "minimum" in schema and value < schema["minimum"]:
         raise SchemaViolation(f"{where}: {value!r} < {schema['minimum']}")
-    if "pattern" in schema and not re.search(schema["pattern"], value):
-        raise SchemaViolation(f"{where}: {value!r} does not match {schema['pattern']}")
+    if numeric and "maximum" in schema and value > schema["maximum"]:
+        raise SchemaViolation(f"{where}: {value!r} > {schema['maximum']}")
+    if isinstance(value, str):
+        if not schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value)):
+            raise SchemaViolation(f"{where}: length {len(value)} outside the allowed lengths")
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            raise SchemaViolation(f"{where}: {value!r} does not match {schema['pattern']}")
     if isinstance(value, dict):
         props = schema.get("properties", {})
         for key in schema.get("required", []):
@@ -67,6 +100,10 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> None:
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             raise SchemaViolation(f"{where}: fewer than {schema['minItems']} items")
+        if len(value) > schema.get("maxItems", len(value)):
+            raise SchemaViolation(f"{where}: more than {schema['maxItems']} items")
+        if schema.get("uniqueItems") and len({json.dumps(x, sort_keys=True) for x in value}) != len(value):
+            raise SchemaViolation(f"{where}: items are not unique")
         if "items" in schema:
             for i, item in enumerate(value):
                 validate(item, schema["items"], f"{where}[{i}]")

@@ -127,6 +127,20 @@ def test_metric_endpoints(api, cms) -> None:  # type: ignore[no-untyped-def]
     assert conflict.status_code == 409 and conflict.json["error"] == "registry_conflict"
 
 
+def test_new_metrics_get_the_configured_shard_count(redis, redis_url, admin_token) -> None:  # type: ignore[no-untyped-def]
+    """LDPTEL_SHARDS (ServerConfig.shards) is the shard count of a metric created without "shards"."""
+    config = ServerConfig(app_tokens=frozenset({"t" * 32}), admin_token=admin_token, redis_url=redis_url, rate_limit=None, shards=8)
+    app = create_app(config)
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    created = app.test_client().post("/v1/metrics", json=cms_spec("sharded").to_dict(), headers=admin)
+    assert created.status_code == 201 and created.json["shards"] == 8
+    explicit = app.test_client().post("/v1/metrics", json={**cms_spec("two").to_dict(), "shards": 2}, headers=admin)
+    assert explicit.status_code == 201 and explicit.json["shards"] == 2
+    bad_name = app.test_client().post("/v1/metrics", json={**cms_spec("x").to_dict(), "name": "abc\n"}, headers=admin)
+    assert bad_name.status_code == 400 and bad_name.json["parameter"] == "name"
+    app.extensions["redis"].close()
+
+
 def test_health_ready_metrics_openapi(api, rng, cms) -> None:  # type: ignore[no-untyped-def]
     assert api.request("GET", "/healthz").json == {"status": "ok"}
     assert api.request("GET", "/readyz").json == {"status": "ready"}
