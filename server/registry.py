@@ -175,9 +175,9 @@ def create_metric(
 ) -> MetricRecord:
     """Register ``spec`` (its ``version`` is ignored and assigned here).
 
-    New name: version 1, ``shards`` (else ``default_shards``, the service's ``LDPTEL_SHARDS``). Existing name with the same params,
-    policy and description as the current version of an active metric: returns the record unchanged
-    (idempotent). Otherwise: the next version becomes current and the metric is active again. ``shards`` must
+    New name: version 1, ``shards`` (else ``default_shards``, the service's ``LDPTEL_SHARDS``). Existing name
+    with the same params, policy and description as the current version of an active metric: returns the
+    record unchanged (idempotent). Otherwise: the next version becomes current and the metric is active again. ``shards`` must
     be None or equal to the existing count (:class:`RegistryConflictError`).
     """
     if not isinstance(spec, MetricSpec):
