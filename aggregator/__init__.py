@@ -13,21 +13,28 @@ The command line (``ldptel``) is :mod:`ldptel.aggregator.cli`.
 
 from __future__ import annotations
 
-from .postprocess import POSTPROCESS_METHODS as POSTPROCESS_METHODS, PostProcess as PostProcess
-from .query import (
-    EmptyRangeError as EmptyRangeError,
-    QueryResult as QueryResult,
-    estimate_metric as estimate_metric,
-)
-from .worker import Worker as Worker, WorkerConfig as WorkerConfig, WorkerStats as WorkerStats
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "POSTPROCESS_METHODS",
-    "EmptyRangeError",
-    "PostProcess",
-    "QueryResult",
-    "Worker",
-    "WorkerConfig",
-    "WorkerStats",
-    "estimate_metric",
-]
+from ldptel.client._lazy import lazy_exports
+
+_EXPORTS = {
+    "POSTPROCESS_METHODS": "ldptel.aggregator.postprocess",
+    "PostProcess": "ldptel.aggregator.postprocess",
+    "EmptyRangeError": "ldptel.aggregator.query",
+    "QueryResult": "ldptel.aggregator.query",
+    "estimate_metric": "ldptel.aggregator.query",
+    "Worker": "ldptel.aggregator.worker",
+    "WorkerConfig": "ldptel.aggregator.worker",
+    "WorkerStats": "ldptel.aggregator.worker",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from ldptel.aggregator.postprocess import POSTPROCESS_METHODS as POSTPROCESS_METHODS, PostProcess as PostProcess
+    from ldptel.aggregator.query import (
+        EmptyRangeError as EmptyRangeError,
+        QueryResult as QueryResult,
+        estimate_metric as estimate_metric,
+    )
+    from ldptel.aggregator.worker import Worker as Worker, WorkerConfig as WorkerConfig, WorkerStats as WorkerStats

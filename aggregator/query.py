@@ -25,10 +25,10 @@ import redis as redis_lib
 
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
-from ldptel.server import registry
+from ldptel.storage import registry
 
-from . import postprocess as pp
-from . import store
+from ldptel.aggregator import postprocess as pp
+from ldptel.storage import sketches as store
 
 SKETCH_MECHANISMS = ("cms", "oue-cms", "hcms")
 

@@ -2,63 +2,78 @@
 
 Apps use :class:`Reporter`; everything else is the protocol it, the server and the aggregator share.
 
-Depends on the standard library, numpy and mmh3 only.
+* :mod:`ldptel.client.protocol`: metric specs, the wire format, hashing and exact randomness;
+* :mod:`ldptel.client.mechanisms`: one module per mechanism and their registry;
+* :mod:`ldptel.client.sdk`: the runtime an app embeds (Reporter, queue, uploader, spec cache, ledger).
+
+Depends on the standard library, numpy and mmh3 only. Names are imported on first use, so the server and
+the aggregator can import the protocol without loading the SDK runtime.
 """
 
 from __future__ import annotations
 
-from .errors import (
-    BudgetExceededError as BudgetExceededError,
-    InvalidParameterError as InvalidParameterError,
-    InvalidValueError as InvalidValueError,
-    LdpError as LdpError,
-    WireFormatError as WireFormatError,
-)
-from .mechanisms import (
-    Estimate as Estimate,
-    SketchState as SketchState,
-    estimate as estimate,
-    fold as fold,
-    privatize as privatize,
-    privatize_batch as privatize_batch,
-    recommend_mechanism as recommend_mechanism,
-)
-from .specs import (
-    CmsParams as CmsParams,
-    GrrParams as GrrParams,
-    HcmsParams as HcmsParams,
-    MetricSpec as MetricSpec,
-    OueCmsParams as OueCmsParams,
-    RrParams as RrParams,
-)
-from .reporter import Reporter as Reporter, ReportResult as ReportResult
-from .wire import ReportBatch as ReportBatch, decode_batch as decode_batch, encode_batch as encode_batch
+from typing import TYPE_CHECKING
+
+from ldptel.client._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "BudgetExceededError",
-    "CmsParams",
-    "Estimate",
-    "GrrParams",
-    "HcmsParams",
-    "InvalidParameterError",
-    "InvalidValueError",
-    "LdpError",
-    "MetricSpec",
-    "OueCmsParams",
-    "ReportBatch",
-    "ReportResult",
-    "Reporter",
-    "RrParams",
-    "SketchState",
-    "WireFormatError",
-    "__version__",
-    "decode_batch",
-    "encode_batch",
-    "estimate",
-    "fold",
-    "privatize",
-    "privatize_batch",
-    "recommend_mechanism",
-]
+_EXPORTS = {
+    "BudgetExceededError": "ldptel.client.errors",
+    "InvalidParameterError": "ldptel.client.errors",
+    "InvalidValueError": "ldptel.client.errors",
+    "LdpError": "ldptel.client.errors",
+    "WireFormatError": "ldptel.client.errors",
+    "Estimate": "ldptel.client.mechanisms",
+    "SketchState": "ldptel.client.mechanisms",
+    "estimate": "ldptel.client.mechanisms",
+    "fold": "ldptel.client.mechanisms",
+    "privatize": "ldptel.client.mechanisms",
+    "privatize_batch": "ldptel.client.mechanisms",
+    "recommend_mechanism": "ldptel.client.mechanisms",
+    "CmsParams": "ldptel.client.protocol.specs",
+    "GrrParams": "ldptel.client.protocol.specs",
+    "HcmsParams": "ldptel.client.protocol.specs",
+    "MetricSpec": "ldptel.client.protocol.specs",
+    "OueCmsParams": "ldptel.client.protocol.specs",
+    "RrParams": "ldptel.client.protocol.specs",
+    "ReportBatch": "ldptel.client.protocol.wire",
+    "decode_batch": "ldptel.client.protocol.wire",
+    "encode_batch": "ldptel.client.protocol.wire",
+    "Reporter": "ldptel.client.sdk.reporter",
+    "ReportResult": "ldptel.client.sdk.reporter",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+if TYPE_CHECKING:
+    from ldptel.client.errors import (
+        BudgetExceededError as BudgetExceededError,
+        InvalidParameterError as InvalidParameterError,
+        InvalidValueError as InvalidValueError,
+        LdpError as LdpError,
+        WireFormatError as WireFormatError,
+    )
+    from ldptel.client.mechanisms import (
+        Estimate as Estimate,
+        SketchState as SketchState,
+        estimate as estimate,
+        fold as fold,
+        privatize as privatize,
+        privatize_batch as privatize_batch,
+        recommend_mechanism as recommend_mechanism,
+    )
+    from ldptel.client.protocol.specs import (
+        CmsParams as CmsParams,
+        GrrParams as GrrParams,
+        HcmsParams as HcmsParams,
+        MetricSpec as MetricSpec,
+        OueCmsParams as OueCmsParams,
+        RrParams as RrParams,
+    )
+    from ldptel.client.protocol.wire import (
+        ReportBatch as ReportBatch,
+        decode_batch as decode_batch,
+        encode_batch as encode_batch,
+    )
+    from ldptel.client.sdk.reporter import ReportResult as ReportResult, Reporter as Reporter

@@ -36,17 +36,18 @@ from redis.retry import Retry
 from werkzeug.exceptions import HTTPException
 
 from ldptel.client.errors import InvalidParameterError, WireFormatError
-from ldptel.client.specs import MetricSpec
-from ldptel.client.wire import batch_from_json, decode_header, decode_payload, encode_batch
+from ldptel.client.protocol.specs import MetricSpec
+from ldptel.client.protocol.wire import batch_from_json, decode_header, decode_payload, encode_batch
 
-from . import keys
-from .config import MAX_SHARDS, ServerConfig
-from .embedded import shared_embedded
-from .fastpath import FastIngest
-from .openapi import openapi_document
-from .prom import Telemetry
-from .ratelimit import TokenBucketLimiter
-from .registry import (
+from ldptel.storage import keys
+from ldptel.server.config import ServerConfig
+from ldptel.storage.registry import MAX_SHARDS
+from ldptel.storage.embedded import shared_embedded
+from ldptel.server.fastpath import FastIngest
+from ldptel.server.openapi import openapi_document
+from ldptel.server.prom import Telemetry
+from ldptel.server.ratelimit import TokenBucketLimiter
+from ldptel.storage.registry import (
     MetricRecord,
     RegistryConflictError,
     UnknownMetricError,
@@ -55,7 +56,7 @@ from .registry import (
     parse_record,
     retire_metric,
 )
-from .state import (
+from ldptel.server.state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
     IngestState,
@@ -65,7 +66,7 @@ from .state import (
     digest,
     error_body,
 )
-from .storage import BatchAppender
+from ldptel.storage.append import BatchAppender
 
 __all__ = ["create_app", "error_response", "ApiError"]
 

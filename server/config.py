@@ -32,13 +32,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ldptel.client.errors import LdpError
+from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
 __all__ = ["ConfigError", "ServerConfig", "MIN_TOKEN_LENGTH"]
 
 PREFIX = "LDPTEL_"
 MIN_TOKEN_LENGTH = 16
-DEFAULT_SHARDS = 4
-MAX_SHARDS = 1024
 
 
 class ConfigError(LdpError, ValueError):

@@ -27,9 +27,9 @@ from typing import Any
 
 import redis
 
-from ldptel.client.wire import decode_header, decode_payload
+from ldptel.client.protocol.wire import decode_header, decode_payload
 
-from .state import RATE_WAIT_KEY, REDIS_UNAVAILABLE, IngestState, append_batch, bearer_digest, cached_record, error_body
+from ldptel.server.state import RATE_WAIT_KEY, REDIS_UNAVAILABLE, IngestState, append_batch, bearer_digest, cached_record, error_body
 
 __all__ = ["FastIngest"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .config import ServerConfig
-from .embedded import shared_embedded, stop_shared_embedded
+from ldptel.server.config import ServerConfig
+from ldptel.storage.embedded import shared_embedded, stop_shared_embedded
 
 __all__ = ["on_exit", "on_starting"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ldptel.client.specs import EPSILON_RANGE, HASH_VERSIONS, M_RANGE, MAX_CELLS, MAX_DOMAIN, MAX_K
+from ldptel.client.protocol.specs import EPSILON_RANGE, HASH_VERSIONS, M_RANGE, MAX_CELLS, MAX_DOMAIN, MAX_K
 
-from .config import MAX_SHARDS
+from ldptel.storage.registry import MAX_SHARDS
 
 __all__ = ["openapi_document"]
 
@@ -37,7 +37,7 @@ _ERROR_CODES = [
     "internal",
 ]
 
-# Per-field limits of a new metric, as the registry enforces them (ldptel.client.specs, server/registry.py).
+# Per-field limits of a new metric, as the registry enforces them (ldptel.client.protocol.specs, server/registry.py).
 # Cross-field ones cannot be written in JSON Schema and are only described: k·m cells, probability bits
 # large enough for ε to survive rounding, a GRR domain that ε can separate.
 _NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"}

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from .app import create_app
-from .config import ServerConfig
-from .embedded import EmbeddedRedis
+from ldptel.server.app import create_app
+from ldptel.server.config import ServerConfig
+from ldptel.storage.embedded import EmbeddedRedis
 
 __all__ = ["serve"]
 

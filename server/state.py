@@ -14,12 +14,12 @@ from typing import Any
 
 import redis
 
-from . import keys
-from .config import ServerConfig
-from .prom import Telemetry
-from .ratelimit import TokenBucketLimiter
-from .registry import MetricRecord, UnknownMetricError, parse_record
-from .storage import BatchAppender, utc_day
+from ldptel.storage import keys
+from ldptel.server.config import ServerConfig
+from ldptel.server.prom import Telemetry
+from ldptel.server.ratelimit import TokenBucketLimiter
+from ldptel.storage.registry import MetricRecord, UnknownMetricError, parse_record
+from ldptel.storage.append import BatchAppender, utc_day
 
 __all__ = [
     "IngestState",

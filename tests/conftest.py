@@ -1,6 +1,6 @@
 """Root fixtures shared by every test package.
 
-Redis is always real: one private server per session (:class:`ldptel.server.embedded.EmbeddedRedis`, started
+Redis is always real: one private server per session (:class:`ldptel.storage.embedded.EmbeddedRedis`, started
 only if a test asks for it), or an existing server given with ``--redis-url``. Each test that uses ``redis``
 gets an empty database, flushed before and after. No fakeredis, no mocks.
 
@@ -24,7 +24,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ldptel.server import ServerConfig, create_app
-from ldptel.server.embedded import EmbeddedRedis
+from ldptel.storage.embedded import EmbeddedRedis
 
 # Hypothesis keeps its example database and caches in ``.hypothesis/`` under the working directory. Because
 # pyproject's ``norecursedirs`` replaces pytest's defaults (which skip dot-directories), a ``.hypothesis/``

@@ -10,12 +10,12 @@ from types import ModuleType
 
 import numpy as np
 
-from ..errors import InvalidParameterError
-from ..specs import Params
-from ..wire import ReportBatch
-from . import cms, grr, hcms, rr
-from .base import Estimate, SketchState
-from .grr import recommend_mechanism
+from ldptel.client.errors import InvalidParameterError
+from ldptel.client.protocol.specs import Params
+from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.mechanisms import cms, grr, hcms, rr
+from ldptel.client.mechanisms.base import Estimate, SketchState
+from ldptel.client.mechanisms.grr import recommend_mechanism
 
 _MODULES: dict[str, ModuleType] = {"rr": rr, "grr": grr, "cms": cms, "oue-cms": cms, "hcms": hcms}
 

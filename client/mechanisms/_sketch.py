@@ -9,11 +9,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import InvalidParameterError, InvalidValueError
-from ..hashing import HashFamily
-from ..specs import SketchParams
-from ..wire import ReportBatch
-from .base import codes_for
+from ldptel.client.errors import InvalidParameterError, InvalidValueError
+from ldptel.client.protocol.hashing import HashFamily
+from ldptel.client.protocol.specs import SketchParams
+from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.mechanisms.base import codes_for
 
 _ONE_SHOT_CELLS = 1 << 18
 _THREADED_CELLS = 1 << 24

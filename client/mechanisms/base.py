@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
-from ..specs import GrrParams, Params
+from ldptel.client.errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
+from ldptel.client.protocol.specs import GrrParams, Params
 
 _STATE_MAGIC = b"LDPS"
 _STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols

@@ -30,12 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._rng import bernoulli_int, bernoulli_words, check_rng, draw_bytes, int_below, random_words, uniform_below
-from ..errors import EmptyStateError
-from ..specs import CmsParams, OueCmsParams
-from ..wire import ReportBatch
-from ._sketch import candidate_sums, concat_rows, family_of, report_bases
-from .base import Estimate, SketchState, labels_of
+from ldptel.client.protocol.rng import bernoulli_int, bernoulli_words, check_rng, draw_bytes, int_below, random_words, uniform_below
+from ldptel.client.errors import EmptyStateError
+from ldptel.client.protocol.specs import CmsParams, OueCmsParams
+from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.mechanisms._sketch import candidate_sums, concat_rows, family_of, report_bases
+from ldptel.client.mechanisms.base import Estimate, SketchState, labels_of
 
 UnaryParams = CmsParams | OueCmsParams
 _CHUNK_BYTES = 1 << 19  # privatize in chunks whose random planes stay in cache

@@ -13,11 +13,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from .._rng import below_threshold, bernoulli, check_rng, draw_bytes, int_below, uniform_below
-from ..errors import EmptyStateError, InvalidParameterError, InvalidValueError, UnknownValueError
-from ..specs import GrrParams
-from ..wire import ReportBatch
-from .base import Estimate, SketchState
+from ldptel.client.protocol.rng import below_threshold, bernoulli, check_rng, draw_bytes, int_below, uniform_below
+from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError, UnknownValueError
+from ldptel.client.protocol.specs import GrrParams
+from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.mechanisms.base import Estimate, SketchState
 
 
 def recommend_mechanism(epsilon: float, d: int) -> str:

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes, int_below, uniform_below
-from ..specs import HcmsParams
-from ..errors import EmptyStateError
-from ..wire import ReportBatch
-from ._sketch import candidate_sums, concat_rows, family_of, report_bases
-from .base import Estimate, SketchState, labels_of
+from ldptel.client.protocol.rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes, int_below, uniform_below
+from ldptel.client.protocol.specs import HcmsParams
+from ldptel.client.errors import EmptyStateError
+from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.mechanisms._sketch import candidate_sums, concat_rows, family_of, report_bases
+from ldptel.client.mechanisms.base import Estimate, SketchState, labels_of
 
 
 def hadamard_sign_bits(rows_l: np.ndarray, cols_a: np.ndarray) -> np.ndarray:

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .._rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes
-from ..errors import EmptyStateError, InvalidValueError
-from ..specs import RrParams
-from ..wire import ReportBatch
-from .base import Estimate, SketchState
+from ldptel.client.protocol.rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes
+from ldptel.client.errors import EmptyStateError, InvalidValueError
+from ldptel.client.protocol.specs import RrParams
+from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.mechanisms.base import Estimate, SketchState
 
 
 def _as_bool_array(values: Sequence[object] | np.ndarray) -> np.ndarray:

@@ -17,9 +17,9 @@ from flask.testing import FlaskClient
 
 from ldptel.aggregator.worker import Worker, WorkerConfig, WorkerStats
 from ldptel.client import MetricSpec, ReportBatch, SketchState, encode_batch, fold, privatize_batch
-from ldptel.server import registry
-from ldptel.server.registry import MetricRecord
-from ldptel.server.storage import BatchAppender
+from ldptel.storage import registry
+from ldptel.storage.registry import MetricRecord
+from ldptel.storage.append import BatchAppender
 
 OCTET = "application/octet-stream"
 

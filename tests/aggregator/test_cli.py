@@ -16,7 +16,7 @@ from agg_helpers import append_reports, create, drain, ldptel
 from ldptel.aggregator.cli import RESULT_COLUMNS, main
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
-from ldptel.server import registry
+from ldptel.storage import registry
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -17,12 +17,13 @@ from flask.testing import FlaskClient
 
 from agg_helpers import Ingested, append_reports, create, drain, post_reports
 from ldptel.aggregator.worker import Worker, WorkerConfig
-from ldptel.aggregator import store
+from ldptel.storage import sketches as store
 from ldptel.aggregator.query import EmptyRangeError, estimate_metric
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
 from ldptel.client.errors import InvalidParameterError
-from ldptel.server import keys, registry
-from ldptel.server.storage import utc_day
+from ldptel.storage import registry
+from ldptel.storage import keys
+from ldptel.storage.append import utc_day
 from tests.stats import assert_close_normal
 
 

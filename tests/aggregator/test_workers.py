@@ -12,10 +12,11 @@ import redis as redis_lib
 from flask.testing import FlaskClient
 
 from agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
-from ldptel.aggregator import store
+from ldptel.storage import sketches as store
 from ldptel.aggregator.worker import LeaseLostError, Worker, WorkerConfig, shard_lag
 from ldptel.client import CmsParams, GrrParams, MetricSpec
-from ldptel.server import keys, registry
+from ldptel.storage import registry
+from ldptel.storage import keys
 
 
 def _total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]
@@ -143,7 +144,7 @@ def test_a_worker_that_lost_its_lease_cannot_commit(redis: redis_lib.Redis, rng:
 def test_a_following_worker_survives_a_redis_crash_and_restart(rng: np.random.Generator, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import threading
 
-    from ldptel.server.embedded import EmbeddedRedis
+    from ldptel.storage.embedded import EmbeddedRedis
 
     with EmbeddedRedis(appendonly=True, data_dir=tmp_path / "redis") as server:
         r = server.client()

@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from ldptel.client import CmsParams, MetricSpec, privatize_batch
-    from ldptel.client.wire import encode_batch
-    from ldptel.server.embedded import EmbeddedRedis
+    from ldptel.client.protocol.wire import encode_batch
+    from ldptel.storage.embedded import EmbeddedRedis
 
     spec = MetricSpec(name="bench.cms", params=CmsParams(epsilon=4.0, k=256, m=1024))
     rng = np.random.default_rng(1)

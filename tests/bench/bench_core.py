@@ -20,7 +20,7 @@ import numpy as np
 
 from ldptel.client import CmsParams, RrParams, fold, privatize, privatize_batch
 from ldptel.client.mechanisms import estimate
-from ldptel.client.wire import decode_batch, encode_batch
+from ldptel.client.protocol.wire import decode_batch, encode_batch
 
 QUICK = "--quick" in sys.argv
 N = 200_000 if QUICK else 1_000_000

@@ -321,9 +321,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("bounded: duration ≤ 60 s, rounds ≤ 20, procs ≤ 8, conns ≤ 64")
 
     from ldptel.client import CmsParams, MetricSpec, privatize_batch
-    from ldptel.client.wire import encode_batch
-    from ldptel.server.embedded import EmbeddedRedis
-    from ldptel.server.registry import create_metric
+    from ldptel.client.protocol.wire import encode_batch
+    from ldptel.storage.embedded import EmbeddedRedis
+    from ldptel.storage.registry import create_metric
 
     spec = MetricSpec(name="bench.cms", params=CmsParams(epsilon=4.0, k=256, m=1024))
     rng = np.random.default_rng(1)

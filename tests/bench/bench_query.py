@@ -27,11 +27,12 @@ import time
 import numpy as np
 import redis as redis_lib
 
-from ldptel.aggregator import store
+from ldptel.storage import sketches as store
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client import CmsParams, MetricSpec, SketchState, estimate
-from ldptel.server import keys, registry
-from ldptel.server.embedded import EmbeddedRedis
+from ldptel.storage import registry
+from ldptel.storage import keys
+from ldptel.storage.embedded import EmbeddedRedis
 
 METRIC = "bench.query"
 

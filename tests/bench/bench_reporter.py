@@ -26,9 +26,9 @@ import urllib.request
 from pathlib import Path
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
-from ldptel.client.reporter import Reporter
-from ldptel.server.embedded import EmbeddedRedis
-from ldptel.server.registry import create_metric
+from ldptel.client.sdk.reporter import Reporter
+from ldptel.storage.embedded import EmbeddedRedis
+from ldptel.storage.registry import create_metric
 
 DAY = 86_400.0
 SERVER = textwrap.dedent(

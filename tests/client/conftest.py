@@ -21,7 +21,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from ldptel.client import MetricSpec
 from ldptel.server import ServerConfig, create_app
-from ldptel.server.registry import create_metric
+from ldptel.storage.registry import create_metric
 
 START_TIME = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from ldptel.client.errors import InvalidParameterError, InvalidValueError
-from ldptel.client.hashing import HashFamily
+from ldptel.client.protocol.hashing import HashFamily
 
 # Pinned on 2026-11-22. Changing any of these numbers changes every deployed metric: bump hash_version.
 GOLDEN = [

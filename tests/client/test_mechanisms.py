@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, OueCmsParams, RrParams, estimate, fold, privatize_batch
-from ldptel.client.hashing import HashFamily
+from ldptel.client.protocol.hashing import HashFamily
 from tests.stats import assert_close_normal, assert_coverage, assert_variance_ratio
 
 REPS = 7500

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
-from ldptel.client._memo import (
+from ldptel.client.sdk.memo import (
     SECRET_BYTES,
     SecretError,
     grr_split,
@@ -23,7 +23,7 @@ from ldptel.client._memo import (
     rr_split,
 )
 from ldptel.client.errors import InvalidValueError, UnknownValueError
-from ldptel.client.reporter import longitudinal_epsilon
+from ldptel.client.sdk.reporter import longitudinal_epsilon
 from tests.stats import Z, assert_chi_square, assert_close_normal
 
 RR_CASES = [RrParams(epsilon=e, prob_bits=b) for e in (0.05, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0) for b in (32, 16, 10)]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, OueCmsParams, RrParams, estimate, fold, privatize, privatize_batch
-from ldptel.client.hashing import HashFamily
+from ldptel.client.protocol.hashing import HashFamily
 from tests.stats import assert_chi_square
 
 EPSILONS = [0.5, 1.0, 2.0, 4.0, 8.0]

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, privatize
-from ldptel.client._queue import form_batches, next_batch, pack_report, payload_size, unpack_reports
-from ldptel.client._store import DB_FILE, connect, init_schema
-from ldptel.client.reporter import Reporter
-from ldptel.client.wire import decode_batch
+from ldptel.client.sdk.queue import form_batches, next_batch, pack_report, payload_size, unpack_reports
+from ldptel.client.sdk.store import DB_FILE, connect, init_schema
+from ldptel.client.sdk.reporter import Reporter
+from ldptel.client.protocol.wire import decode_batch
 
 from .conftest import FakeClock
 
@@ -40,7 +40,7 @@ def test_stored_payloads_rebuild_the_exact_batch(params) -> None:
     payloads = [pack_report(b) for b in singles]
     assert {len(p) for p in payloads} == {payload_size(params)}
     batch = unpack_reports(payloads, params)
-    from ldptel.client.wire import encode_batch
+    from ldptel.client.protocol.wire import encode_batch
 
     body = encode_batch(metric="m", version=3, batch_id=b"\x01" * 16, batch=batch, params=params)
     header, decoded = decode_batch(body, params)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
-from ldptel.client._store import DB_FILE
-from ldptel.client._transport import Backoff, classify, parse_retry_after
-from ldptel.client.reporter import Reporter, UploadError
+from ldptel.client.sdk.store import DB_FILE
+from ldptel.client.sdk.transport import Backoff, classify, parse_retry_after
+from ldptel.client.sdk.reporter import Reporter, UploadError
 
 from .conftest import FakeClock, LiveServer
 
@@ -221,7 +221,7 @@ def test_rr_repeats_share_one_permanent_response(tmp_path) -> None:
     rep = _sync("http://127.0.0.1:9", "t", tmp_path, clock, specs=[rr], max_queue=100_000)
     ones = sum(int(rep.report("m.rr", True).report.bits[0]) >> 7 for _ in range(3000))
     rep.close(timeout=0)
-    from ldptel.client._memo import load_or_create_secret, prr_stream, rr_split
+    from ldptel.client.sdk.memo import load_or_create_secret, prr_stream, rr_split
 
     split = rr_split(rr.params)  # type: ignore[arg-type]
     f2 = split.irr_num / split.irr_den

@@ -14,7 +14,7 @@ from .conftest import LiveServer
 CHILD = textwrap.dedent(
     """
     import json, sys
-    from ldptel.client.reporter import Reporter
+    from ldptel.client.sdk.reporter import Reporter
 
     mode, url, token, storage, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
     if mode == "fill":

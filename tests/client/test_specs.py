@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, recommend_mechanism
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.specs import params_from_dict
+from ldptel.client.protocol.specs import params_from_dict
 
 # ε: (CMS flip, CMS c_ε, HCMS flip, HCMS c^H, RR γ, RR keep)  — ldp-math.md §9.1, 6 decimals.
 TABLE_9_1 = {

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, OueCmsParams, RrParams, privatize_batch
 from ldptel.client.errors import WireFormatError
-from ldptel.client.wire import batch_from_json, batch_to_json, decode_batch, decode_header, encode_batch
+from ldptel.client.protocol.wire import batch_from_json, batch_to_json, decode_batch, decode_header, encode_batch
 
 BID = bytes(range(16))
 PARAMS = {

@@ -9,7 +9,7 @@ import numpy as np
 import redis
 
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams, privatize_batch
-from ldptel.client.wire import batch_to_json, encode_batch
+from ldptel.client.protocol.wire import batch_to_json, encode_batch
 
 AUTH_JSON = "application/json"
 OCTET = "application/octet-stream"
@@ -66,7 +66,7 @@ def snapshot(r: redis.Redis) -> dict[bytes, tuple[bytes | None, int]]:
 
 def stream_entries(r: redis.Redis, metric: str, shards: int) -> list[tuple[int, bytes, dict[bytes, bytes]]]:
     """(shard, entry id, fields) of every entry of every shard stream of ``metric``."""
-    from ldptel.server import keys
+    from ldptel.storage import keys
 
     out = []
     for shard in range(shards):

@@ -6,8 +6,8 @@ import threading
 
 import redis as redis_lib
 
-from ldptel.server import keys
-from ldptel.server.storage import BatchAppender
+from ldptel.storage import keys
+from ldptel.storage.append import BatchAppender
 
 
 def test_short_lived_threads_reuse_a_bounded_set_of_connections(redis: redis_lib.Redis, redis_url: str) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 
-from ldptel.server.embedded import EmbeddedRedis, EmbeddedRedisError, find_server_binary
+from ldptel.storage.embedded import EmbeddedRedis, EmbeddedRedisError, find_server_binary
 
 
 def _alive(pid: int) -> bool:
@@ -59,7 +59,7 @@ def test_fixed_port_in_use_fails_cleanly(redis_server: EmbeddedRedis) -> None:
 @pytest.mark.slow
 def test_no_server_left_when_the_owner_is_killed(tmp_path: Path) -> None:
     code = (
-        "import os, sys; from ldptel.server.embedded import EmbeddedRedis;"
+        "import os, sys; from ldptel.storage.embedded import EmbeddedRedis;"
         "s = EmbeddedRedis().start(); print(s.port, s.pid, flush=True); sys.stdin.read()"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)

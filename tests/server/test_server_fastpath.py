@@ -7,7 +7,7 @@ import json
 
 from flask import Flask
 
-from ldptel.client.wire import decode_header
+from ldptel.client.protocol.wire import decode_header
 from ldptel.server import ServerConfig, create_app
 from ldptel.server.fastpath import FastIngest
 from srv_helpers import OCTET, cms_spec, make_batch, make_json_batch, snapshot, stream_entries

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ldptel.client.wire import decode_header
+from ldptel.client.protocol.wire import decode_header
 from schema_check import check_response
 from srv_helpers import AUTH_JSON, OCTET, cms_spec, grr_spec, make_batch, make_json_batch, rr_spec
 

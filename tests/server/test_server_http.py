@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from ldptel.client.wire import decode_header
-from ldptel.server.embedded import EmbeddedRedis
+from ldptel.client.protocol.wire import decode_header
+from ldptel.storage.embedded import EmbeddedRedis
 from schema_check import check_response
 from srv_helpers import OCTET, cms_spec, make_batch, stream_entries
 

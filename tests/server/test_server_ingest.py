@@ -11,9 +11,10 @@ import pytest
 import redis as redis_lib
 from flask.testing import FlaskClient
 
-from ldptel.client.wire import decode_batch, decode_header
-from ldptel.server import ServerConfig, create_app, keys
-from ldptel.server.storage import utc_day
+from ldptel.client.protocol.wire import decode_batch, decode_header
+from ldptel.server import ServerConfig, create_app
+from ldptel.storage import keys
+from ldptel.storage.append import utc_day
 from schema_check import check_response
 from srv_helpers import (
     AUTH_JSON,
@@ -269,7 +270,7 @@ def test_rate_limit_429_with_retry_after(redis, rng, redis_url, app_token, admin
 
 
 def test_redis_unreachable_is_503_then_recovers(rng, tmp_path, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
-    from ldptel.server.embedded import EmbeddedRedis
+    from ldptel.storage.embedded import EmbeddedRedis
 
     with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
         app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token=admin_token, redis_url=server.url, rate_limit=None))
@@ -327,7 +328,7 @@ def test_redis_client_is_injected(app) -> None:  # type: ignore[no-untyped-def]
 def test_registry_changes_made_elsewhere_are_seen(redis, rng, redis_url, app_token) -> None:  # type: ignore[no-untyped-def]
     """Another process (CLI, another worker) changes the registry: a new version is usable at once (a cached
     record that would reject a batch is re-read first); a retirement is seen within registry_ttl."""
-    from ldptel.server.registry import create_metric, retire_metric
+    from ldptel.storage.registry import create_metric, retire_metric
 
     app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token="x" * 20, redis_url=redis_url,
                                   rate_limit=None, registry_ttl=0.3))

@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from ldptel.client import InvalidParameterError, LdpError
-from ldptel.server import keys
-from ldptel.server.registry import (
+from ldptel.storage import keys
+from ldptel.storage.registry import (
     MetricRecord,
     RegistryConflictError,
     RegistryCorruptError,

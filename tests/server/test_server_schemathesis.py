@@ -30,7 +30,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from ldptel.server.embedded import EmbeddedRedis
+from ldptel.storage.embedded import EmbeddedRedis
 from ldptel.server.openapi import openapi_document
 from schema_check import SchemaViolation, validate
 from srv_helpers import OCTET, cms_spec, grr_spec, make_batch, rr_spec

@@ -2,13 +2,13 @@
 
 What it runs, all real and all on loopback:
 
-1. a private Redis (:class:`~ldptel.server.embedded.EmbeddedRedis`, AOF on);
+1. a private Redis (:class:`~ldptel.storage.embedded.EmbeddedRedis`, AOF on);
 2. the ingest service as a real HTTP server in its own process group: gunicorn (gthread) when it is
    installed, else ``ldptel serve``; a free port and bearer tokens generated for this run;
 3. two metrics created through the HTTP admin API: ``demo.dark_mode`` (a boolean, ``rr``) and
    ``demo.emoji`` (a sketch: ``cms``, ``oue-cms`` or ``hcms``);
 4. the fold worker, ``ldptel aggregate`` following the streams, in its own process group;
-5. a fleet of simulated devices. Each device is a real :class:`~ldptel.client.reporter.Reporter` with its
+5. a fleet of simulated devices. Each device is a real :class:`~ldptel.client.sdk.reporter.Reporter` with its
    own storage directory (sqlite queue, budget ledger, device secret), privatizing with the OS CSPRNG and
    uploading over HTTP. The true values are drawn from the emoji distribution shipped in
    ``ldptel/aggregator/data/emoji.tsv``; ``--seed`` seeds only that draw, never the privatization.
@@ -400,7 +400,7 @@ def parse_config(argv: Sequence[str]) -> DemoConfig:
 
 def build_specs(config: DemoConfig) -> tuple[Any, Any]:
     """The two metric specs (raises InvalidParameterError for a bad ε, k or m)."""
-    from ldptel.client.specs import CmsParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
+    from ldptel.client.protocol.specs import CmsParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
 
     flag = MetricSpec(
         name=FLAG_METRIC,
@@ -456,7 +456,7 @@ class _Fleet:
 
     def run_device(self, i: int) -> None:
         """One device: a fresh Reporter reports both metrics, uploads over HTTP and shuts down."""
-        from ldptel.client.reporter import Reporter
+        from ldptel.client.sdk.reporter import Reporter
 
         if self.cancel.is_set():
             return
@@ -560,7 +560,7 @@ def _start_ingest(children: _Children, config: DemoConfig, *, env: dict[str, str
 
 def _create_metrics(endpoint: str, *, admin_token: str, app_token: str, specs: Sequence[Any]) -> tuple[Any, ...]:
     """Create the metrics through the admin API, then fetch them back as an app would (GET /v1/metrics/<name>)."""
-    from ldptel.server.registry import MetricRecord
+    from ldptel.storage.registry import MetricRecord
 
     served = []
     for spec in specs:
@@ -575,7 +575,7 @@ def _create_metrics(endpoint: str, *, admin_token: str, app_token: str, specs: S
 
 
 def _folded(r: Any, name: str, candidate: str | None) -> int:
-    from .query import EmptyRangeError, estimate_metric
+    from ldptel.aggregator.query import EmptyRangeError, estimate_metric
 
     try:
         return estimate_metric(r, name, candidates=None if candidate is None else [candidate]).n
@@ -595,9 +595,9 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
     import redis as redis_lib
 
     from ldptel.client.errors import InvalidParameterError
-    from ldptel.server.embedded import EmbeddedRedis, EmbeddedRedisError
+    from ldptel.storage.embedded import EmbeddedRedis, EmbeddedRedisError
 
-    from .query import estimate_metric
+    from ldptel.aggregator.query import estimate_metric
 
     try:
         specs = build_specs(config)

@@ -23,7 +23,7 @@ new owner; the new owner's next commit counts more pending entries than it has i
 and re-reads the pending list, so they are folded once, a commit later.
 
 Poison entries (missing fields, unknown version, failed decode) never stop the worker: they are copied to
-the shard's dead-letter stream (:func:`~ldptel.aggregator.store.dead_letter_key`) in the same commit and
+the shard's dead-letter stream (:func:`~ldptel.storage.sketches.dead_letter_key`) in the same commit and
 acknowledged. Folded entries are trimmed (XTRIM MINID, in the commit) once older than ``retention_seconds``.
 
 Several workers share the shards fairly: each registers a heartbeat in :data:`WORKERS_KEY` and holds at
@@ -49,14 +49,14 @@ import redis as redis_lib
 
 from ldptel.client import SketchState, fold
 from ldptel.client.errors import LdpError
-from ldptel.client.specs import MetricSpec, Params
+from ldptel.client.protocol.specs import MetricSpec, Params
 from ldptel.client.mechanisms.cms import merge_by_row, row_order
-from ldptel.client.wire import ReportBatch, decode_batch
-from ldptel.server import keys
+from ldptel.client.protocol.wire import ReportBatch, decode_batch
+from ldptel.storage import keys
 
-from . import store
-from .streamread import StreamReader
-from .store import StreamId, format_id, index_member, next_id, parse_id
+from ldptel.storage import sketches as store
+from ldptel.storage.streamread import StreamReader
+from ldptel.storage.sketches import StreamId, format_id, index_member, next_id, parse_id
 
 log = logging.getLogger("ldptel.aggregator.worker")
 
@@ -690,12 +690,12 @@ class Worker:
         return out
 
     def _registry_names(self) -> list[str]:
-        from ldptel.server import registry
+        from ldptel.storage import registry
 
         return sorted(_record_name(rec) for rec in registry.list_metrics(self.r))
 
     def _load_metric(self, name: str) -> None:
-        from ldptel.server import registry
+        from ldptel.storage import registry
 
         record = registry.get_metric(self.r, name)
         self._specs[name] = {v: registry.spec_for(record, v) for v in record.versions}

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import WireFormatError
-from .specs import _NAME_RE, GrrParams, Params
+from ldptel.client.errors import WireFormatError
+from ldptel.client.protocol.specs import _NAME_RE, GrrParams, Params
 
 MAGIC = b"LDPT"
 FORMAT_VERSION = 1

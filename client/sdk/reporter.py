@@ -2,7 +2,7 @@
 
 Quick start::
 
-    from ldptel.client.reporter import Reporter
+    from ldptel.client.sdk.reporter import Reporter
 
     with Reporter("https://telemetry.example.com", token, "/var/lib/myapp/ldptel") as rep:
         rep.report("homepage", "example.com")      # privatized now; the raw value is never stored or sent
@@ -13,12 +13,12 @@ What happens on ``report(metric, value)``
    ``GET /v1/metrics/<name>`` (a failed fetch is not retried for a minute; the report is then refused with
    status ``"no_spec"``). Cached specs are refreshed in the background after ``spec_ttl`` seconds and
    whenever the server answers 409.
-2. The privacy-budget ledger (:mod:`ldptel.client._ledger`) is checked: past the metric's daily policy the
+2. The privacy-budget ledger (:mod:`ldptel.client.sdk.ledger`) is checked: past the metric's daily policy the
    call returns status ``"budget_exceeded"`` **without privatizing or queueing anything** (no exception:
    the SDK never breaks the app's control flow for a policy decision). The budget day is the UTC day, but
    never earlier than the latest day already recorded (a clock moved backwards cannot reopen a spent day).
 3. The value is privatized at once with the OS CSPRNG, with longitudinal protection
-   (:mod:`ldptel.client._memo`): rr and grr go through a permanent randomized response derived from the
+   (:mod:`ldptel.client.sdk.memo`): rr and grr go through a permanent randomized response derived from the
    device secret plus fresh instantaneous noise; sketches reuse the day's memoized report of that value.
 4. In one sqlite transaction the privatized report is queued and the spend recorded; the raw value is not
    kept anywhere (not in sqlite, not in logs or errors, not in the returned result).
@@ -26,7 +26,7 @@ What happens on ``report(metric, value)``
 A value of the wrong type for the mechanism raises :class:`~ldptel.client.errors.InvalidValueError`
 (:class:`~ldptel.client.errors.UnknownValueError` for a label outside a grr domain) before anything is
 spent: that is a bug in the calling code, not a runtime condition. Everything else is reported through the
-returned :class:`ReportResult`, ``on_error`` and :mod:`logging` (logger ``ldptel.client.reporter``).
+returned :class:`ReportResult`, ``on_error`` and :mod:`logging` (logger ``ldptel.client.sdk.reporter``).
 
 Privacy guarantees (per device, per metric)
 ===========================================
@@ -45,7 +45,7 @@ Reports are stored in ``storage_dir/ldptel.sqlite3`` (WAL) until the server ackn
 batch gets a random 16-byte id when it is formed, stored with its exact bytes, so every retry is the same
 batch and the server counts it once. Uploads happen on a background thread when ``batch_size`` reports are
 queued or every ``flush_interval`` seconds, with exponential backoff and jitter on network errors, 5xx and
-429 (``Retry-After`` honoured). See :mod:`ldptel.client._transport` for how each status is handled.
+429 (``Retry-After`` honoured). See :mod:`ldptel.client.sdk.transport` for how each status is handled.
 
 Stale versions: reports already privatized under a version keep that version (they cannot be
 re-privatized: the value is gone). They are sent as they are; if the server refuses the version (409) the
@@ -72,8 +72,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from . import _ledger, _queue
-from ._memo import (
+from ldptel.client.sdk import ledger as _ledger
+
+from ldptel.client.sdk import queue as _queue
+from ldptel.client.sdk.memo import (
     grr_split,
     load_or_create_secret,
     memo_key,
@@ -81,17 +83,17 @@ from ._memo import (
     privatize_rr,
     rr_split,
 )
-from ._store import REPORT_AUTOCHECKPOINT, connect, init_schema
-from ._transport import NETWORK_ERRORS, Backoff, Transport, UploadError, classify
-from .errors import LdpError
-from .hashing import value_bytes
-from .mechanisms import privatize
-from .specs import GrrParams, MetricSpec, RrParams
-from .wire import ReportBatch
+from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema
+from ldptel.client.sdk.transport import NETWORK_ERRORS, Backoff, Transport, UploadError, classify
+from ldptel.client.errors import LdpError
+from ldptel.client.protocol.hashing import value_bytes
+from ldptel.client.mechanisms import privatize
+from ldptel.client.protocol.specs import GrrParams, MetricSpec, RrParams
+from ldptel.client.protocol.wire import ReportBatch
 
 __all__ = ["ReportResult", "Reporter", "ReporterStats", "UploadError", "longitudinal_epsilon"]
 
-log = logging.getLogger("ldptel.client.reporter")
+log = logging.getLogger("ldptel.client.sdk.reporter")
 
 Status = Literal["queued", "budget_exceeded", "queue_full", "no_spec", "storage_error", "closed"]
 MAX_BATCH_SIZE = 10_000  # the ingest default max_batch_reports: a larger batch would be refused with 413

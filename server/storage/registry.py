@@ -20,10 +20,9 @@ from typing import Any, Literal
 import redis
 
 from ldptel.client.errors import InvalidParameterError, LdpError
-from ldptel.client.specs import MetricSpec
+from ldptel.client.protocol.specs import MetricSpec
 
-from . import keys
-from .config import DEFAULT_SHARDS, MAX_SHARDS
+from ldptel.storage import keys
 
 __all__ = [
     "MetricRecord",
@@ -41,6 +40,8 @@ __all__ = [
 
 Status = Literal["active", "retired"]
 _MAX_WATCH_RETRIES = 50
+DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
+MAX_SHARDS = 1024
 
 
 class UnknownMetricError(LdpError, KeyError):

@@ -66,10 +66,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._rng import uniform_below
-from .errors import InvalidValueError, LdpError, UnknownValueError
-from .specs import GrrParams, RrParams
-from .wire import ReportBatch
+from ldptel.client.protocol.rng import uniform_below
+from ldptel.client.errors import InvalidValueError, LdpError, UnknownValueError
+from ldptel.client.protocol.specs import GrrParams, RrParams
+from ldptel.client.protocol.wire import ReportBatch
 
 SECRET_BYTES = 32
 SECRET_FILE = "device_secret"

@@ -7,7 +7,7 @@ A report is stored as the bytes of its privatized form only (never the value):
 * hcms: u16 row, u16 column, 1 byte bit.
 
 Forming a batch is one transaction: take up to ``batch_size`` reports of one (metric, version) in queue
-order, encode them with :func:`ldptel.client.wire.encode_batch` under a fresh random 16-byte batch id,
+order, encode them with :func:`ldptel.client.protocol.wire.encode_batch` under a fresh random 16-byte batch id,
 insert the batch row (id and exact body) and delete the reports. Retries resend the stored body, so the
 batch id never changes and the server's dedupe counts it once.
 """
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._rng import secure_token
-from .specs import MetricSpec, Params
-from .wire import ReportBatch, encode_batch
+from ldptel.client.protocol.rng import secure_token
+from ldptel.client.protocol.specs import MetricSpec, Params
+from ldptel.client.protocol.wire import ReportBatch, encode_batch
 
 _U16 = struct.Struct("<H")
 _HCMS = struct.Struct("<HHB")

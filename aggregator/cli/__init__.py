@@ -29,9 +29,9 @@ from typing import Any, TextIO
 import redis as redis_lib
 
 from ldptel.client.errors import LdpError
-from ldptel.client.specs import MECHANISMS, MetricSpec, params_from_dict
+from ldptel.client.protocol.specs import MECHANISMS, MetricSpec, params_from_dict
 
-from .postprocess import POSTPROCESS_METHODS
+from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 ENV_REDIS_URL = "LDPTEL_REDIS_URL"
@@ -129,7 +129,7 @@ def _setup_logging(level: str, stream: TextIO) -> None:
 
 
 def cmd_aggregate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .worker import Worker, WorkerConfig
+    from ldptel.aggregator.worker import Worker, WorkerConfig
 
     tty = err.isatty() if args.progress is None else args.progress
     _setup_logging(args.log_level or ("warning" if tty else "info"), err)
@@ -151,7 +151,7 @@ def cmd_aggregate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     r = _connect(args.redis_url, socket_timeout=max(30.0, args.block + 10))
     worker = Worker(r, config)
     if args.metric:
-        from ldptel.server import registry
+        from ldptel.storage import registry
 
         for name in args.metric:
             registry.get_metric(r, name)  # unknown metric: a user error before any lease is taken
@@ -264,7 +264,7 @@ def plot_result(result: Any, path: str, *, max_bars: int = 50) -> None:
 
 
 def cmd_estimate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from .query import estimate_metric
+    from ldptel.aggregator.query import estimate_metric
 
     candidates: list[str] | None = None
     if args.candidates:
@@ -352,7 +352,7 @@ def _spec_from_args(args: argparse.Namespace) -> MetricSpec:
 
 
 def cmd_metrics(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ldptel.server import registry
+    from ldptel.storage import registry
 
     r = _connect(args.redis_url)
     action = args.action
@@ -383,9 +383,9 @@ def _split_domain(text: str) -> list[str]:
 # --------------------------------------------------------------------------------------------- status
 def shard_status(r: redis_lib.Redis, metrics: Sequence[Any]) -> list[dict[str, Any]]:
     """Per (metric, shard): stream length, pending, not-yet-folded entries (lag), checkpoint, lease owner."""
-    from ldptel.server import keys
+    from ldptel.storage import keys
 
-    from .worker import shard_lag
+    from ldptel.aggregator.worker import shard_lag
 
     rows: list[dict[str, Any]] = []
     for rec in metrics:
@@ -415,7 +415,7 @@ def shard_status(r: redis_lib.Redis, metrics: Sequence[Any]) -> list[dict[str, A
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ldptel.server import registry
+    from ldptel.storage import registry
 
     r = _connect(args.redis_url)
     records = [registry.get_metric(r, name) for name in args.metric] if args.metric else registry.list_metrics(r)
@@ -466,7 +466,7 @@ def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 # --------------------------------------------------------------------------------------------- parser
 def _day(text: str) -> str:
-    from .store import check_day
+    from ldptel.storage.sketches import check_day
 
     try:
         return check_day(text)
@@ -616,7 +616,4 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     except BrokenPipeError:
         return EXIT_OK
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
 

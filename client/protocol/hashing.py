@@ -22,7 +22,7 @@ from functools import lru_cache
 import mmh3
 import numpy as np
 
-from .errors import InvalidParameterError, InvalidValueError
+from ldptel.client.errors import InvalidParameterError, InvalidValueError
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15

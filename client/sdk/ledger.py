@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from .specs import MetricSpec
+from ldptel.client.protocol.specs import MetricSpec
 
 SECONDS_PER_DAY = 86_400
 KEEP_DAYS = 31  # ledger rows older than this many days before the budget day are pruned

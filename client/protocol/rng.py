@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from .errors import InvalidParameterError
+from ldptel.client.errors import InvalidParameterError
 
 RandomSource = np.random.Generator | None
 

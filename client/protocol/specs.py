@@ -5,7 +5,7 @@ property computed from the same fields, so the client half (privatize) and the s
 of a mechanism can never disagree. Specs round-trip through JSON exactly (:meth:`MetricSpec.to_json`,
 :func:`params_from_dict`): the registry, the wire and the on-device cache all use that form.
 
-Probabilities are realised as integer thresholds ``T / 2**prob_bits`` (see :mod:`ldptel.client._rng`).
+Probabilities are realised as integer thresholds ``T / 2**prob_bits`` (see :mod:`ldptel.client.protocol.rng`).
 ``T`` is always rounded in the direction that makes the mechanism *more* private, so
 ``effective_epsilon <= epsilon`` holds for every spec, and estimators debias with the effective
 probabilities, not the nominal ones.
@@ -20,7 +20,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
-from .errors import InvalidParameterError
+from ldptel.client.errors import InvalidParameterError
 
 MechanismName = Literal["rr", "grr", "cms", "hcms", "oue-cms"]
 MECHANISMS: tuple[str, ...] = ("rr", "grr", "cms", "hcms", "oue-cms")

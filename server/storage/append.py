@@ -19,7 +19,7 @@ from importlib import resources
 
 import redis
 
-from . import keys
+from ldptel.storage import keys
 
 __all__ = ["AppendResult", "BatchAppender", "utc_day"]
 

@@ -1,6 +1,6 @@
 """The sketch store: per-(metric, shard, version, UTC day) folded states in Redis, and how to read them.
 
-Layout (all keys from :mod:`ldptel.server.keys`, every key of one shard under one hash tag):
+Layout (all keys from :mod:`ldptel.storage.keys`, every key of one shard under one hash tag):
 
 * ``sketch(metric, shard, version, day)``: :meth:`SketchState.to_bytes` of everything folded from that shard
   for that version and day;
@@ -21,8 +21,8 @@ import redis as redis_lib
 
 from ldptel.client import SketchState
 from ldptel.client.errors import InvalidParameterError, LdpError
-from ldptel.client.specs import Params
-from ldptel.server import keys
+from ldptel.client.protocol.specs import Params
+from ldptel.storage import keys
 
 StreamId = tuple[int, int]
 ZERO_ID: StreamId = (0, 0)

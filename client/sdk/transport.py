@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
-from .errors import LdpError
+from ldptel.client.errors import LdpError
 
 Outcome = Literal["ack", "stale", "auth", "retry", "rejected"]
 USER_AGENT = "ldptel-client/0.1"
