@@ -65,15 +65,18 @@ def estimate(
     return mod.estimate(params, state, candidates=candidates, confidence=confidence)  # type: ignore[no-any-return]
 
 
-def effective_epsilon(params: Params) -> float:
-    """ε of one report as actually implemented (quantized probabilities); never above ``params.epsilon``."""
-    return params.effective_epsilon
+def mechanism_names(*, candidates: bool | None = None) -> tuple[str, ...]:
+    """Registered mechanism names; ``candidates=True``: those whose estimate needs candidate values (sketches)."""
+    names = tuple(_MODULES)
+    if candidates is None:
+        return names
+    return tuple(n for n in names if (n not in ("rr", "grr")) == candidates)
 
 
 __all__ = [
     "Estimate",
     "SketchState",
-    "effective_epsilon",
+    "mechanism_names",
     "estimate",
     "fold",
     "privatize",

@@ -1,0 +1,38 @@
+"""The one style of argument validation: each check returns the value or raises InvalidParameterError.
+
+The error names the parameter, what is allowed and what was received (``"k must be an integer in [1, 65536],
+got 0"``); servers turn the same three facts into a structured 4xx body.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+from ldptel.client.errors import InvalidParameterError
+
+
+def check_int(name: str, value: object, lo: int, hi: int) -> int:
+    """An ``int`` (not a bool) in [lo, hi]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidParameterError(name, f"an integer in [{lo}, {hi}]", value)
+    return value
+
+
+def check_number(name: str, value: object, lo: float, hi: float, *, open_interval: bool = False) -> float:
+    """A finite int or float (not a bool) in [lo, hi], or in (lo, hi) with ``open_interval``."""
+    allowed = f"a number in ({lo}, {hi})" if open_interval else f"a number in [{lo}, {hi}]"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidParameterError(name, allowed, value)
+    x = float(value)
+    inside = lo < x < hi if open_interval else lo <= x <= hi
+    if not (math.isfinite(x) and inside):
+        raise InvalidParameterError(name, allowed, value)
+    return x
+
+
+def check_choice(name: str, value: object, choices: Collection[str]) -> str:
+    """One of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise InvalidParameterError(name, f"one of {sorted(choices)}", value)
+    return value
