@@ -31,13 +31,13 @@ _EXPORTS = {
     "privatize": "ldptel.client.mechanisms",
     "privatize_batch": "ldptel.client.mechanisms",
     "recommend_mechanism": "ldptel.client.mechanisms",
-    "CmsParams": "ldptel.client.protocol.specs",
-    "GrrParams": "ldptel.client.protocol.specs",
-    "HcmsParams": "ldptel.client.protocol.specs",
+    "CmsParams": "ldptel.client.mechanisms",
+    "GrrParams": "ldptel.client.mechanisms",
+    "HcmsParams": "ldptel.client.mechanisms",
     "MetricSpec": "ldptel.client.protocol.specs",
-    "OueCmsParams": "ldptel.client.protocol.specs",
-    "RrParams": "ldptel.client.protocol.specs",
-    "ReportBatch": "ldptel.client.protocol.wire",
+    "OueCmsParams": "ldptel.client.mechanisms",
+    "RrParams": "ldptel.client.mechanisms",
+    "ReportBatch": "ldptel.client.mechanisms",
     "decode_batch": "ldptel.client.protocol.wire",
     "encode_batch": "ldptel.client.protocol.wire",
     "Reporter": "ldptel.client.sdk.reporter",
@@ -63,17 +63,14 @@ if TYPE_CHECKING:
         privatize_batch as privatize_batch,
         recommend_mechanism as recommend_mechanism,
     )
-    from ldptel.client.protocol.specs import (
+    from ldptel.client.mechanisms import (
         CmsParams as CmsParams,
         GrrParams as GrrParams,
         HcmsParams as HcmsParams,
-        MetricSpec as MetricSpec,
         OueCmsParams as OueCmsParams,
+        ReportBatch as ReportBatch,
         RrParams as RrParams,
     )
-    from ldptel.client.protocol.wire import (
-        ReportBatch as ReportBatch,
-        decode_batch as decode_batch,
-        encode_batch as encode_batch,
-    )
+    from ldptel.client.protocol.specs import MetricSpec as MetricSpec
+    from ldptel.client.protocol.wire import decode_batch as decode_batch, encode_batch as encode_batch
     from ldptel.client.sdk.reporter import ReportResult as ReportResult, Reporter as Reporter

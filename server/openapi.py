@@ -10,7 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ldptel.client.protocol.specs import EPSILON_RANGE, HASH_VERSIONS, M_RANGE, MAX_CELLS, MAX_DOMAIN, MAX_K
+from ldptel.client.mechanisms import mechanisms
+from ldptel.client.protocol.params import EPSILON_RANGE, MAX_CELLS
 
 from ldptel.storage.registry import MAX_SHARDS
 
@@ -46,10 +47,6 @@ _DESCRIPTION = {"type": "string", "maxLength": 1000}
 
 
 
-def _int(lo: int, hi: int) -> dict[str, Any]:
-    return {"type": "integer", "minimum": lo, "maximum": hi}
-
-
 def _params(mechanism: str, fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
     epsilon = {"type": "number", "minimum": EPSILON_RANGE[0], "maximum": EPSILON_RANGE[1]}
     return {
@@ -59,21 +56,6 @@ def _params(mechanism: str, fields: dict[str, Any], required: list[str]) -> dict
         "additionalProperties": False,
     }
 
-
-_DOMAIN = {
-    "type": "array",
-    "items": {"type": "string", "minLength": 1, "maxLength": 200},
-    "minItems": 2,
-    "maxItems": MAX_DOMAIN,
-    "uniqueItems": True,
-}
-_SKETCH = {
-    "k": _int(1, MAX_K),
-    "m": {"type": "integer", "enum": [1 << b for b in range(M_RANGE[0].bit_length() - 1, M_RANGE[1].bit_length())]},
-    "hash_seed": _int(0, (1 << 32) - 1),
-    "hash_version": {"type": "integer", "enum": list(HASH_VERSIONS)},
-    "prob_bits": {"type": ["integer", "null"], "minimum": 2, "maximum": 32, "description": "null: chosen by the registry"},
-}
 
 _SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -101,9 +83,7 @@ _SCHEMAS: dict[str, Any] = {
             "enough that the true label stays the most likely report."
         ),
         "oneOf": [
-            _params("rr", {"prob_bits": _int(2, 32)}, []),
-            _params("grr", {"domain": _DOMAIN, "prob_bits": _int(8, 32)}, ["domain"]),
-            *(_params(mech, _SKETCH, ["k", "m"]) for mech in ("cms", "oue-cms", "hcms")),
+            *(_params(mech.name, *mech.params_schema()) for mech in mechanisms()),
         ],
     },
     "MetricSpec": {

@@ -400,7 +400,8 @@ def parse_config(argv: Sequence[str]) -> DemoConfig:
 
 def build_specs(config: DemoConfig) -> tuple[Any, Any]:
     """The two metric specs (raises InvalidParameterError for a bad ε, k or m)."""
-    from ldptel.client.protocol.specs import CmsParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
+    from ldptel.client.protocol.specs import MetricSpec
+    from ldptel.client.mechanisms import CmsParams, HcmsParams, OueCmsParams, RrParams
 
     flag = MetricSpec(
         name=FLAG_METRIC,

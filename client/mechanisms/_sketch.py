@@ -1,23 +1,103 @@
-"""Helpers shared by the sketch mechanisms (cms, oue-cms, hcms): hashing reports and candidates."""
+"""What the sketch mechanisms share: their params base (k rows × m columns over a hash family) and hashing.
+
+A sketch report picks a row j in [k] and encodes h_j(value) in [m]; estimates are asked for candidate values.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, InvalidValueError
+from ldptel.client.mechanisms.base import ReportBatch
+from ldptel.client.mechanisms.state import codes_for
 from ldptel.client.protocol.hashing import HashFamily
-from ldptel.client.protocol.specs import SketchParams
-from ldptel.client.protocol.wire import ReportBatch
-from ldptel.client.mechanisms.base import codes_for
+from ldptel.client.protocol.params import (
+    AUTO_PROB_BITS_LOSS,
+    AUTO_PROB_BITS_RANGE,
+    HASH_VERSIONS,
+    M_RANGE,
+    MAX_CELLS,
+    MAX_K,
+    ParamsBase,
+    check_epsilon,
+    check_prob_bits,
+)
+from ldptel.client.protocol.validate import check_int
 
 _ONE_SHOT_CELLS = 1 << 18
 _THREADED_CELLS = 1 << 24
 _THREADS = min(2, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SketchParams(ParamsBase):
+    """k hash rows × m columns (m a power of two) over the hash family fixed by (hash_seed, hash_version)."""
+
+    k: int
+    m: int
+    hash_seed: int = 0
+    hash_version: int = 1
+    prob_bits: int | None = None  # None: chosen automatically and then stored explicitly
+
+    def _validate_sketch(self) -> None:
+        object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
+        check_int("k", self.k, 1, MAX_K)
+        lo, hi = M_RANGE
+        check_int("m", self.m, lo, hi)
+        if self.m & (self.m - 1):
+            raise InvalidParameterError("m", f"a power of two in [{lo}, {hi}]", self.m)
+        if self.k * self.m > MAX_CELLS:
+            raise InvalidParameterError("k*m", f"at most {MAX_CELLS} cells", self.k * self.m)
+        check_int("hash_seed", self.hash_seed, 0, (1 << 32) - 1)
+        if self.hash_version not in HASH_VERSIONS:
+            raise InvalidParameterError("hash_version", f"one of {list(HASH_VERSIONS)}", self.hash_version)
+
+    def _resolve_prob_bits(self, eps_at: Callable[[int], float] | None, default: int = 0) -> None:
+        """Check an explicit ``prob_bits``, or choose it: ``default``, else the fewest bits within 1% of ε."""
+        if self.prob_bits is not None:
+            check_prob_bits(self.prob_bits)
+            return
+        if eps_at is None:
+            object.__setattr__(self, "prob_bits", default)
+            return
+        lo, hi = AUTO_PROB_BITS_RANGE
+        bits = next((b for b in range(lo, hi + 1) if eps_at(b) >= (1.0 - AUTO_PROB_BITS_LOSS) * self.epsilon), hi)
+        object.__setattr__(self, "prob_bits", bits)
+
+    @property
+    def bits(self) -> int:
+        """``prob_bits`` after validation (never None)."""
+        assert self.prob_bits is not None  # set in __post_init__
+        return self.prob_bits
+
+    @property
+    def log2_m(self) -> int:
+        return self.m.bit_length() - 1
+
+
+def sketch_params_schema() -> tuple[dict[str, Any], list[str]]:
+    """The JSON schema of a sketch's params (every sketch mechanism has the same fields)."""
+    ms = [1 << b for b in range(M_RANGE[0].bit_length() - 1, M_RANGE[1].bit_length())]
+    fields: dict[str, Any] = {
+        "k": {"type": "integer", "minimum": 1, "maximum": MAX_K},
+        "m": {"type": "integer", "enum": ms},
+        "hash_seed": {"type": "integer", "minimum": 0, "maximum": (1 << 32) - 1},
+        "hash_version": {"type": "integer", "enum": list(HASH_VERSIONS)},
+        "prob_bits": {"type": ["integer", "null"], "minimum": 2, "maximum": 32, "description": "null: chosen by the registry"},
+    }
+    return fields, ["k", "m"]
+
+
+def sketch_state_shape(params: SketchParams) -> tuple[tuple[int, int], int]:
+    return (params.k, params.m), params.k
 
 
 @lru_cache(maxsize=64)

@@ -1,198 +1,292 @@
-"""Types shared by every mechanism: the folded sketch state and the estimate."""
+"""The :class:`Mechanism` contract, the report batch and the one codec of a report.
+
+A mechanism is one module in this package that defines its params type, its typed batch and one
+:class:`Mechanism` object (registered in :mod:`ldptel.client.mechanisms.registry`). Code outside the package
+asks the object; it never branches on a mechanism's name.
+
+The codec. A mechanism declares the columns of its reports (:meth:`Mechanism.columns`), each one of:
+
+* ``index``: one unsigned little-endian integer per report (``size`` = 1 or 2 bytes), below ``bound``;
+* ``bit``: one bit per report, packed MSB first over the batch, padding bits 0;
+* ``bytes``: ``size`` raw bytes per report.
+
+A batch's payload is its columns one after another, each holding all n reports. The same rule gives the
+binary wire payload (:mod:`ldptel.client.protocol.wire`), the record of one queued report on the device (the
+payload of a batch of one), and the JSON debugging form, so a report has exactly one encoding.
+"""
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Iterable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
-from typing import Any
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
 
-from ldptel.client.errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
-from ldptel.client.protocol.specs import GrrParams, Params
+from ldptel.client.errors import InvalidParameterError, WireFormatError
+from ldptel.client.mechanisms.state import Estimate, SketchState
+from ldptel.client.protocol.hashing import value_bytes
+from ldptel.client.protocol.params import ParamsBase
 
-_STATE_MAGIC = b"LDPS"
-_STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols
-_DTYPES = {1: np.dtype("<i4"), 2: np.dtype("<i8")}
-_MECH_CODES = {"rr": 1, "grr": 2, "cms": 3, "hcms": 4, "oue-cms": 5}
-
-
-def state_shape(params: Params) -> tuple[tuple[int, int], int]:
-    """(shape of ``counts``, length of ``row_counts``) for a mechanism's exact integer state."""
-    mech = params.mechanism
-    if mech == "rr":
-        return (1, 1), 1
-    if mech == "grr":
-        assert isinstance(params, GrrParams)
-        return (1, params.d), 1
-    return (params.k, params.m), params.k  # type: ignore[union-attr]
+Values = Sequence[object] | np.ndarray
 
 
-@dataclass(eq=False)
-class SketchState:
-    """Exact integer fold of many reports; additive across shards, days and workers.
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ReportBatch:
+    """Privatized reports of one mechanism, in columns (each mechanism's batch type says which it has).
 
-    counts: rr (1, 1) number of reported 1s; grr (1, d) reports per label; cms/oue-cms (k, m) number of
-    reports in row j with bit a set; hcms (k, m) Σ of ±1 bits reported for (row j, column l).
-    row_counts: reports per sketch row (length k), or (n,) for rr/grr.
+    rows: the sketch row j of each report, int64; cols: a column or label index per report, int64;
+    bits: one bit per report packed MSB first, shape (ceil(n/8),), or a row of bits per report, shape
+    (n, m/8), uint8. A mechanism's own batch type narrows the ones it has to non-optional arrays.
     """
 
     mechanism: str
-    counts: np.ndarray
-    row_counts: np.ndarray
-
-    @classmethod
-    def empty(cls, params: Params) -> SketchState:
-        shape, rows = state_shape(params)
-        return cls(params.mechanism, np.zeros(shape, np.int64), np.zeros(rows, np.int64))
-
-    @property
-    def n(self) -> int:
-        return int(self.row_counts.sum())
-
-    def check(self, params: Params) -> None:
-        shape, rows = state_shape(params)
-        if self.mechanism != params.mechanism or self.counts.shape != shape or self.row_counts.shape != (rows,):
-            raise StateMismatchError(
-                f"state {self.mechanism} {self.counts.shape} does not match {params.mechanism} params {shape}"
-            )
-
-    def __add__(self, other: SketchState) -> SketchState:
-        if self.mechanism != other.mechanism or self.counts.shape != other.counts.shape:
-            raise StateMismatchError("cannot add sketch states of different mechanisms or shapes")
-        return SketchState(self.mechanism, self.counts + other.counts, self.row_counts + other.row_counts)
-
-    def add_inplace(self, other: SketchState) -> None:
-        if self.mechanism != other.mechanism or self.counts.shape != other.counts.shape:
-            raise StateMismatchError("cannot add sketch states of different mechanisms or shapes")
-        self.counts += other.counts
-        self.row_counts += other.row_counts
-
-    def equals(self, other: SketchState) -> bool:
-        return (
-            self.mechanism == other.mechanism
-            and np.array_equal(self.counts, other.counts)
-            and np.array_equal(self.row_counts, other.row_counts)
-        )
-
-    # Serialization: header, then counts and row_counts little-endian, int32 when every value fits.
-    def to_bytes(self) -> bytes:
-        both = (self.counts, self.row_counts)
-        fits32 = all(a.size == 0 or (int(a.min()) >= -(1 << 31) and int(a.max()) < 1 << 31) for a in both)
-        code = 1 if fits32 else 2
-        dt = _DTYPES[code]
-        rows, cols = self.counts.shape
-        head = _STATE_HEADER.pack(_STATE_MAGIC, 1, _MECH_CODES[self.mechanism], code, rows, cols)
-        return head + self.counts.astype(dt).tobytes() + self.row_counts.astype(dt).tobytes()
-
-    @classmethod
-    def from_bytes(cls, data: bytes, params: Params) -> SketchState:
-        counts, row_counts = _parse_state(data, params)
-        return cls(params.mechanism, counts.astype(np.int64).reshape(counts.shape), row_counts.astype(np.int64))
-
-    def add_bytes(self, data: bytes, params: Params) -> None:
-        """Add a serialized state into this one without materialising it (queries sum many day blobs)."""
-        self.check(params)
-        counts, row_counts = _parse_state(data, params)
-        np.add(self.counts, counts, out=self.counts)  # int32 → int64 cast inside the ufunc, no temporary
-        np.add(self.row_counts, row_counts, out=self.row_counts)
-
-
-def _parse_state(data: bytes, params: Params) -> tuple[np.ndarray, np.ndarray]:
-    """Validated read-only views (counts, row_counts) of a serialized state, in its stored dtype."""
-    shape, nrows = state_shape(params)
-    if len(data) < _STATE_HEADER.size:
-        raise WireFormatError("sketch state too short")
-    magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(data)
-    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES:
-        raise WireFormatError("not an ldptel sketch state (bad magic, format or dtype)")
-    if mech != _MECH_CODES[params.mechanism] or (rows, cols) != shape:
-        raise StateMismatchError(f"stored state {(rows, cols)} does not match {params.mechanism} {shape}")
-    dt = _DTYPES[code]
-    size = rows * cols
-    if len(data) - _STATE_HEADER.size != (size + nrows) * dt.itemsize:
-        raise WireFormatError("sketch state has the wrong length")
-    body = np.frombuffer(data, dtype=dt, offset=_STATE_HEADER.size)
-    return body[:size].reshape(shape), body[size:]
-
-
-def z_value(confidence: float) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
-        raise InvalidParameterError("confidence", "a number in (0, 1)", confidence)
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
-
-
-@dataclass(frozen=True, eq=False)
-class Estimate:
-    """Unbiased count estimates with standard errors and normal-approximation intervals.
-
-    ``counts`` may be negative or exceed n: they are the raw unbiased estimates. Post-processing is a
-    separate, named step (``ldptel.aggregator.postprocess``) that keeps these beside its output.
-    """
-
-    mechanism: str
-    labels: tuple[str, ...]
-    counts: np.ndarray
-    stderr: np.ndarray
     n: int
-    confidence: float = 0.95
+    rows: np.ndarray | None = None
+    cols: np.ndarray | None = None
+    bits: np.ndarray | None = None
 
-    def __post_init__(self) -> None:
-        z_value(self.confidence)
+    def bit_values(self) -> np.ndarray:
+        """The n reported bits as uint8 0/1 (batches with one bit per report)."""
+        if self.bits is None or self.bits.ndim != 1:
+            raise InvalidParameterError("batch", "a batch with one bit per report", self.mechanism)
+        return np.unpackbits(self.bits, count=self.n)
+
+
+ColumnKind = Literal["index", "bit", "bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a mechanism's reports: the batch attribute, its JSON key and its encoding."""
+
+    attr: Literal["rows", "cols", "bits"]
+    json: str
+    kind: ColumnKind
+    size: int = 1  # index: bytes per value (1 or 2); bytes: bytes per report; bit: unused
+    bound: int = 2  # index: values are < bound
+    what: str = ""  # index: how errors name it ("row index", "label index", ...)
+
+    def nbytes(self, n: int) -> int:
+        return (n + 7) // 8 if self.kind == "bit" else n * self.size
 
     @property
-    def z(self) -> float:
-        return z_value(self.confidence)
-
-    @property
-    def ci_low(self) -> np.ndarray:
-        return self.counts - self.z * self.stderr
-
-    @property
-    def ci_high(self) -> np.ndarray:
-        return self.counts + self.z * self.stderr
-
-    @property
-    def frequencies(self) -> np.ndarray:
-        return self.counts / self.n if self.n else np.full_like(self.counts, np.nan)
-
-    def with_confidence(self, confidence: float) -> Estimate:
-        z_value(confidence)
-        return Estimate(self.mechanism, self.labels, self.counts, self.stderr, self.n, confidence)
-
-    def rows(self) -> list[dict[str, Any]]:
-        """One plain dict per label (for JSON/CSV output)."""
-        lo, hi = self.ci_low, self.ci_high
-        return [
-            {
-                "value": label,
-                "estimate": float(self.counts[i]),
-                "stderr": float(self.stderr[i]),
-                "ci_low": float(lo[i]),
-                "ci_high": float(hi[i]),
-                "frequency": float(self.counts[i] / self.n) if self.n else float("nan"),
-            }
-            for i, label in enumerate(self.labels)
-        ]
+    def dtype(self) -> str:
+        return "<u1" if self.size == 1 else "<u2"
 
 
-def codes_for(values: Sequence[object] | np.ndarray) -> tuple[np.ndarray, list[object]]:
-    """Map values to integer codes and their distinct values.
+P = TypeVar("P", bound=ParamsBase)
+B = TypeVar("B", bound=ReportBatch)
 
-    The per-value work runs in C (``dict.fromkeys`` and ``map`` over a dict lookup); Python code runs once
-    per *distinct* value only.
+
+class Mechanism(ABC, Generic[P, B]):
+    """Everything ldptel does with one mechanism, over its one frozen params type ``P`` and batch type ``B``.
+
+    Client half: :meth:`privatize` (one value, one CSPRNG call), :meth:`privatize_batch` (vectorized, same
+    distribution) and the longitudinal protection the SDK applies to repeated values: a permanent randomized
+    response (:attr:`permanent`, :meth:`privatize_permanent`) or else a per-day memo of the report keyed by
+    :meth:`value_key`. Server half: :meth:`fold` into an exact integer :class:`SketchState`, the optional
+    :meth:`merge` the aggregator applies to a read before folding, :meth:`estimate` with :meth:`variance`.
+    Both halves read the same params, so the debias constants cannot drift from the sampling probabilities.
     """
-    seq = values.tolist() if isinstance(values, np.ndarray) else values
-    try:
-        uniques = list(dict.fromkeys(seq))
-    except TypeError:
-        raise InvalidValueError("values must be hashable (str or bytes for sketches, bool for rr)") from None
-    index = {v: i for i, v in enumerate(uniques)}
-    codes = np.fromiter(map(index.__getitem__, seq), dtype=np.int64, count=len(seq))
-    return codes, uniques
+
+    name: ClassVar[str]
+    code: ClassVar[int]  # the wire code: never reuse one
+    params_type: ClassVar[type[ParamsBase]]
+    batch_type: ClassVar[type[ReportBatch]]
+    needs_candidates: ClassVar[bool] = False  # estimates are asked for candidate values (sketches)
+    permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
+
+    # ------------------------------------------------------------------------------------- client half
+    @abstractmethod
+    def privatize(self, value: object, params: P, *, rng: np.random.Generator | None = None) -> B:
+        """One value privatized now (OS CSPRNG unless ``rng`` is given): a batch of one report."""
+
+    @abstractmethod
+    def privatize_batch(self, values: Values, params: P, *, rng: np.random.Generator | None = None) -> B:
+        """Many values at once (vectorized; the same distribution as :meth:`privatize`)."""
+
+    def value_key(self, value: object, params: P) -> bytes:
+        """The canonical bytes of a value (checked for type), for keying its memoized or permanent report."""
+        return value_bytes(value)
+
+    def privatize_permanent(
+        self, value: object, params: P, *, secret: bytes, metric: str, version: int, rng: np.random.Generator | None = None
+    ) -> B:
+        """One report through the value's permanent randomized response (only where :attr:`permanent`)."""
+        raise InvalidParameterError("mechanism", "one with a permanent randomized response", self.name)
+
+    def longitudinal_epsilon(self, params: P) -> float:
+        """ε of any number of reports of one value (permanent: per version, ever; memoized: per day)."""
+        return params.effective_epsilon
+
+    # ------------------------------------------------------------------------------------- server half
+    @abstractmethod
+    def state_shape(self, params: P) -> tuple[tuple[int, int], int]:
+        """(shape of the state's ``counts``, length of its ``row_counts``)."""
+
+    @abstractmethod
+    def fold(self, params: P, batches: Sequence[B], state: SketchState) -> SketchState:
+        """Add the reports of ``batches`` to ``state`` exactly (integers), in place; returns ``state``."""
+
+    def merge(self, batches: Sequence[B], *, out: np.ndarray | None = None) -> B | None:
+        """All reports of ``batches`` as one batch laid out for a faster :meth:`fold`, or None (no such step).
+
+        ``out``: a 1-D uint8 buffer the merged bits may be written into (reused across reads).
+        """
+        return None
+
+    def merge_bytes(self, params: P, n: int) -> int:
+        """Bytes of ``out`` that :meth:`merge` needs for ``n`` reports (0 when there is no merge step)."""
+        return 0
+
+    @abstractmethod
+    def estimate(
+        self, params: P, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
+    ) -> Estimate:
+        """Unbiased counts with standard errors; for candidate values when :attr:`needs_candidates`."""
+
+    @abstractmethod
+    def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
+        """Variance of the estimated counts, plugging in ``counts`` (estimates) out of ``n`` reports."""
+
+    @abstractmethod
+    def params_schema(self) -> tuple[dict[str, Any], list[str]]:
+        """(JSON schema of each params field but ``mechanism``, the required fields) for the OpenAPI document."""
+
+    # ---------------------------------------------------------------------------------------- the codec
+    @abstractmethod
+    def columns(self, params: P) -> tuple[Column, ...]:
+        """The columns of this mechanism's reports, in payload order."""
+
+    def payload_size(self, params: P, n: int) -> int:
+        return sum(c.nbytes(n) for c in self.columns(params))
+
+    def report_size(self, params: P) -> int:
+        """Bytes of one stored report (the payload of a batch of one)."""
+        return self.payload_size(params, 1)
+
+    def _make(self, n: int, arrays: dict[str, np.ndarray]) -> B:
+        return self.batch_type(mechanism=self.name, n=n, **arrays)  # type: ignore[return-value]
+
+    def encode_payload(self, batch: ReportBatch, params: P) -> list[bytes]:
+        """The payload of ``batch`` as byte strings to concatenate (no validation: the wire decodes it back)."""
+        parts = []
+        for col in self.columns(params):
+            arr = getattr(batch, col.attr)
+            if arr is None:
+                raise WireFormatError(f"a {self.name} batch needs {col.attr!r}")
+            if col.kind == "index":
+                parts.append(np.asarray(arr).astype(col.dtype).tobytes())
+            else:
+                parts.append(np.ascontiguousarray(arr, dtype=np.uint8).tobytes())
+        return parts
+
+    def decode_payload(self, buf: memoryview, n: int, params: P) -> B:
+        """The reports of a payload, every column checked (exact length, index ranges, zero padding).
+
+        Bit and byte columns are views of ``buf`` (no copy); raises WireFormatError for anything else.
+        """
+        expected = self.payload_size(params, n)
+        if len(buf) != expected:
+            raise WireFormatError(f"payload is {len(buf)} bytes; {n} {self.name} reports need exactly {expected}")
+        arrays: dict[str, np.ndarray] = {}
+        off = 0
+        for col in self.columns(params):
+            size = col.nbytes(n)
+            part = buf[off : off + size]
+            off += size
+            if col.kind == "index":
+                raw = np.frombuffer(part, dtype=col.dtype)
+                top = int(raw.max())
+                if top >= col.bound:
+                    raise WireFormatError(f"{col.what} {top} out of range [0, {col.bound - 1}]")
+                arrays[col.attr] = raw.astype(np.int64)
+            elif col.kind == "bit":
+                bits = np.frombuffer(part, dtype=np.uint8)
+                spare = (-n) % 8
+                if spare and int(bits[-1]) & ((1 << spare) - 1):
+                    raise WireFormatError("padding bits after the last report must be 0")
+                arrays[col.attr] = bits
+            else:
+                arrays[col.attr] = np.frombuffer(part, dtype=np.uint8).reshape(n, col.size)
+        return self._make(n, arrays)
+
+    def pack_report(self, batch: ReportBatch, params: P) -> bytes:
+        """The stored bytes of a one-report batch: its payload."""
+        if batch.n != 1:
+            raise InvalidParameterError("batch", "a batch of one report", f"{batch.n} reports")
+        return b"".join(self.encode_payload(batch, params))
+
+    def unpack_reports(self, records: Sequence[bytes], params: P) -> B:
+        """Many stored one-report payloads of one metric version as one batch (vectorized over reports)."""
+        n = len(records)
+        table = np.frombuffer(b"".join(records), dtype=np.uint8).reshape(n, self.report_size(params))
+        arrays: dict[str, np.ndarray] = {}
+        off = 0
+        for col in self.columns(params):
+            width = col.nbytes(1)
+            part = table[:, off : off + width]
+            off += width
+            if col.kind == "index":
+                arrays[col.attr] = np.ascontiguousarray(part).view(col.dtype).reshape(n).astype(np.int64)
+            elif col.kind == "bit":
+                arrays[col.attr] = np.packbits(part[:, 0] != 0)
+            else:
+                arrays[col.attr] = np.ascontiguousarray(part)
+        return self._make(n, arrays)
+
+    def reports_from_json(self, reports: list[Any], params: P) -> B:
+        """The batch of a JSON ``reports`` list (debugging path; every value checked)."""
+        cols = self.columns(params)
+        n = len(reports)
+        if len(cols) > 1 and not all(isinstance(r, dict) for r in reports):
+            raise WireFormatError(f"{self.name} reports must be objects")
+        arrays: dict[str, np.ndarray] = {}
+        for col in cols:
+            raw = reports if len(cols) == 1 else [r.get(col.json) for r in reports]
+            if col.kind == "bytes":
+                arrays[col.attr] = _hex_rows(raw, col)
+                continue
+            what = f"{self.name} reports" if len(cols) == 1 else f"{col.json!r} values"
+            ints = _ints(raw, what, col.bound)
+            arrays[col.attr] = np.packbits(ints.astype(np.uint8)) if col.kind == "bit" else ints
+        return self._make(n, arrays)
 
 
-def labels_of(values: Iterable[object]) -> tuple[str, ...]:
-    return tuple(v if isinstance(v, str) else v.hex() if isinstance(v, bytes) else str(v) for v in values)
+def reports_to_json(batch: ReportBatch) -> list[Any]:
+    """The readable form of a batch's reports: plain integers for a one-column batch, else one object per
+    report with the keys ``row``, ``col``, ``bit`` (one bit) or ``bits`` (hex), as the columns' JSON keys."""
+    values: dict[str, list[Any]] = {}
+    if batch.rows is not None:
+        values["row"] = [int(v) for v in batch.rows]
+    if batch.cols is not None:
+        values["col"] = [int(v) for v in batch.cols]
+    if batch.bits is not None and batch.bits.ndim == 1:
+        values["bit"] = [int(v) for v in batch.bit_values()]
+    elif batch.bits is not None:
+        values["bits"] = [row.tobytes().hex() for row in batch.bits]
+    if len(values) == 1:
+        return next(iter(values.values()))
+    return [dict(zip(values, report)) for report in zip(*values.values())]
+
+
+def _ints(values: Sequence[Any], what: str, hi: int) -> np.ndarray:
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < hi:
+            raise WireFormatError(f"{what} must be integers in [0, {hi - 1}]")
+    return np.asarray(values, dtype=np.int64)
+
+
+def _hex_rows(values: Sequence[Any], col: Column) -> np.ndarray:
+    out = np.zeros((len(values), col.size), dtype=np.uint8)
+    message = f"{col.json!r} must be {2 * col.size} hex characters ({8 * col.size} bits)"
+    for i, text in enumerate(values):
+        if not isinstance(text, str) or len(text) != 2 * col.size:
+            raise WireFormatError(message)
+        try:
+            out[i] = np.frombuffer(bytes.fromhex(text), dtype=np.uint8)
+        except ValueError:
+            raise WireFormatError(message) from None
+    return out

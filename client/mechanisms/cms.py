@@ -1,4 +1,4 @@
-"""Count-mean sketches with a unary row: Apple's ``cms`` and our ``oue-cms``.
+"""Apple's count-mean sketch (``cms``), and the unary-row machinery it shares with ``oue-cms``.
 
 Both send (j, y): a row j uniform in [k] and m bits y. With x the one-hot vector of h_j(value):
 
@@ -30,14 +30,126 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ldptel.client.protocol.rng import bernoulli_int, bernoulli_words, check_rng, draw_bytes, int_below, random_words, uniform_below
-from ldptel.client.errors import EmptyStateError
-from ldptel.client.protocol.specs import CmsParams, OueCmsParams
-from ldptel.client.protocol.wire import ReportBatch
-from ldptel.client.mechanisms._sketch import candidate_sums, concat_rows, family_of, report_bases
-from ldptel.client.mechanisms.base import Estimate, SketchState, labels_of
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
 
-UnaryParams = CmsParams | OueCmsParams
+from ldptel.client.errors import EmptyStateError, InvalidParameterError
+from ldptel.client.mechanisms._sketch import (
+    SketchParams,
+    candidate_sums,
+    concat_rows,
+    family_of,
+    report_bases,
+    sketch_params_schema,
+    sketch_state_shape,
+)
+from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.state import Estimate, SketchState, labels_of
+from ldptel.client.protocol.params import flip_epsilon, safe_flip_threshold
+from ldptel.client.protocol.rng import (
+    bernoulli_int,
+    bernoulli_words,
+    check_rng,
+    draw_bytes,
+    int_below,
+    random_words,
+    uniform_below,
+)
+
+
+# ---------------------------------------------------------------------------------------------- params
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnaryParams(SketchParams):
+    """A k×m sketch whose report row holds m privatized unary bits (cms and oue-cms).
+
+    ``noise_threshold``: every bit but the hot one is 1 with probability noise_threshold/2^prob_bits.
+    ``fair_hot_bit``: the hot bit is a fresh fair coin (oue-cms); otherwise the hot bit is flipped like the
+    rest (cms). (p, q) = P(y_a = 1 | x_a = 1), P(y_a = 1 | x_a = 0), effective (quantized) values.
+    """
+
+    fair_hot_bit: ClassVar[bool] = False
+
+    @property
+    def noise_threshold(self) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def p(self) -> float:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def q(self) -> float:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CmsParams(UnaryParams):
+    """Apple's private count-mean sketch (CMS).
+
+    A report picks row j uniformly in [k], builds the one-hot vector of length m at h_j(value) and flips
+    every bit with probability 1/(e^(ε/2) + 1) (rounded up to T/2^prob_bits). Two inputs differ in at most
+    two coordinates, each ε/2-private, so a report is ε-LDP: ε_eff = 2·ln((2^B − T)/T).
+    Debias constant c_ε = (e^(ε/2)+1)/(e^(ε/2)−1) = 1/(p − q) with p = 1 − f, q = f.
+    """
+
+    mechanism: ClassVar[str] = "cms"
+
+    def __post_init__(self) -> None:
+        self._validate_sketch()
+        self._resolve_prob_bits(self._eps_for_bits)
+
+    def _eps_for_bits(self, bits: int) -> float:
+        return flip_epsilon(safe_flip_threshold(self.flip_probability, bits, self.epsilon, 2.0), bits, 2.0)
+
+    @property
+    def flip_probability(self) -> float:
+        """Nominal P(flip) = 1/(e^(ε/2) + 1)."""
+        return 1.0 / (math.exp(self.epsilon / 2) + 1.0)
+
+    @property
+    def c_epsilon(self) -> float:
+        """Nominal debias constant (e^(ε/2)+1)/(e^(ε/2)−1)."""
+        e = math.exp(self.epsilon / 2)
+        return (e + 1) / (e - 1)
+
+    @property
+    def flip_threshold(self) -> int:
+        return safe_flip_threshold(self.flip_probability, self.bits, self.epsilon, 2.0)
+
+    @property
+    def noise_threshold(self) -> int:
+        return self.flip_threshold
+
+    @property
+    def effective_flip(self) -> float:
+        return self.flip_threshold / (1 << self.bits)
+
+    @property
+    def p(self) -> float:
+        """Effective P(bit = 1 | true bit 1) = 1 − f."""
+        return 1.0 - self.effective_flip
+
+    @property
+    def q(self) -> float:
+        """Effective P(bit = 1 | true bit 0) = f."""
+        return self.effective_flip
+
+    @property
+    def effective_epsilon(self) -> float:
+        return flip_epsilon(self.flip_threshold, self.bits, 2.0)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class UnaryBatch(ReportBatch):
+    """cms / oue-cms reports: ``rows`` (the row j < k of each report, int64) and ``bits`` (n, m/8): each
+    report's m bits packed MSB first."""
+
+    rows: np.ndarray
+    bits: np.ndarray
+
+
+UP = TypeVar("UP", bound=UnaryParams)
 _CHUNK_BYTES = 1 << 19  # privatize in chunks whose random planes stay in cache
 _THREADS = min(2, os.cpu_count() or 1)
 _FOLD_LANES = 255  # uint8 column sums of at most 255 reports never overflow
@@ -53,7 +165,7 @@ def _children(rng: np.random.Generator | None, count: int) -> list[np.random.Gen
     return [np.random.Generator(kind(int(seed))) for seed in seeds]
 
 
-def privatize_batch(values: Sequence[object] | np.ndarray, params: UnaryParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+def privatize_batch(values: Values, params: UnaryParams, *, rng: np.random.Generator | None = None) -> UnaryBatch:
     rng = check_rng(rng)
     fam = family_of(params)
     bases = report_bases(values, fam)
@@ -65,16 +177,16 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: UnaryParams, 
     chunk = max(8, _CHUNK_BYTES // nb // 8 * 8)
     bits = np.empty((n + (-n) % 8, nb), dtype=np.uint8)  # padded to whole words; trimmed below
     flat_words = bits.reshape(-1).view(np.uint64)
-    oue = isinstance(params, OueCmsParams)
-    threshold = params.cold_threshold if oue else params.flip_threshold  # type: ignore[union-attr]
-    assert params.prob_bits is not None
-    coins = np.unpackbits(random_words(rng, (n + 63) // 64).view(np.uint8), count=n).astype(bool) if oue else None
+    threshold, prob_bits = params.noise_threshold, params.bits
+    coins = None
+    if params.fair_hot_bit:
+        coins = np.unpackbits(random_words(rng, (n + 63) // 64).view(np.uint8), count=n).astype(bool)
 
     def fill(gen: np.random.Generator | None, starts: range) -> None:
         for lo in starts:
             hi = min(lo + chunk, n)
             whi = (hi + (-hi) % 8) * nb // 8
-            bernoulli_words(gen, threshold, params.prob_bits, whi - lo * nb // 8, out=flat_words[lo * nb // 8 : whi])  # type: ignore[arg-type]
+            bernoulli_words(gen, threshold, prob_bits, whi - lo * nb // 8, out=flat_words[lo * nb // 8 : whi])
             h = hot[lo:hi]
             flat = bits[lo:hi].reshape(-1)
             pos = np.arange(hi - lo) * nb + (h >> 3)
@@ -95,31 +207,29 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: UnaryParams, 
         with ThreadPoolExecutor(_THREADS) as pool:
             list(pool.map(fill, gens, [starts[t::_THREADS] for t in range(_THREADS)]))
     bits = bits[:n]
-    return ReportBatch(mechanism=params.mechanism, n=n, rows=rows, bits=bits)
+    return UnaryBatch(mechanism=params.mechanism, n=n, rows=rows, bits=bits)
 
 
-def privatize(value: object, params: UnaryParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+def privatize(value: object, params: UnaryParams, *, rng: np.random.Generator | None = None) -> UnaryBatch:
     """One report with one CSPRNG call and Python integers; same distribution as :func:`privatize_batch`."""
     rng = check_rng(rng)
     fam = family_of(params)
     x = fam.base(value)
     nb, m = params.m // 8, params.m
-    assert params.prob_bits is not None
-    oue = isinstance(params, OueCmsParams)
-    threshold = params.cold_threshold if oue else params.flip_threshold  # type: ignore[union-attr]
-    raw = draw_bytes(rng, 9 + params.prob_bits * nb)
+    prob_bits = params.bits
+    raw = draw_bytes(rng, 9 + prob_bits * nb)
     j = int_below(rng, params.k, int.from_bytes(raw[:8], "little"))
     hot_bit = 1 << (m - 1 - fam.hash_from_base(x, j))  # bit a is byte a//8, MSB first
-    y = bernoulli_int(threshold, params.prob_bits, raw[9:], m)
-    if oue:
+    y = bernoulli_int(params.noise_threshold, prob_bits, raw[9:], m)
+    if params.fair_hot_bit:
         y = (y | hot_bit) if raw[8] & 1 else (y & ~hot_bit)
     else:
         y ^= hot_bit
     bits = np.frombuffer(y.to_bytes(nb, "big"), dtype=np.uint8).reshape(1, nb)
-    return ReportBatch(mechanism=params.mechanism, n=1, rows=np.array([j], dtype=np.int64), bits=bits)
+    return UnaryBatch(mechanism=params.mechanism, n=1, rows=np.array([j], dtype=np.int64), bits=bits)
 
 
-def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState) -> SketchState:
+def fold(params: UnaryParams, batches: Sequence[UnaryBatch], state: SketchState) -> SketchState:
     """Exact integer fold: order reports by row, then sum ≤ 255-report chunks of unpacked bits in uint8
 
     (a uint8 lane cannot overflow below 256 reports; measured ≈ 2–3 M reports/s at k = 2048, m = 1024).
@@ -129,8 +239,7 @@ def fold(params: UnaryParams, batches: Sequence[ReportBatch], state: SketchState
     k, m = params.k, params.m
     rows = concat_rows(batches)
     bit_parts = [b.bits for b in batches]
-    bits = bit_parts[0] if len(bit_parts) == 1 else np.concatenate(bit_parts)  # type: ignore[arg-type]
-    assert bits is not None
+    bits = bit_parts[0] if len(bit_parts) == 1 else np.concatenate(bit_parts)
     row_counts = np.bincount(rows, minlength=k)
     # A batch already ordered by row (see merge_by_row) is read in place; otherwise each chunk is gathered.
     presorted = len(bit_parts) == 1 and bool(np.all(rows[1:] >= rows[:-1]))
@@ -164,7 +273,7 @@ def row_order(rows: np.ndarray) -> np.ndarray:
     return np.argsort(rows.astype(np.uint16), kind="stable")
 
 
-def merge_by_row(batches: Sequence[ReportBatch], *, out: np.ndarray | None = None) -> ReportBatch:
+def merge_by_row(batches: Sequence[UnaryBatch], *, out: np.ndarray | None = None) -> UnaryBatch:
     """Every report of ``batches`` (cms or oue-cms, one metric version) in one batch, ordered by row.
 
     :func:`fold` then reads each row's reports contiguously instead of gathering them. Each report's bits are
@@ -174,7 +283,7 @@ def merge_by_row(batches: Sequence[ReportBatch], *, out: np.ndarray | None = Non
     caller can reuse one buffer instead of faulting in fresh memory for every merge.
     """
     rows = concat_rows(batches)
-    nb = batches[0].bits.shape[1]  # type: ignore[union-attr]
+    nb = batches[0].bits.shape[1]
     order = row_order(rows)
     place = np.empty_like(order)
     place[order] = np.arange(order.size)
@@ -197,7 +306,7 @@ def merge_by_row(batches: Sequence[ReportBatch], *, out: np.ndarray | None = Non
     else:  # disjoint targets; numpy releases the GIL while it copies
         with ThreadPoolExecutor(_THREADS) as pool:
             list(pool.map(place_batches, [range(t, len(batches), _THREADS) for t in range(_THREADS)]))
-    return ReportBatch(mechanism=batches[0].mechanism, n=int(rows.size), rows=rows[order], bits=out)
+    return UnaryBatch(mechanism=batches[0].mechanism, n=int(rows.size), rows=rows[order], bits=out)
 
 
 def estimate(params: UnaryParams, state: SketchState, *, candidates: Sequence[object], confidence: float = 0.95) -> Estimate:
@@ -205,11 +314,69 @@ def estimate(params: UnaryParams, state: SketchState, *, candidates: Sequence[ob
     n = state.n
     if n == 0:
         raise EmptyStateError(f"no {params.mechanism} reports to estimate from")
-    k, m, p, q = params.k, params.m, params.p, params.q
+    m, p, q = params.m, params.p, params.q
     s = candidate_sums(state.counts, family_of(params), candidates)
-    scale = m / (m - 1)
-    est = scale * ((s - q * n) / (p - q) - n / m)
-    f = np.clip(est, 0, n)
+    est = m / (m - 1) * ((s - q * n) / (p - q) - n / m)
+    return Estimate(params.mechanism, labels_of(candidates), est, np.sqrt(variance(params, est, n)), n, confidence)
+
+
+def variance(params: UnaryParams, counts: np.ndarray, n: int) -> np.ndarray:
+    """The noise and row-choice terms of the module docstring, with f the estimate clipped to [0, n]."""
+    k, m, p, q = params.k, params.m, params.p, params.q
+    f = np.clip(counts, 0, n)
     noise = ((f + (n - f) / m) * p * (1 - p) + (n - f) * (1 - 1 / m) * q * (1 - q)) / (p - q) ** 2
-    var = scale**2 * noise + (n - f) * (k - 1) / (k * (m - 1))
-    return Estimate(params.mechanism, labels_of(candidates), est, np.sqrt(var), n, confidence)
+    return (m / (m - 1)) ** 2 * noise + (n - f) * (k - 1) / (k * (m - 1))
+
+
+# ------------------------------------------------------------------------------------------- mechanisms
+class Unary(Mechanism[UP, UnaryBatch]):
+    """A count-mean sketch with a unary row (cms, oue-cms): the code they share; subclasses name the params."""
+
+    batch_type = UnaryBatch
+    needs_candidates = True
+
+    def columns(self, params: UP) -> tuple[Column, ...]:
+        return (Column("rows", "row", "index", 2, params.k, "row index"), Column("bits", "bits", "bytes", params.m // 8))
+
+    def privatize(self, value: object, params: UP, *, rng: np.random.Generator | None = None) -> UnaryBatch:
+        return privatize(value, params, rng=rng)
+
+    def privatize_batch(self, values: Values, params: UP, *, rng: np.random.Generator | None = None) -> UnaryBatch:
+        return privatize_batch(values, params, rng=rng)
+
+    def state_shape(self, params: UP) -> tuple[tuple[int, int], int]:
+        """counts[j, a]: reports in row j with bit a set; row_counts[j]: reports in row j."""
+        return sketch_state_shape(params)
+
+    def fold(self, params: UP, batches: Sequence[UnaryBatch], state: SketchState) -> SketchState:
+        return fold(params, batches, state)
+
+    def merge(self, batches: Sequence[UnaryBatch], *, out: np.ndarray | None = None) -> UnaryBatch | None:
+        return merge_by_row(batches, out=out)
+
+    def merge_bytes(self, params: UP, n: int) -> int:
+        return n * (params.m // 8)
+
+    def estimate(
+        self, params: UP, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
+    ) -> Estimate:
+        if candidates is None:
+            raise InvalidParameterError("candidates", "a non-empty list of values to estimate (sketch metrics)", None)
+        return estimate(params, state, candidates=candidates, confidence=confidence)
+
+    def variance(self, params: UP, counts: np.ndarray, n: int) -> np.ndarray:
+        return variance(params, counts, n)
+
+    def params_schema(self) -> tuple[dict[str, Any], list[str]]:
+        return sketch_params_schema()
+
+
+class Cms(Unary[CmsParams]):
+    """Apple's private count-mean sketch."""
+
+    name = "cms"
+    code = 3
+    params_type = CmsParams
+
+
+CMS = Cms()

@@ -13,16 +13,82 @@ Var = (m/(m−1))² · [ n·c² − f − (n − f)(1/m² + (m−1)/(k·m²)) ] 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
+from ldptel.client.errors import EmptyStateError, InvalidParameterError
+from ldptel.client.mechanisms._sketch import (
+    SketchParams,
+    candidate_sums,
+    concat_rows,
+    family_of,
+    report_bases,
+    sketch_params_schema,
+    sketch_state_shape,
+)
+from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.state import Estimate, SketchState, labels_of
+from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, flip_epsilon, safe_flip_threshold
 from ldptel.client.protocol.rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes, int_below, uniform_below
-from ldptel.client.protocol.specs import HcmsParams
-from ldptel.client.errors import EmptyStateError
-from ldptel.client.protocol.wire import ReportBatch
-from ldptel.client.mechanisms._sketch import candidate_sums, concat_rows, family_of, report_bases
-from ldptel.client.mechanisms.base import Estimate, SketchState, labels_of
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HcmsParams(SketchParams):
+    """Hadamard count-mean sketch: one privatized bit per report.
+
+    A report picks j uniformly in [k] and l uniformly in [m], takes w = H_m[l, h_j(value)] ∈ {±1} and
+    flips it with probability 1/(e^ε + 1): ε, not ε/2, because one coordinate is released. Debias with
+    c_ε^H = (e^ε+1)/(e^ε−1) = 1/(1 − 2f_eff) — never the cms constant (ldp-math.md §1.5 shows two
+    implementations that shipped that bug).
+    """
+
+    mechanism: ClassVar[str] = "hcms"
+
+    def __post_init__(self) -> None:
+        self._validate_sketch()
+        self._resolve_prob_bits(None, SINGLE_DRAW_PROB_BITS)
+
+    @property
+    def flip_probability(self) -> float:
+        return 1.0 / (math.exp(self.epsilon) + 1.0)
+
+    @property
+    def c_epsilon(self) -> float:
+        """Nominal c_ε^H = (e^ε+1)/(e^ε−1)."""
+        e = math.exp(self.epsilon)
+        return (e + 1) / (e - 1)
+
+    @property
+    def flip_threshold(self) -> int:
+        return safe_flip_threshold(self.flip_probability, self.bits, self.epsilon, 1.0)
+
+    @property
+    def effective_flip(self) -> float:
+        return self.flip_threshold / (1 << self.bits)
+
+    @property
+    def effective_c(self) -> float:
+        """The constant the estimator uses: 1/(1 − 2·f_eff)."""
+        return 1.0 / (1.0 - 2.0 * self.effective_flip)
+
+    @property
+    def effective_epsilon(self) -> float:
+        return flip_epsilon(self.flip_threshold, self.bits)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class HcmsBatch(ReportBatch):
+    """hcms reports: ``rows`` (j < k), ``cols`` (l < m), int64, and ``bits``: the n reported bits packed MSB
+    first (1 ↔ +1)."""
+
+    mechanism: str = "hcms"
+    rows: np.ndarray
+    cols: np.ndarray
+    bits: np.ndarray
 
 
 def hadamard_sign_bits(rows_l: np.ndarray, cols_a: np.ndarray) -> np.ndarray:
@@ -30,7 +96,7 @@ def hadamard_sign_bits(rows_l: np.ndarray, cols_a: np.ndarray) -> np.ndarray:
     return (np.bitwise_count(rows_l & cols_a) & 1 == 0).astype(np.uint8)
 
 
-def privatize_batch(values: Sequence[object] | np.ndarray, params: HcmsParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+def privatize_batch(values: Values, params: HcmsParams, *, rng: np.random.Generator | None = None) -> HcmsBatch:
     rng = check_rng(rng)
     fam = family_of(params)
     bases = report_bases(values, fam)
@@ -38,16 +104,15 @@ def privatize_batch(values: Sequence[object] | np.ndarray, params: HcmsParams, *
     rows = uniform_below(rng, params.k, n)
     cols = uniform_below(rng, params.m, n)
     hot = fam.hash_rows(bases, rows)
-    assert params.prob_bits is not None
-    flips = bernoulli_bytes(rng, params.flip_threshold, params.prob_bits, (n + 7) // 8)
+    flips = bernoulli_bytes(rng, params.flip_threshold, params.bits, (n + 7) // 8)
     bits = np.packbits(hadamard_sign_bits(cols, hot)) ^ flips
     spare = (-n) % 8
     if spare:
         bits[-1] &= np.uint8((0xFF << spare) & 0xFF)
-    return ReportBatch(mechanism="hcms", n=n, rows=rows, cols=cols, bits=bits)
+    return HcmsBatch(n=n, rows=rows, cols=cols, bits=bits)
 
 
-def privatize(value: object, params: HcmsParams, *, rng: np.random.Generator | None = None) -> ReportBatch:
+def privatize(value: object, params: HcmsParams, *, rng: np.random.Generator | None = None) -> HcmsBatch:
     """One report from one CSPRNG call; same distribution as :func:`privatize_batch`."""
     rng = check_rng(rng)
     fam = family_of(params)
@@ -55,21 +120,18 @@ def privatize(value: object, params: HcmsParams, *, rng: np.random.Generator | N
     raw = draw_bytes(rng, 24)
     j = int_below(rng, params.k, int.from_bytes(raw[:8], "little"))
     col = int_below(rng, params.m, int.from_bytes(raw[8:16], "little"))
-    assert params.prob_bits is not None
-    flip = below_threshold(params.flip_threshold, params.prob_bits, int.from_bytes(raw[16:], "little"))
+    flip = below_threshold(params.flip_threshold, params.bits, int.from_bytes(raw[16:], "little"))
     plus = (col & fam.hash_from_base(x, j)).bit_count() % 2 == 0
     bit = np.uint8(0x80 if plus != flip else 0)
-    return ReportBatch(
-        mechanism="hcms", n=1, rows=np.array([j], np.int64), cols=np.array([col], np.int64), bits=np.array([bit])
-    )
+    return HcmsBatch(n=1, rows=np.array([j], np.int64), cols=np.array([col], np.int64), bits=np.array([bit]))
 
 
-def fold(params: HcmsParams, batches: Sequence[ReportBatch], state: SketchState) -> SketchState:
+def fold(params: HcmsParams, batches: Sequence[HcmsBatch], state: SketchState) -> SketchState:
     if not batches:
         return state
     k, m = params.k, params.m
     rows = concat_rows(batches)
-    cols = np.concatenate([b.cols for b in batches if b.cols is not None])
+    cols = np.concatenate([b.cols for b in batches])
     ones = np.concatenate([b.bit_values() for b in batches]).astype(bool)
     cell = rows * m + cols
     touched, inverse = np.unique(cell, return_inverse=True)  # only the cells these reports hit
@@ -100,10 +162,61 @@ def estimate(params: HcmsParams, state: SketchState, *, candidates: Sequence[obj
     n = state.n
     if n == 0:
         raise EmptyStateError("no hcms reports to estimate from")
-    k, m, c = params.k, params.m, params.effective_c
+    m, c = params.m, params.effective_c
     s = candidate_sums(fwht(state.counts), family_of(params), candidates)
-    scale = m / (m - 1)
-    est = scale * (c * s - n / m)
-    f = np.clip(est, 0, n)
-    var = scale**2 * (n * c * c - f - (n - f) * (1 / m**2 + (m - 1) / (k * m**2)))
-    return Estimate("hcms", labels_of(candidates), est, np.sqrt(np.maximum(var, 0.0)), n, confidence)
+    est = m / (m - 1) * (c * s - n / m)
+    return Estimate("hcms", labels_of(candidates), est, np.sqrt(variance(params, est, n)), n, confidence)
+
+
+def variance(params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
+    """(m/(m−1))² · [n·c² − f − (n − f)(1/m² + (m−1)/(k·m²))], f the estimate clipped to [0, n]."""
+    k, m, c = params.k, params.m, params.effective_c
+    f = np.clip(counts, 0, n)
+    var = (m / (m - 1)) ** 2 * (n * c * c - f - (n - f) * (1 / m**2 + (m - 1) / (k * m**2)))
+    return np.maximum(var, 0.0)
+
+
+class Hcms(Mechanism[HcmsParams, HcmsBatch]):
+    """Hadamard count-mean sketch: one privatized bit (and its row and column) per report."""
+
+    name = "hcms"
+    code = 4
+    params_type = HcmsParams
+    batch_type = HcmsBatch
+    needs_candidates = True
+
+    def columns(self, params: HcmsParams) -> tuple[Column, ...]:
+        return (
+            Column("rows", "row", "index", 2, params.k, "row index"),
+            Column("cols", "col", "index", 2, params.m, "column index"),
+            Column("bits", "bit", "bit"),
+        )
+
+    def privatize(self, value: object, params: HcmsParams, *, rng: np.random.Generator | None = None) -> HcmsBatch:
+        return privatize(value, params, rng=rng)
+
+    def privatize_batch(self, values: Values, params: HcmsParams, *, rng: np.random.Generator | None = None) -> HcmsBatch:
+        return privatize_batch(values, params, rng=rng)
+
+    def state_shape(self, params: HcmsParams) -> tuple[tuple[int, int], int]:
+        """counts[j, l]: Σ of the ±1 bits reported for (row j, column l); row_counts[j]: reports in row j."""
+        return sketch_state_shape(params)
+
+    def fold(self, params: HcmsParams, batches: Sequence[HcmsBatch], state: SketchState) -> SketchState:
+        return fold(params, batches, state)
+
+    def estimate(
+        self, params: HcmsParams, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
+    ) -> Estimate:
+        if candidates is None:
+            raise InvalidParameterError("candidates", "a non-empty list of values to estimate (sketch metrics)", None)
+        return estimate(params, state, candidates=candidates, confidence=confidence)
+
+    def variance(self, params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
+        return variance(params, counts, n)
+
+    def params_schema(self) -> tuple[dict[str, Any], list[str]]:
+        return sketch_params_schema()
+
+
+HCMS = Hcms()

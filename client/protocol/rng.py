@@ -156,3 +156,12 @@ def bernoulli_int(threshold: int, bits: int, planes: bytes, width: int) -> int:
 def below_threshold(threshold: int, bits: int, word: int) -> bool:
     """True with probability threshold / 2**bits, from a random 64-bit ``word`` (bits <= 64)."""
     return (word >> (64 - bits)) < threshold
+
+
+def draw_below(rng: np.random.Generator | None, num: int, den: int) -> bool:
+    """True with probability exactly num/den (a uniform integer in [0, den) below num)."""
+    if num <= 0:
+        return False
+    if num >= den:
+        return True
+    return bool(uniform_below(rng, den, 1)[0] < num)

@@ -1,10 +1,8 @@
 """The durable report queue: compact per-report payloads, batch formation with a stored batch id, acks.
 
-A report is stored as the bytes of its privatized form only (never the value):
-
-* rr: 1 byte, the reported bit;  grr: u16, the reported label index;
-* cms / oue-cms: u16 row, then the m/8 bytes of the reported row;
-* hcms: u16 row, u16 column, 1 byte bit.
+A report is stored as the bytes of its privatized form only (never the value): the wire payload of a batch
+of that one report (the mechanism's columns, :mod:`ldptel.client.mechanisms.base`), so forming a batch stacks
+the stored records and re-lays them out column by column, vectorized.
 
 Forming a batch is one transaction: take up to ``batch_size`` reports of one (metric, version) in queue
 order, encode them with :func:`ldptel.client.protocol.wire.encode_batch` under a fresh random 16-byte batch id,
@@ -15,65 +13,31 @@ batch id never changes and the server's dedupe counts it once.
 from __future__ import annotations
 
 import sqlite3
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from ldptel.client.protocol.rng import secure_token
 from ldptel.client.protocol.specs import MetricSpec, Params
-from ldptel.client.protocol.wire import ReportBatch, encode_batch
+from ldptel.client.mechanisms.base import ReportBatch
+from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.protocol.wire import encode_batch
 
-_U16 = struct.Struct("<H")
-_HCMS = struct.Struct("<HHB")
 
 
 # ------------------------------------------------------------------------------------------- payloads
-def pack_report(batch: ReportBatch) -> bytes:
-    """The stored bytes of a one-report batch."""
-    mech = batch.mechanism
-    if mech == "rr":
-        assert batch.bits is not None
-        return bytes([int(batch.bits[0]) >> 7])
-    if mech == "grr":
-        assert batch.cols is not None
-        return _U16.pack(int(batch.cols[0]))
-    if mech in ("cms", "oue-cms"):
-        assert batch.rows is not None and batch.bits is not None
-        return _U16.pack(int(batch.rows[0])) + batch.bits[0].tobytes()
-    assert batch.rows is not None and batch.cols is not None and batch.bits is not None
-    return _HCMS.pack(int(batch.rows[0]), int(batch.cols[0]), int(batch.bits[0]) >> 7)
+def pack_report(batch: ReportBatch, params: Params) -> bytes:
+    """The stored bytes of a one-report batch: the wire payload of a batch of one (one codec for both)."""
+    return mechanism_of(params).pack_report(batch, params)
 
 
 def unpack_reports(payloads: list[bytes], params: Params) -> ReportBatch:
-    """Many stored reports of one metric version as one :class:`ReportBatch`."""
-    mech, n = params.mechanism, len(payloads)
-    raw = np.frombuffer(b"".join(payloads), dtype=np.uint8)
-    if mech == "rr":
-        return ReportBatch(mechanism=mech, n=n, bits=np.packbits(raw))
-    if mech == "grr":
-        return ReportBatch(mechanism=mech, n=n, cols=raw.view("<u2").astype(np.int64))
-    if mech in ("cms", "oue-cms"):
-        width = 2 + params.m // 8  # type: ignore[union-attr]
-        table = raw.reshape(n, width)
-        rows = np.ascontiguousarray(table[:, :2]).view("<u2").reshape(n).astype(np.int64)
-        return ReportBatch(mechanism=mech, n=n, rows=rows, bits=np.ascontiguousarray(table[:, 2:]))
-    table = raw.reshape(n, 5)
-    rows = np.ascontiguousarray(table[:, 0:2]).view("<u2").reshape(n).astype(np.int64)
-    cols = np.ascontiguousarray(table[:, 2:4]).view("<u2").reshape(n).astype(np.int64)
-    return ReportBatch(mechanism=mech, n=n, rows=rows, cols=cols, bits=np.packbits(table[:, 4]))
+    """Many stored reports of one metric version as one batch (vectorized)."""
+    return mechanism_of(params).unpack_reports(payloads, params)
 
 
 def payload_size(params: Params) -> int:
-    mech = params.mechanism
-    if mech == "rr":
-        return 1
-    if mech == "grr":
-        return 2
-    if mech in ("cms", "oue-cms"):
-        return 2 + params.m // 8  # type: ignore[union-attr]
-    return 5
+    """Bytes of one stored report."""
+    return mechanism_of(params).report_size(params)
 
 
 # ------------------------------------------------------------------------------------------- the queue
@@ -85,7 +49,6 @@ class StoredBatch:
     version: int
     n: int
     body: bytes
-    attempts: int
 
 
 def enqueue(conn: sqlite3.Connection, metric: str, version: int, payload: bytes) -> None:
@@ -163,14 +126,10 @@ def form_batches(
 
 def next_batch(conn: sqlite3.Connection, after_id: int = 0) -> StoredBatch | None:
     row = conn.execute(
-        "SELECT id, batch_id, metric, version, n, body, attempts FROM batches WHERE id > ? ORDER BY id LIMIT 1",
+        "SELECT id, batch_id, metric, version, n, body FROM batches WHERE id > ? ORDER BY id LIMIT 1",
         (after_id,),
     ).fetchone()
     return None if row is None else StoredBatch(*row)
-
-
-def count_attempt(conn: sqlite3.Connection, batch: StoredBatch) -> None:
-    conn.execute("UPDATE batches SET attempts = attempts + 1 WHERE id = ?", (batch.id,))
 
 
 def remove_batch(conn: sqlite3.Connection, batch: StoredBatch) -> None:

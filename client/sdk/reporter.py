@@ -88,7 +88,8 @@ from ldptel.client.sdk.transport import NETWORK_ERRORS, Backoff, Transport, Uplo
 from ldptel.client.errors import LdpError
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.mechanisms import privatize
-from ldptel.client.protocol.specs import GrrParams, MetricSpec, RrParams
+from ldptel.client.protocol.specs import MetricSpec
+from ldptel.client.mechanisms import GrrParams, RrParams
 from ldptel.client.protocol.wire import ReportBatch
 
 __all__ = ["ReportResult", "Reporter", "ReporterStats", "UploadError", "longitudinal_epsilon"]
@@ -392,17 +393,17 @@ class Reporter:
         params, metric, version = spec.params, spec.name, spec.version
         if isinstance(params, RrParams):
             batch = privatize_rr(value, params, secret=self._secret, metric=metric, version=version)
-            return batch, _queue.pack_report(batch), False
+            return batch, _queue.pack_report(batch, params), False
         if isinstance(params, GrrParams):
             batch = privatize_grr(value, params, secret=self._secret, metric=metric, version=version)
-            return batch, _queue.pack_report(batch), False
+            return batch, _queue.pack_report(batch, params), False
         key = memo_key(self._secret, metric, version, day, value_bytes(value))
         row = conn.execute("SELECT payload FROM memo WHERE key = ?", (key,)).fetchone()
         if row is not None:
             payload = bytes(row[0])
             return _queue.unpack_reports([payload], params), payload, True
         batch = privatize(value, params)
-        payload = _queue.pack_report(batch)
+        payload = _queue.pack_report(batch, params)
         conn.execute("INSERT INTO memo(key, day, payload) VALUES (?, ?, ?)", (key, day, payload))
         return batch, payload, False
 
@@ -545,7 +546,6 @@ class Reporter:
             self._backoff.reset()
             return True
         if outcome in ("retry", "auth"):
-            _queue.count_attempt(self._up_db, batch)
             self._retry(resp.retry_after)
             self._emit(UploadError(f"HTTP {resp.status}; will retry", status=resp.status, outcome=outcome, **info))  # type: ignore[arg-type]
             return False

@@ -37,7 +37,7 @@ def _value(params: object, i: int) -> object:
 def test_stored_payloads_rebuild_the_exact_batch(params) -> None:
     rng = np.random.default_rng(11)
     singles = [privatize(_value(params, i), params, rng=rng) for i in range(37)]
-    payloads = [pack_report(b) for b in singles]
+    payloads = [pack_report(b, params) for b in singles]
     assert {len(p) for p in payloads} == {payload_size(params)}
     batch = unpack_reports(payloads, params)
     from ldptel.client.protocol.wire import encode_batch
@@ -62,7 +62,7 @@ def test_batch_formation_is_one_transaction_with_a_stored_id(tmp_path) -> None:
     rng = np.random.default_rng(1)
     for i in range(25):
         conn.execute("INSERT INTO reports(metric, version, payload) VALUES ('m', 1, ?)",
-                     (pack_report(privatize(f"v{i}", spec.params, rng=rng)),))
+                     (pack_report(privatize(f"v{i}", spec.params, rng=rng), spec.params),))
     res = form_batches(conn, batch_size=10, partial=False, spec_of=lambda m, v: spec)
     assert (res.formed, res.moved) == (2, 20)  # the 5 left wait for a partial flush
     res = form_batches(conn, batch_size=10, partial=True, spec_of=lambda m, v: spec)

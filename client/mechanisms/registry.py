@@ -1,0 +1,60 @@
+"""The registry of mechanisms: name and wire code → :class:`~ldptel.client.mechanisms.base.Mechanism`.
+
+Adding a mechanism is one new module in this package that defines its params, batch and Mechanism object,
+plus one line in :data:`_MECHANISMS` below (and its tests). Nothing outside the package names a mechanism.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.base import Mechanism
+from ldptel.client.mechanisms.cms import CMS
+from ldptel.client.mechanisms.grr import GRR
+from ldptel.client.mechanisms.hcms import HCMS
+from ldptel.client.mechanisms.oue_cms import OUE_CMS
+from ldptel.client.mechanisms.rr import RR
+from ldptel.client.protocol.params import ParamsBase
+
+AnyMechanism = Mechanism[Any, Any]
+
+_MECHANISMS: tuple[AnyMechanism, ...] = (RR, GRR, CMS, HCMS, OUE_CMS)
+_BY_NAME: dict[str, AnyMechanism] = {m.name: m for m in _MECHANISMS}
+_BY_CODE: dict[int, AnyMechanism] = {m.code: m for m in _MECHANISMS}
+assert len(_BY_NAME) == len(_BY_CODE) == len(_MECHANISMS), "mechanism names and wire codes must be unique"
+
+
+def mechanisms() -> tuple[AnyMechanism, ...]:
+    """Every registered mechanism, in registration order."""
+    return _MECHANISMS
+
+
+def mechanism_names(*, candidates: bool | None = None) -> tuple[str, ...]:
+    """Registered names; ``candidates=True``: those whose estimates are asked for candidate values (sketches)."""
+    return tuple(m.name for m in _MECHANISMS if candidates is None or m.needs_candidates == candidates)
+
+
+def get_mechanism(name: str) -> AnyMechanism:
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise InvalidParameterError("mechanism", f"one of {list(_BY_NAME)}", name) from None
+
+
+def mechanism_by_code(code: int) -> AnyMechanism | None:
+    """The mechanism of a wire code, or None for an unknown code."""
+    return _BY_CODE.get(code)
+
+
+def mechanism_codes() -> list[int]:
+    return sorted(_BY_CODE)
+
+
+def mechanism_of(params: object) -> AnyMechanism:
+    """The mechanism of a params object (any registered mechanism's params type)."""
+    mech = _BY_NAME.get(getattr(params, "mechanism", None)) if isinstance(params, ParamsBase) else None
+    if mech is None or not isinstance(params, mech.params_type):
+        allowed = ", ".join(m.params_type.__name__ for m in _MECHANISMS)
+        raise InvalidParameterError("params", f"mechanism params ({allowed})", params)
+    return mech

@@ -1,0 +1,198 @@
+"""Types shared by every mechanism's server half: the exact folded state and the estimate."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from ldptel.client.errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
+from ldptel.client.protocol.params import ParamsBase
+
+_STATE_MAGIC = b"LDPS"
+_STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols
+_DTYPES = {1: np.dtype("<i4"), 2: np.dtype("<i8")}
+
+
+def state_shape(params: ParamsBaseBase) -> tuple[tuple[int, int], int]:
+    """(shape of ``counts``, length of ``row_counts``) for a mechanism's exact integer state."""
+    from ldptel.client.mechanisms.registry import mechanism_of  # the registry imports this module
+
+    return mechanism_of(params).state_shape(params)
+
+
+def _code(mechanism: str) -> int:
+    from ldptel.client.mechanisms.registry import get_mechanism
+
+    return get_mechanism(mechanism).code
+
+
+@dataclass(eq=False)
+class SketchState:
+    """Exact integer fold of many reports; additive across shards, days and workers.
+
+    counts: an integer matrix whose shape and meaning each mechanism defines (``Mechanism.state_shape``);
+    row_counts: reports per sketch row, or one total for mechanisms without rows.
+    """
+
+    mechanism: str
+    counts: np.ndarray
+    row_counts: np.ndarray
+
+    @classmethod
+    def empty(cls, params: ParamsBase) -> SketchState:
+        shape, rows = state_shape(params)
+        return cls(params.mechanism, np.zeros(shape, np.int64), np.zeros(rows, np.int64))
+
+    @property
+    def n(self) -> int:
+        return int(self.row_counts.sum())
+
+    def check(self, params: ParamsBase) -> None:
+        shape, rows = state_shape(params)
+        if self.mechanism != params.mechanism or self.counts.shape != shape or self.row_counts.shape != (rows,):
+            raise StateMismatchError(
+                f"state {self.mechanism} {self.counts.shape} does not match {params.mechanism} params {shape}"
+            )
+
+    def __add__(self, other: SketchState) -> SketchState:
+        if self.mechanism != other.mechanism or self.counts.shape != other.counts.shape:
+            raise StateMismatchError("cannot add sketch states of different mechanisms or shapes")
+        return SketchState(self.mechanism, self.counts + other.counts, self.row_counts + other.row_counts)
+
+    def add_inplace(self, other: SketchState) -> None:
+        if self.mechanism != other.mechanism or self.counts.shape != other.counts.shape:
+            raise StateMismatchError("cannot add sketch states of different mechanisms or shapes")
+        self.counts += other.counts
+        self.row_counts += other.row_counts
+
+    def equals(self, other: SketchState) -> bool:
+        return (
+            self.mechanism == other.mechanism
+            and np.array_equal(self.counts, other.counts)
+            and np.array_equal(self.row_counts, other.row_counts)
+        )
+
+    # Serialization: header, then counts and row_counts little-endian, int32 when every value fits.
+    def to_bytes(self) -> bytes:
+        both = (self.counts, self.row_counts)
+        fits32 = all(a.size == 0 or (int(a.min()) >= -(1 << 31) and int(a.max()) < 1 << 31) for a in both)
+        code = 1 if fits32 else 2
+        dt = _DTYPES[code]
+        rows, cols = self.counts.shape
+        head = _STATE_HEADER.pack(_STATE_MAGIC, 1, _code(self.mechanism), code, rows, cols)
+        return head + self.counts.astype(dt).tobytes() + self.row_counts.astype(dt).tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, params: ParamsBase) -> SketchState:
+        counts, row_counts = _parse_state(data, params)
+        return cls(params.mechanism, counts.astype(np.int64).reshape(counts.shape), row_counts.astype(np.int64))
+
+    def add_bytes(self, data: bytes, params: ParamsBase) -> None:
+        """Add a serialized state into this one without materialising it (queries sum many day blobs)."""
+        self.check(params)
+        counts, row_counts = _parse_state(data, params)
+        np.add(self.counts, counts, out=self.counts)  # int32 → int64 cast inside the ufunc, no temporary
+        np.add(self.row_counts, row_counts, out=self.row_counts)
+
+
+def _parse_state(data: bytes, params: ParamsBase) -> tuple[np.ndarray, np.ndarray]:
+    """Validated read-only views (counts, row_counts) of a serialized state, in its stored dtype."""
+    shape, nrows = state_shape(params)
+    if len(data) < _STATE_HEADER.size:
+        raise WireFormatError("sketch state too short")
+    magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(data)
+    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES:
+        raise WireFormatError("not an ldptel sketch state (bad magic, format or dtype)")
+    if mech != _code(params.mechanism) or (rows, cols) != shape:
+        raise StateMismatchError(f"stored state {(rows, cols)} does not match {params.mechanism} {shape}")
+    dt = _DTYPES[code]
+    size = rows * cols
+    if len(data) - _STATE_HEADER.size != (size + nrows) * dt.itemsize:
+        raise WireFormatError("sketch state has the wrong length")
+    body = np.frombuffer(data, dtype=dt, offset=_STATE_HEADER.size)
+    return body[:size].reshape(shape), body[size:]
+
+
+def z_value(confidence: float) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
+        raise InvalidParameterError("confidence", "a number in (0, 1)", confidence)
+    return NormalDist().inv_cdf(0.5 + confidence / 2)
+
+
+@dataclass(frozen=True, eq=False)
+class Estimate:
+    """Unbiased count estimates with standard errors and normal-approximation intervals.
+
+    ``counts`` may be negative or exceed n: they are the raw unbiased estimates. Post-processing is a
+    separate, named step (``ldptel.aggregator.postprocess``) that keeps these beside its output.
+    """
+
+    mechanism: str
+    labels: tuple[str, ...]
+    counts: np.ndarray
+    stderr: np.ndarray
+    n: int
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        z_value(self.confidence)
+
+    @property
+    def z(self) -> float:
+        return z_value(self.confidence)
+
+    @property
+    def ci_low(self) -> np.ndarray:
+        return self.counts - self.z * self.stderr
+
+    @property
+    def ci_high(self) -> np.ndarray:
+        return self.counts + self.z * self.stderr
+
+    @property
+    def frequencies(self) -> np.ndarray:
+        return self.counts / self.n if self.n else np.full_like(self.counts, np.nan)
+
+    def with_confidence(self, confidence: float) -> Estimate:
+        z_value(confidence)
+        return Estimate(self.mechanism, self.labels, self.counts, self.stderr, self.n, confidence)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One plain dict per label (for JSON/CSV output)."""
+        lo, hi = self.ci_low, self.ci_high
+        return [
+            {
+                "value": label,
+                "estimate": float(self.counts[i]),
+                "stderr": float(self.stderr[i]),
+                "ci_low": float(lo[i]),
+                "ci_high": float(hi[i]),
+                "frequency": float(self.counts[i] / self.n) if self.n else float("nan"),
+            }
+            for i, label in enumerate(self.labels)
+        ]
+
+
+def codes_for(values: Sequence[object] | np.ndarray) -> tuple[np.ndarray, list[object]]:
+    """Map values to integer codes and their distinct values.
+
+    The per-value work runs in C (``dict.fromkeys`` and ``map`` over a dict lookup); Python code runs once
+    per *distinct* value only.
+    """
+    seq = values.tolist() if isinstance(values, np.ndarray) else values
+    try:
+        uniques = list(dict.fromkeys(seq))
+    except TypeError:
+        raise InvalidValueError("values must be hashable (str or bytes for sketches, bool for rr)") from None
+    index = {v: i for i, v in enumerate(uniques)}
+    codes = np.fromiter(map(index.__getitem__, seq), dtype=np.int64, count=len(seq))
+    return codes, uniques
+
+
+def labels_of(values: Iterable[object]) -> tuple[str, ...]:
+    return tuple(v if isinstance(v, str) else v.hex() if isinstance(v, bytes) else str(v) for v in values)
