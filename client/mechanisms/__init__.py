@@ -32,12 +32,14 @@ from ldptel.client.protocol.params import ParamsBase
 
 def privatize(value: object, params: ParamsBase, *, rng: np.random.Generator | None = None) -> ReportBatch:
     """Privatize one value now (OS CSPRNG unless ``rng`` is given); a batch of one report."""
-    return mechanism_of(params).privatize(value, params, rng=rng)
+    batch: ReportBatch = mechanism_of(params).privatize(value, params, rng=rng)
+    return batch
 
 
 def privatize_batch(values: Values, params: ParamsBase, *, rng: np.random.Generator | None = None) -> ReportBatch:
     """Privatize many values at once (vectorized; same distribution as :func:`privatize`)."""
-    return mechanism_of(params).privatize_batch(values, params, rng=rng)
+    batch: ReportBatch = mechanism_of(params).privatize_batch(values, params, rng=rng)
+    return batch
 
 
 def fold(params: ParamsBase, batches: Sequence[ReportBatch], *, into: SketchState | None = None) -> SketchState:

@@ -114,7 +114,8 @@ def report_bases(values: Sequence[object] | np.ndarray, fam: HashFamily) -> np.n
     codes, uniques = codes_for(values)
     if codes.size == 0:
         raise InvalidValueError("cannot privatize an empty batch")
-    return fam.bases(uniques)[codes]
+    bases: np.ndarray = fam.bases(uniques)[codes]
+    return bases
 
 
 def candidate_sums(matrix: np.ndarray, fam: HashFamily, candidates: Sequence[object]) -> np.ndarray:
@@ -131,7 +132,8 @@ def candidate_sums(matrix: np.ndarray, fam: HashFamily, candidates: Sequence[obj
     if bases.size * fam.k <= _ONE_SHOT_CELLS:  # few candidates: all C×k hashes in one expression
         h = fam.row_hashes_matrix(bases)
         flat = h + (np.arange(fam.k, dtype=np.int64) * fam.m)[None, :]
-        return rows.reshape(-1)[flat].sum(axis=1).astype(np.float64)
+        few: np.ndarray = rows.reshape(-1)[flat].sum(axis=1).astype(np.float64)
+        return few
     def sums(part: np.ndarray) -> np.ndarray:
         acc = np.zeros(part.size, dtype=np.int64)
         idx = np.empty(part.size, dtype=np.uint64)

@@ -325,7 +325,8 @@ def variance(params: UnaryParams, counts: np.ndarray, n: int) -> np.ndarray:
     k, m, p, q = params.k, params.m, params.p, params.q
     f = np.clip(counts, 0, n)
     noise = ((f + (n - f) / m) * p * (1 - p) + (n - f) * (1 - 1 / m) * q * (1 - q)) / (p - q) ** 2
-    return (m / (m - 1)) ** 2 * noise + (n - f) * (k - 1) / (k * (m - 1))
+    var: np.ndarray = (m / (m - 1)) ** 2 * noise + (n - f) * (k - 1) / (k * (m - 1))
+    return var
 
 
 # ------------------------------------------------------------------------------------------- mechanisms

@@ -86,7 +86,7 @@ class GrrParams(ParamsBase):
     def __post_init__(self) -> None:
         object.__setattr__(self, "epsilon", check_epsilon(self.epsilon))
         object.__setattr__(self, "prob_bits", check_prob_bits(self.prob_bits, 8))
-        domain = self.domain
+        domain: object = self.domain
         if isinstance(domain, (str, bytes)) or not isinstance(domain, (tuple, list)):
             raise InvalidParameterError("domain", f"a list of 2 to {MAX_DOMAIN} distinct labels", domain)
         domain = tuple(domain)
@@ -300,7 +300,8 @@ class Grr(Mechanism[GrrParams, GrrBatch]):
         """n·q(1−q)/(p−q)² + c·(1−p−q)/(p−q), with c the estimate clipped to [0, n]."""
         p, q = params.p, params.q
         var = n * q * (1 - q) / (p - q) ** 2 + np.clip(counts, 0, n) * (1 - p - q) / (p - q)
-        return np.maximum(var, 0.0)
+        out: np.ndarray = np.maximum(var, 0.0)
+        return out
 
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         domain = {

@@ -93,7 +93,8 @@ class HcmsBatch(ReportBatch):
 
 def hadamard_sign_bits(rows_l: np.ndarray, cols_a: np.ndarray) -> np.ndarray:
     """1 where H_m[l, a] = +1, i.e. popcount(l & a) is even."""
-    return (np.bitwise_count(rows_l & cols_a) & 1 == 0).astype(np.uint8)
+    out: np.ndarray = (np.bitwise_count(rows_l & cols_a) & 1 == 0).astype(np.uint8)
+    return out
 
 
 def privatize_batch(values: Values, params: HcmsParams, *, rng: np.random.Generator | None = None) -> HcmsBatch:
@@ -173,7 +174,8 @@ def variance(params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
     k, m, c = params.k, params.m, params.effective_c
     f = np.clip(counts, 0, n)
     var = (m / (m - 1)) ** 2 * (n * c * c - f - (n - f) * (1 / m**2 + (m - 1) / (k * m**2)))
-    return np.maximum(var, 0.0)
+    out: np.ndarray = np.maximum(var, 0.0)
+    return out
 
 
 class Hcms(Mechanism[HcmsParams, HcmsBatch]):

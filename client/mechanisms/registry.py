@@ -53,7 +53,7 @@ def mechanism_codes() -> list[int]:
 
 def mechanism_of(params: object) -> AnyMechanism:
     """The mechanism of a params object (any registered mechanism's params type)."""
-    mech = _BY_NAME.get(getattr(params, "mechanism", None)) if isinstance(params, ParamsBase) else None
+    mech = _BY_NAME.get(params.mechanism) if isinstance(params, ParamsBase) else None
     if mech is None or not isinstance(params, mech.params_type):
         allowed = ", ".join(m.params_type.__name__ for m in _MECHANISMS)
         raise InvalidParameterError("params", f"mechanism params ({allowed})", params)

@@ -15,10 +15,10 @@ from ldptel.client.protocol.params import ParamsBase
 
 _STATE_MAGIC = b"LDPS"
 _STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols
-_DTYPES = {1: np.dtype("<i4"), 2: np.dtype("<i8")}
+_DTYPES: dict[int, np.dtype[np.signedinteger]] = {1: np.dtype("<i4"), 2: np.dtype("<i8")}
 
 
-def state_shape(params: ParamsBaseBase) -> tuple[tuple[int, int], int]:
+def state_shape(params: ParamsBase) -> tuple[tuple[int, int], int]:
     """(shape of ``counts``, length of ``row_counts``) for a mechanism's exact integer state."""
     from ldptel.client.mechanisms.registry import mechanism_of  # the registry imports this module
 

@@ -102,7 +102,8 @@ class HashFamily:
         h = self._a[rows] * bases.astype(np.uint64, copy=False)
         h += self._b[rows]
         h >>= np.uint64(self._shift)
-        return h.astype(np.int64)
+        out: np.ndarray = h.astype(np.int64)
+        return out
 
     def row_hash(self, bases: np.ndarray, row: int, out: np.ndarray | None = None) -> np.ndarray:
         """h_row for many base hashes; writes into ``out`` (uint64) when given. Used by estimators."""
@@ -118,7 +119,8 @@ class HashFamily:
         h = bases.astype(np.uint64, copy=False)[:, None] * self._a[None, :]
         h += self._b[None, :]
         h >>= np.uint64(self._shift)
-        return h.astype(np.int64)
+        out: np.ndarray = h.astype(np.int64)
+        return out
 
     def matrix(self, values: Sequence[object]) -> np.ndarray:
         """The C × k matrix of h_j(value) (small C: tests, debugging)."""

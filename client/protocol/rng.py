@@ -45,7 +45,8 @@ def random_words(rng: np.random.Generator | None, n: int) -> np.ndarray:
     if rng is None:
         return np.frombuffer(bytearray(os.urandom(8 * n)), dtype="<u8").astype(np.uint64, copy=False)
     if isinstance(rng.bit_generator, _RAW64):  # full 64-bit outputs: take them as they come
-        return rng.bit_generator.random_raw(n)  # type: ignore[no-any-return]
+        raw: np.ndarray = rng.bit_generator.random_raw(n)
+        return raw
     return rng.integers(0, _U64_MAX, size=n, dtype=np.uint64, endpoint=True)
 
 

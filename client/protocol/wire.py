@@ -145,7 +145,8 @@ def decode_payload(data: bytes | memoryview, header: BatchHeader, params: Params
     mech = mechanism_of(params)
     if header.mechanism != mech.name:
         raise WireFormatError(f"batch is {header.mechanism!r} but the metric's mechanism is {mech.name!r}")
-    return mech.decode_payload(memoryview(data)[header.payload_offset :], header.n, params)
+    batch: ReportBatch = mech.decode_payload(memoryview(data)[header.payload_offset :], header.n, params)
+    return batch
 
 
 # ------------------------------------------------------------------------------------------------- JSON

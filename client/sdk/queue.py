@@ -32,7 +32,8 @@ def pack_report(batch: ReportBatch, params: Params) -> bytes:
 
 def unpack_reports(payloads: list[bytes], params: Params) -> ReportBatch:
     """Many stored reports of one metric version as one batch (vectorized)."""
-    return mechanism_of(params).unpack_reports(payloads, params)
+    batch: ReportBatch = mechanism_of(params).unpack_reports(payloads, params)
+    return batch
 
 
 def payload_size(params: Params) -> int:
