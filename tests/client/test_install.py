@@ -1,0 +1,72 @@
+"""`pip install ldp-telemetry` is the SDK alone: a fresh venv with the bare wheel embeds it and uploads.
+
+The wheel is built from this checkout and installed into a new virtual environment with pip (which brings
+numpy and mmh3, and nothing else); a script there reports through a real ``Reporter`` to the real ingest
+server on loopback. It must work with neither Flask nor redis-py importable.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import venv
+from pathlib import Path
+
+import pytest
+
+from ldptel.client import CmsParams, MetricSpec
+
+from .conftest import LiveServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import importlib.util, json, sys, tempfile
+    absent = [m for m in ("flask", "werkzeug", "redis", "gunicorn", "matplotlib") if importlib.util.find_spec(m)]
+    from ldptel.client import Reporter
+    with tempfile.TemporaryDirectory() as storage:
+        with Reporter(sys.argv[1], token=sys.argv[2], storage_dir=storage, batch_size=20) as rep:
+            statuses = [rep.report("install.check", f"value-{i % 7}").status for i in range(50)]
+            delivered = rep.flush(timeout=30)
+            stats = rep.stats()
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("flask", "werkzeug", "redis", "sqlalchemy"))
+    print(json.dumps({"importable": absent, "loaded": loaded, "statuses": sorted(set(statuses)),
+                      "flushed": delivered, "delivered": stats.delivered, "pending": stats.pending}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_the_bare_wheel_embeds_the_sdk_without_flask_or_redis(tmp_path: Path, live: LiveServer, app_token: str) -> None:
+    live.create(MetricSpec(name="install.check", params=CmsParams(epsilon=4.0, k=16, m=64), reports_per_day=50))
+    wheels = tmp_path / "wheels"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, timeout=300)
+    (wheel,) = wheels.glob("ldp_telemetry-*.whl")
+    env = tmp_path / "bare"
+    venv.EnvBuilder(with_pip=True).create(env)
+    python = env / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", "install", str(wheel)], check=True, timeout=300
+    )
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "list", "--format", "json"],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    names = {p["name"].lower() for p in json.loads(installed.stdout)}
+    assert names - {"pip", "setuptools", "wheel"} == {"ldp-telemetry", "numpy", "mmh3"}
+
+    run = subprocess.run(
+        [str(python), "-c", SCRIPT, live.url, app_token], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["importable"] == [] and out["loaded"] == []
+    assert out["statuses"] == ["queued"]
+    assert out["flushed"] is True and out["pending"] == 0
+    # Each value is memoized per day (7 distinct values), but every one of the 50 reports is sent and counted.
+    assert out["delivered"] == 50
+    assert live.delivered("install.check")["total"] == 50
