@@ -56,7 +56,8 @@ def _check_total(total: float) -> float:
 
 def clip(counts: np.ndarray, *, total: float) -> np.ndarray:
     """Base-Pos: every estimate clamped to [0, total]."""
-    return np.clip(_as_float(counts), 0.0, _check_total(total))
+    clipped: np.ndarray = np.clip(_as_float(counts), 0.0, _check_total(total))
+    return clipped
 
 
 def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
@@ -77,7 +78,8 @@ def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
     positive = u - css / ind > 0
     rho = int(np.flatnonzero(positive)[-1]) if positive.any() else 0
     theta = css[rho] / (rho + 1)
-    return np.maximum(x - theta, 0.0)
+    projected: np.ndarray = np.maximum(x - theta, 0.0)
+    return projected
 
 
 def norm_sub(counts: np.ndarray, *, total: float, full_domain: bool = True) -> np.ndarray:
@@ -88,7 +90,7 @@ def norm_sub(counts: np.ndarray, *, total: float, full_domain: bool = True) -> n
     x = _as_float(counts)
     z = _check_total(total)
     if not full_domain:
-        clipped = np.maximum(x, 0.0)
+        clipped: np.ndarray = np.maximum(x, 0.0)
         if clipped.sum() <= z:
             return clipped
     return project_simplex(x, total=z)
