@@ -24,11 +24,12 @@ result is max(x − θ, 0) with θ = (Σ_{i≤ρ} u_i − n)/ρ. O(d log d), no 
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.protocol.validate import check_choice
 
 PostProcess = Literal["none", "clip", "norm-sub"]
 POSTPROCESS_METHODS: tuple[str, ...] = get_args(PostProcess)
@@ -36,9 +37,7 @@ POSTPROCESS_METHODS: tuple[str, ...] = get_args(PostProcess)
 
 def check_method(method: object) -> PostProcess:
     """Validate a post-processing name (``none``, ``clip`` or ``norm-sub``)."""
-    if method not in POSTPROCESS_METHODS:
-        raise InvalidParameterError("postprocess", f"one of {list(POSTPROCESS_METHODS)}", method)
-    return method  # type: ignore[return-value]
+    return cast(PostProcess, check_choice("postprocess", method, POSTPROCESS_METHODS))
 
 
 def _as_float(counts: np.ndarray) -> np.ndarray:
