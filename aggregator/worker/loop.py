@@ -87,10 +87,6 @@ class Worker:
         """Ask the loop to commit, release its leases and return (safe from a signal handler)."""
         self._stop.set()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
     def owned(self) -> list[str]:
         return sorted(sh.name for sh in self._owned.values())
 
