@@ -31,7 +31,7 @@ from typing import Any
 import redis as redis_lib
 from redis.typing import EncodableT
 
-from ldptel.aggregator.worker.reading import forget_prefetch, prefetched_entries
+from ldptel.aggregator.worker.reading import ENTRY_FIELDS, forget_prefetch, prefetched_entries
 from ldptel.aggregator.worker.shard import CONSUMER, OwnedShard
 from ldptel.storage import keys
 from ldptel.storage import sketches as store
@@ -91,7 +91,7 @@ def commit(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seco
                 pipe.set(ckpt_key, format_id(sh.last_folded))
             for eid, fields, reason in sh.dead:
                 letter: dict[EncodableT, EncodableT] = {"id": eid, "error": reason[:500]}
-                letter.update({k: v for k, v in fields.items() if k in (b"d", b"v", b"n", b"b")})
+                letter.update({k: v for k, v in fields.items() if k in ENTRY_FIELDS})
                 pipe.xadd(store.dead_letter_key(sh.metric, sh.shard), letter, maxlen=DEAD_LETTER_MAXLEN)
             for lo in range(0, len(sh.to_ack), _ACK_CHUNK):
                 pipe.xack(sh.stream, keys.CONSUMER_GROUP, *sh.to_ack[lo : lo + _ACK_CHUNK])

@@ -35,11 +35,11 @@ from ldptel.storage import keys
 from ldptel.storage import sketches as store
 from ldptel.storage.streamread import StreamReader
 
-__all__ = ["BufferPool", "Read", "Reader", "UndecodableEntryError", "forget_prefetch", "prefetched_entries"]
+__all__ = ["ENTRY_FIELDS", "BufferPool", "Read", "Reader", "UndecodableEntryError", "forget_prefetch", "prefetched_entries"]
 
 Decoded = tuple[int, str, ReportBatch] | str  # (version, day, batch), or why the entry goes to the dead letters
 Merged = dict[tuple[int, str], list[ReportBatch]]  # per (version, day)
-_FIELDS = (b"d", b"v", b"n", b"b")  # an entry's fields: UTC day, version, report count, batch bytes
+ENTRY_FIELDS = (b"d", b"v", b"n", b"b")  # a stream entry's fields: UTC day, version, report count, batch bytes
 
 
 class UndecodableEntryError(LdpError, ValueError):
@@ -47,9 +47,10 @@ class UndecodableEntryError(LdpError, ValueError):
 
 
 # ------------------------------------------------------------------------------------------------------
-# Mechanism-specific: the only code of the worker that knows mechanisms by name or calls one directly.
-# cms and oue-cms reads are merged into one batch ordered by row (merge_by_row), which their fold reads
-# row by row; every other mechanism's batches are folded as decoded. The Mechanism API replaces these bodies.
+# Mechanism-specific: the only code of the worker that knows mechanisms by name or calls a mechanism module
+# (the fold itself is one call of the generic ldptel.client.fold, in folding.py). cms and oue-cms reads are
+# merged into one batch ordered by row (merge_by_row), which their fold reads row by row; every other
+# mechanism's batches are folded as decoded. The Mechanism API replaces these three bodies.
 _ROW_MERGED = ("cms", "oue-cms")
 
 
@@ -239,7 +240,7 @@ class Reader:
         return Read(entries=kept, decoded=decoded, merged=merged, buffers=held, pending=cursor != ">")
 
     def _decode(self, metric: str, fields: dict[bytes, bytes | memoryview]) -> tuple[int, str, ReportBatch]:
-        missing = [name.decode() for name in _FIELDS if name not in fields]
+        missing = [name.decode() for name in ENTRY_FIELDS if name not in fields]
         if missing:
             raise UndecodableEntryError(f"entry lacks the field(s) {', '.join(missing)} (expected d, v, n, b)")
         version = int(fields[b"v"])
