@@ -24,11 +24,12 @@ result is max(x − θ, 0) with θ = (Σ_{i≤ρ} u_i − n)/ρ. O(d log d), no 
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.protocol.validate import check_choice
 
 PostProcess = Literal["none", "clip", "norm-sub"]
 POSTPROCESS_METHODS: tuple[str, ...] = get_args(PostProcess)
@@ -36,9 +37,7 @@ POSTPROCESS_METHODS: tuple[str, ...] = get_args(PostProcess)
 
 def check_method(method: object) -> PostProcess:
     """Validate a post-processing name (``none``, ``clip`` or ``norm-sub``)."""
-    if method not in POSTPROCESS_METHODS:
-        raise InvalidParameterError("postprocess", f"one of {list(POSTPROCESS_METHODS)}", method)
-    return method  # type: ignore[return-value]
+    return cast(PostProcess, check_choice("postprocess", method, POSTPROCESS_METHODS))
 
 
 def _as_float(counts: np.ndarray) -> np.ndarray:
@@ -56,7 +55,8 @@ def _check_total(total: float) -> float:
 
 def clip(counts: np.ndarray, *, total: float) -> np.ndarray:
     """Base-Pos: every estimate clamped to [0, total]."""
-    return np.clip(_as_float(counts), 0.0, _check_total(total))
+    clipped: np.ndarray = np.clip(_as_float(counts), 0.0, _check_total(total))
+    return clipped
 
 
 def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
@@ -77,7 +77,8 @@ def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
     positive = u - css / ind > 0
     rho = int(np.flatnonzero(positive)[-1]) if positive.any() else 0
     theta = css[rho] / (rho + 1)
-    return np.maximum(x - theta, 0.0)
+    projected: np.ndarray = np.maximum(x - theta, 0.0)
+    return projected
 
 
 def norm_sub(counts: np.ndarray, *, total: float, full_domain: bool = True) -> np.ndarray:
@@ -88,7 +89,7 @@ def norm_sub(counts: np.ndarray, *, total: float, full_domain: bool = True) -> n
     x = _as_float(counts)
     z = _check_total(total)
     if not full_domain:
-        clipped = np.maximum(x, 0.0)
+        clipped: np.ndarray = np.maximum(x, 0.0)
         if clipped.sum() <= z:
             return clipped
     return project_simplex(x, total=z)

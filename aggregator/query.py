@@ -16,6 +16,7 @@ always kept beside the post-processed values.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,14 +24,39 @@ from typing import Any
 import numpy as np
 import redis as redis_lib
 
+from ldptel.aggregator import postprocess as pp
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.mechanisms import mechanism_names
+from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
-
-from ldptel.aggregator import postprocess as pp
 from ldptel.storage import sketches as store
 
-SKETCH_MECHANISMS = ("cms", "oue-cms", "hcms")
+
+# ------------------------------------------------------------------------------------------------------
+# Mechanism-specific: the only code of this module that knows mechanisms by name (the Mechanism API will
+# answer these questions itself).
+def _needs_candidates(mechanism: str) -> bool:
+    """A sketch mechanism: it estimates the candidate values it is given, not a declared domain."""
+    return mechanism in mechanism_names(candidates=True)
+
+
+def _full_domain(mechanism: str) -> bool:
+    """The estimates cover the whole domain (rr, grr): post-processing may make them sum to n exactly."""
+    return mechanism in mechanism_names(candidates=False)
+
+
+def _candidates_pick_labels(mechanism: str) -> bool:
+    """grr: ``candidates`` name the domain labels to keep (rr ignores them)."""
+    return mechanism == "grr"
+
+
+def _has_proportion(mechanism: str) -> bool:
+    """rr: the result has :attr:`QueryResult.proportion`, the share of ``true``."""
+    return mechanism == "rr"
+
+
+# ------------------------------------------------------------------------------------------------------
 
 
 class EmptyRangeError(LdpError, ValueError):
@@ -85,7 +111,7 @@ class QueryResult:
     @property
     def proportion(self) -> Proportion | None:
         """rr only: the share of ``true`` reports' underlying values."""
-        if self.mechanism != "rr":
+        if not _has_proportion(self.mechanism):
             return None
         est, n = self.estimate, self.n
         i = est.labels.index("true")
@@ -125,11 +151,7 @@ class QueryResult:
 
 
 def _check_top(top: int | None) -> int | None:
-    if top is None:
-        return None
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InvalidParameterError("top", "an integer >= 1", top)
-    return top
+    return None if top is None else check_int("top", top, 1, sys.maxsize)
 
 
 def _unique(values: Iterable[object]) -> list[object]:
@@ -172,15 +194,14 @@ def estimate_metric(
     spec = registry.spec_for(record, version)
     params = spec.params
     mech = params.mechanism
-    if mech in SKETCH_MECHANISMS:
+    if _needs_candidates(mech):
         if candidates is None or isinstance(candidates, (str, bytes)) or len(candidates) == 0:
             raise InvalidParameterError(
                 "candidates", f"a non-empty list of values to estimate ({mech} is a sketch metric)", candidates
             )
         candidates = _unique(candidates)
 
-    index = store.sketch_index(r, name, record.shards)
-    all_days = sorted({day for pairs in index.values() for v, day in pairs if v == version})
+    all_days = store.available_days(r, name, record.shards, version=version)
     days = select_days(all_days, day_from=day_from, day_to=day_to)
     if not days:
         have = f"it has days {all_days[0]} to {all_days[-1]}" if all_days else "it has no folded reports yet"
@@ -189,20 +210,20 @@ def estimate_metric(
             f"{day_to or 'the end'} ({have})"
         )
     wanted = set(days)
+    index = store.sketch_index(r, name, record.shards)
     pairs = [(shard, v, day) for shard, members in index.items() for v, day in members if v == version and day in wanted]
     state, _found = store.sum_sketches(r, name, params=params, pairs=pairs)
 
-    est = estimate(params, state, candidates=candidates if mech in SKETCH_MECHANISMS else None, confidence=confidence)
-    full_domain = mech in ("rr", "grr")
-    adjusted = pp.apply(method, est.counts, total=est.n, full_domain=full_domain)
+    est = estimate(params, state, candidates=candidates if _needs_candidates(mech) else None, confidence=confidence)
+    adjusted = pp.apply(method, est.counts, total=est.n, full_domain=_full_domain(mech))
 
     keep: np.ndarray | None = None
-    if mech == "grr" and candidates is not None:
-        position = {label: i for i, label in enumerate(est.labels)}
+    if _candidates_pick_labels(mech) and candidates is not None:
+        position: dict[object, int] = {label: i for i, label in enumerate(est.labels)}
         unknown = [c for c in _unique(candidates) if c not in position]
         if unknown:
             raise InvalidParameterError("candidates", f"labels of the {name!r} domain", unknown[0])
-        keep = np.array([position[c] for c in _unique(candidates)], dtype=np.int64)  # type: ignore[index]
+        keep = np.array([position[c] for c in _unique(candidates)], dtype=np.int64)
     if top is not None:
         base = np.arange(est.counts.size) if keep is None else keep
         order = np.argsort(-est.counts[base], kind="stable")[:top]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -174,3 +176,14 @@ def test_a_following_worker_survives_a_redis_crash_and_restart(rng: np.random.Ge
         assert _total(r, "color").equals(expected)
         for client in clients:
             client.close()
+
+
+def test_the_worker_package_loads_neither_flask_nor_sqlite() -> None:
+    """The aggregator runs without the ingest service's web stack or the SDK's on-device store."""
+    code = (
+        "import sys, ldptel.aggregator.worker as w\n"
+        "for name in w.__all__: getattr(w, name)\n"
+        "print(sorted(m for m in ('flask', 'werkzeug', 'sqlite3', '_sqlite3') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout

@@ -1,0 +1,324 @@
+"""The fold worker (:class:`Worker`): its run loop, polling rounds, idle wait, shard claims and rebalancing, stats.
+
+Each step of the loop heartbeats and renews the leases (every third of a TTL), rebalances (every
+``rescan_seconds``), then polls every owned shard once without blocking: read a batch
+(:mod:`~ldptel.aggregator.worker.reading`), fold it (:mod:`~ldptel.aggregator.worker.folding`) and commit the
+shard when due (:mod:`~ldptel.aggregator.worker.commit`). When no shard had anything, the worker blocks on one
+shard (rotating) so that it sleeps in Redis. A follow worker outlives a Redis restart; a ``once`` worker stops
+when every shard it could claim is drained.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis as redis_lib
+
+from ldptel.aggregator.worker.commit import commit
+from ldptel.aggregator.worker.config import WorkerConfig
+from ldptel.aggregator.worker.folding import fold_read
+from ldptel.aggregator.worker.groups import place_group, shard_lag
+from ldptel.aggregator.worker.reading import Reader, forget_prefetch
+from ldptel.aggregator.worker.shard import OwnedShard
+from ldptel.aggregator.worker.specs import MetricSpecs
+from ldptel.client.errors import InvalidParameterError
+from ldptel.storage import sketches as store
+from ldptel.storage.leases import LeaseLostError, Leases
+from ldptel.storage.sketches import format_id
+
+__all__ = ["Worker", "WorkerStats"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerStats:
+    """A snapshot of what a worker did since it started."""
+
+    entries: int
+    reports: int
+    skipped: int
+    dead: int
+    commits: int
+    shards: tuple[str, ...]
+    lag: int | None
+    elapsed: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entries": self.entries,
+            "reports": self.reports,
+            "skipped": self.skipped,
+            "dead": self.dead,
+            "commits": self.commits,
+            "shards": list(self.shards),
+            "lag": self.lag,
+            "elapsed": round(self.elapsed, 3),
+        }
+
+
+class Worker:
+    """A fold worker over one Redis connection (``decode_responses`` must be off: entries are binary)."""
+
+    def __init__(self, r: redis_lib.Redis, config: WorkerConfig | None = None) -> None:
+        if r.connection_pool.connection_kwargs.get("decode_responses"):
+            raise InvalidParameterError("r", "a Redis client with decode_responses=False (entries are binary)", r)
+        self.r = r
+        self.config = config or WorkerConfig()
+        self._specs = MetricSpecs(r)
+        self._reader = Reader(r, self._specs, batch=self.config.batch, prefetch=self.config.prefetch)
+        self._leases = Leases(r, owner=self.config.worker_id, ttl_seconds=self.config.lease_ttl)
+        self._stop = threading.Event()
+        self._owned: dict[tuple[str, int], OwnedShard] = {}
+        self._finished: set[tuple[str, int]] = set()  # --once: shards drained in this run
+        self._started = time.monotonic()
+        self._entries = self._reports = self._skipped = self._dead = self._commits = 0
+        self._last_scan = -1e18
+        self._last_heartbeat = -1e18
+        self._rr = 0
+
+    # ------------------------------------------------------------------------------------------ control
+    def stop(self) -> None:
+        """Ask the loop to commit, release its leases and return (safe from a signal handler)."""
+        self._stop.set()
+
+    def owned(self) -> list[str]:
+        return sorted(sh.name for sh in self._owned.values())
+
+    def stats(self, *, with_lag: bool = False) -> WorkerStats:
+        return WorkerStats(
+            entries=self._entries,
+            reports=self._reports,
+            skipped=self._skipped,
+            dead=self._dead,
+            commits=self._commits,
+            shards=tuple(self.owned()),
+            lag=self.lag() if with_lag else None,
+            elapsed=time.monotonic() - self._started,
+        )
+
+    def lag(self) -> int:
+        """Entries in the owned streams not yet folded (undelivered + pending), from XINFO GROUPS."""
+        total = 0
+        for sh in self._owned.values():
+            total += shard_lag(self.r, sh.metric, sh.shard)[0] or 0
+        return total
+
+    # --------------------------------------------------------------------------------------------- run
+    def run(
+        self,
+        *,
+        on_progress: Callable[[Worker], None] | None = None,
+        progress_seconds: float = 1.0,
+    ) -> WorkerStats:
+        """Fold until stopped (or, with ``once``, until every claimable shard is drained)."""
+        cfg = self.config
+        log.info("worker starting", extra={"event": "start", "worker": cfg.worker_id, "once": cfg.once})
+        last_progress = time.monotonic()
+        backoff = 0.1
+        try:
+            while not self._stop.is_set():
+                try:
+                    if not self._step(on_progress, progress_seconds, last_progress):
+                        break
+                    if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
+                        last_progress = time.monotonic()
+                    backoff = 0.1
+                except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+                    if cfg.once:
+                        raise
+                    # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
+                    # pending in Redis), wait, and claim again once Redis answers.
+                    log.error("lost Redis; retrying", extra={"event": "redis_error", "error": str(exc), "retry_in": backoff})
+                    for sh in list(self._owned.values()):
+                        self._drop(sh, "Redis connection lost")
+                    self._last_scan = self._last_heartbeat = -1e18
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, cfg.lease_ttl / 2)
+        finally:
+            self._shutdown()
+        stats = self.stats()
+        log.info("worker stopped", extra={"event": "stop", "worker": cfg.worker_id, **stats.to_dict()})
+        return stats
+
+    def _step(self, on_progress: Callable[[Worker], None] | None, progress_seconds: float, last_progress: float) -> bool:
+        """One pass of the loop; False when a ``once`` worker has nothing left to claim (the loop ends)."""
+        cfg = self.config
+        now = time.monotonic()
+        if now - self._last_heartbeat >= cfg.lease_ttl / 3:
+            self._heartbeat()
+            self._renew_leases()
+        if now - self._last_scan >= cfg.rescan_seconds or (cfg.once and not self._owned):
+            self._rebalance()
+        if cfg.once and not self._owned:
+            return False
+        worked = self._round()
+        if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
+            on_progress(self)
+        if not worked and not cfg.once and self._owned and not self._stop.is_set():
+            self._idle_wait()
+        elif not self._owned and not cfg.once and not self._stop.is_set():
+            self._stop.wait(min(cfg.rescan_seconds, cfg.lease_ttl / 3))
+        return True
+
+    def _round(self) -> bool:
+        """Poll every owned shard once without blocking; commit the ones that are due. True if any read."""
+        worked = False
+        for key in list(self._owned):
+            if self._stop.is_set():
+                break
+            sh = self._owned.get(key)
+            if sh is None:
+                continue
+            try:
+                got = self._poll(sh, block_ms=None)
+                worked = worked or got > 0
+                self._maybe_commit(sh)
+                if self.config.once and sh.drained:
+                    self._commit(sh)
+                    if sh.drained:  # a commit that finds entries left pending re-reads them first
+                        self._release_shard(sh)
+                        self._finished.add(key)
+            except LeaseLostError:
+                self._drop(sh, "lease lost")
+        return worked
+
+    def _idle_wait(self) -> None:
+        """Block on one shard (rotating) so an idle worker sleeps in Redis, not in a busy loop."""
+        shards = list(self._owned.values())
+        sh = shards[self._rr % len(shards)]
+        self._rr += 1
+        block_ms = max(50, int(self.config.block_seconds * 1000 / len(shards)))
+        try:
+            self._poll(sh, block_ms=block_ms)
+            self._maybe_commit(sh)
+        except LeaseLostError:
+            self._drop(sh, "lease lost")
+        for other in list(self._owned.values()):
+            try:
+                self._maybe_commit(other)
+            except LeaseLostError:
+                self._drop(other, "lease lost")
+
+    # ------------------------------------------------------------------------------------ read + fold
+    def _poll(self, sh: OwnedShard, *, block_ms: int | None) -> int:
+        """Read one batch of entries from a shard and fold it; returns the number of entries read."""
+        self._ensure_lease(sh)
+        read = self._reader.next_read(sh, block_ms=block_ms)
+        if read is None:
+            return 0
+        if read.entries:
+            folded = fold_read(self.r, self._specs, sh, read)
+            self._entries += folded.entries
+            self._reports += folded.reports
+            self._skipped += folded.skipped
+        self._reader.done(read)
+        return len(read.entries)
+
+    # ------------------------------------------------------------------------------------------ commit
+    def _maybe_commit(self, sh: OwnedShard) -> None:
+        if sh.uncommitted >= self.config.checkpoint_every:
+            self._commit(sh)
+        elif time.monotonic() - sh.last_commit >= self.config.checkpoint_seconds:
+            self._commit(sh)
+
+    def _commit(self, sh: OwnedShard) -> None:
+        dead = len(sh.dead)
+        if commit(self.r, sh, worker_id=self.config.worker_id, retention_seconds=self.config.retention_seconds):
+            self._commits += 1
+            self._dead += dead
+
+    # ---------------------------------------------------------------------------------- leases + shards
+    def _heartbeat(self) -> None:
+        self._leases.heartbeat()
+        self._last_heartbeat = time.monotonic()
+
+    def _renew_leases(self) -> None:
+        for sh in list(self._owned.values()):
+            started = time.monotonic()
+            if self._leases.renew(sh.metric, sh.shard):
+                sh.leased_at = started
+            else:
+                self._drop(sh, "lease lost at renewal")
+
+    def _ensure_lease(self, sh: OwnedShard) -> None:
+        """Renew before reading when the last renewal is older than half a TTL (or fail)."""
+        if time.monotonic() - sh.leased_at < self.config.lease_ttl / 2:
+            return
+        started = time.monotonic()
+        if not self._leases.renew(sh.metric, sh.shard):
+            raise LeaseLostError(f"shard {sh.name}: lease expired")
+        sh.leased_at = started
+
+    def _all_shards(self) -> list[tuple[str, int]]:
+        names = list(self.config.metrics) or self._specs.registry_names()
+        return [(name, s) for name in names for s in range(self._specs.shard_count(name))]
+
+    def _rebalance(self) -> None:
+        """Claim free shards up to a fair share; release extras when more workers are alive."""
+        self._last_scan = time.monotonic()
+        if not self.config.metrics:
+            self._specs.forget_shards()  # rescan: shard counts come from the registry
+        all_shards = [s for s in self._all_shards() if s not in self._finished]
+        if self.config.once:
+            target = len(all_shards)
+        else:
+            target = -(-len(self._all_shards()) // self._leases.live_workers())
+        while len(self._owned) > target and not self.config.once:
+            key = sorted(self._owned)[-1]
+            sh = self._owned[key]
+            try:
+                self._commit(sh)
+                self._release_shard(sh)
+            except LeaseLostError:
+                self._drop(sh, "lease lost")
+            log.info("released a shard to rebalance", extra={"event": "release", "shard": sh.name})
+        for metric, shard in all_shards:
+            if len(self._owned) >= target or self._stop.is_set():
+                break
+            if (metric, shard) in self._owned:
+                continue
+            started = time.monotonic()
+            if self._leases.claim(metric, shard):
+                self._adopt(metric, shard, started)
+
+    def _adopt(self, metric: str, shard: int, leased_at: float) -> None:
+        checkpoint = store.read_checkpoint(self.r, metric, shard)
+        place_group(self.r, metric, shard, checkpoint)
+        sh = OwnedShard(metric=metric, shard=shard, checkpoint=checkpoint, last_folded=checkpoint, leased_at=leased_at)
+        self._owned[(metric, shard)] = sh
+        log.info(
+            "claimed a shard",
+            extra={"event": "claim", "shard": sh.name, "checkpoint": format_id(checkpoint), "worker": self.config.worker_id},
+        )
+
+    def _release_shard(self, sh: OwnedShard) -> None:
+        forget_prefetch(sh)
+        self._owned.pop((sh.metric, sh.shard), None)
+        self._leases.release(sh.metric, sh.shard)
+
+    def _drop(self, sh: OwnedShard, why: str) -> None:
+        """Forget a shard without writing (its uncommitted work stays pending for the next owner)."""
+        forget_prefetch(sh)
+        self._owned.pop((sh.metric, sh.shard), None)
+        log.warning("dropped a shard", extra={"event": "drop", "shard": sh.name, "reason": why})
+
+    def _shutdown(self) -> None:
+        for sh in list(self._owned.values()):
+            try:
+                self._commit(sh)
+                self._release_shard(sh)
+            except LeaseLostError:
+                self._drop(sh, "lease lost at shutdown")
+            except redis_lib.RedisError as exc:
+                log.error("could not commit at shutdown", extra={"event": "error", "shard": sh.name, "error": str(exc)})
+        try:
+            self._leases.leave()
+        except redis_lib.RedisError:
+            pass
+        self._reader.close()

@@ -1,0 +1,281 @@
+"""Reading a shard: XREADGROUP, decoding each entry, merging the batches of a read, and reading ahead.
+
+:meth:`Reader.next_read` reads one batch of entries for an owned shard: first the shard's own pending list
+(cursor ``0`` onward: entries delivered to the fold consumer and never acknowledged), then new entries (``>``).
+Reads are large (``batch`` entries per XREADGROUP, ~130 KB per cms entry) and go through
+:class:`~ldptel.storage.streamread.StreamReader`, whose replies are parsed in place: an entry's batch bytes
+are a view of the reader's buffer, valid only until its next read.
+
+Each read is decoded, and its batches are merged per (version, day) into a buffer from :class:`BufferPool`, on
+the prefetch thread: with ``prefetch``, the next read of a shard starts before the current one is folded, so
+Redis I/O, reply parsing, decoding and the merge overlap the fold (numpy releases the GIL). Entries read
+ahead are only pending, never acknowledged, until a commit after they are folded.
+
+An entry that cannot be folded (missing fields, unknown version, failed decode, deleted from the stream while
+pending) is kept with the reason, for its dead letter; it never stops the worker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import redis as redis_lib
+
+from ldptel.aggregator.worker.shard import CONSUMER, OwnedShard
+from ldptel.aggregator.worker.specs import MetricSpecs
+from ldptel.client.errors import LdpError
+from ldptel.client.mechanisms.cms import merge_by_row, row_order
+from ldptel.client.protocol.wire import ReportBatch, decode_batch
+from ldptel.storage import keys
+from ldptel.storage import sketches as store
+from ldptel.storage.streamread import StreamReader
+
+__all__ = ["ENTRY_FIELDS", "BufferPool", "Read", "Reader", "UndecodableEntryError", "forget_prefetch", "prefetched_entries"]
+
+Decoded = tuple[int, str, ReportBatch] | str  # (version, day, batch), or why the entry goes to the dead letters
+Merged = dict[tuple[int, str], list[ReportBatch]]  # per (version, day)
+ENTRY_FIELDS = (b"d", b"v", b"n", b"b")  # a stream entry's fields: UTC day, version, report count, batch bytes
+
+
+class UndecodableEntryError(LdpError, ValueError):
+    """A stream entry lacks a field or its fields disagree with its batch header (it is dead-lettered)."""
+
+
+# ------------------------------------------------------------------------------------------------------
+# Mechanism-specific: the only code of the worker that knows mechanisms by name or calls a mechanism module
+# (the fold itself is one call of the generic ldptel.client.fold, in folding.py). cms and oue-cms reads are
+# merged into one batch ordered by row (merge_by_row), which their fold reads row by row; every other
+# mechanism's batches are folded as decoded. The Mechanism API replaces these three bodies.
+_ROW_MERGED = ("cms", "oue-cms")
+
+
+def _merges(mechanism: str) -> bool:
+    """Whether a read's batches of this mechanism are merged (else they are folded as decoded, so they must
+    be decoded from a copy of the entry's bytes, not from a view of the reader's buffer)."""
+    return mechanism in _ROW_MERGED
+
+
+def _merge_read(batches: list[ReportBatch], take: Callable[[int], np.ndarray]) -> ReportBatch | None:
+    """The batches of one (version, day) merged into one, its bits in ``take(size)``; None: not merged."""
+    if not _merges(batches[0].mechanism):
+        return None
+    assert batches[0].bits is not None
+    return merge_by_row(batches, out=take(sum(b.n for b in batches) * batches[0].bits.shape[1]))
+
+
+def _merge_order(batches: list[ReportBatch]) -> np.ndarray:
+    """Where :func:`_merge_read` put each report of ``batches``: the order of their concatenation it uses."""
+    return row_order(np.concatenate([b.rows for b in batches if b.rows is not None]))
+
+
+# ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class Read:
+    """One XREADGROUP reply: its entries, each decoded (or the reason it goes to the dead letters), and the
+    decoded batches merged per (version, day)."""
+
+    entries: list[tuple[bytes, dict[bytes, bytes] | None]]  # fields: {} if decoded, None if deleted
+    decoded: list[Decoded]
+    merged: Merged
+    buffers: list[np.ndarray]  # the memory of the merged bits, for BufferPool.give once folded
+    pending: bool  # read from the shard's pending list (else new entries)
+
+    def without(self, keep: list[bool]) -> Merged:
+        """``merged`` without the reports of the entries not kept.
+
+        The merged batches in ``decoded`` are views of the reader's buffer, which the next read may already
+        be filling: only their rows (copies) are used, to find which merged report came from which entry.
+        """
+        per_key: dict[tuple[int, str], list[tuple[ReportBatch, bool]]] = defaultdict(list)
+        for decoded, kept in zip(self.decoded, keep):
+            if not isinstance(decoded, str):
+                per_key[(decoded[0], decoded[1])].append((decoded[2], kept))
+        out: Merged = {}
+        for key, items in per_key.items():
+            batches = [b for b, _ in items]
+            if _merges(batches[0].mechanism):
+                (whole,) = self.merged[key]
+                assert whole.rows is not None and whole.bits is not None
+                source = np.repeat(np.arange(len(items)), [b.n for b in batches])
+                mask = np.array([k for _, k in items])[source][_merge_order(batches)]
+                if mask.any():
+                    out[key] = [
+                        ReportBatch(mechanism=whole.mechanism, n=int(mask.sum()), rows=whole.rows[mask], bits=whole.bits[mask])
+                    ]
+            else:  # decoded from copies (see Reader._decode): safe to use as they are
+                kept_batches = [b for b, k in items if k]
+                if kept_batches:
+                    out[key] = kept_batches
+        return out
+
+
+class BufferPool:
+    """Free buffers for merged reads (~130 MB each at 1,000 entries of 1,000 cms reports, m = 1024).
+
+    Reusing them instead of allocating per read saves faulting in fresh pages for every merge: measured
+    ~30% of the merge's time. A buffer is taken by a read (on the prefetch thread) and given back after its
+    fold, so at most one per shard read in flight plus the one being folded are out; ``MAX_FREE`` are kept.
+    """
+
+    MAX_FREE = 2
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> np.ndarray:
+        with self._lock:
+            for i, buffer in enumerate(self._free):
+                if buffer.size >= size:
+                    return self._free.pop(i)
+        return np.empty(size, dtype=np.uint8)
+
+    def give(self, buffers: list[np.ndarray]) -> None:
+        with self._lock:
+            self._free.extend(buffers)
+            self._free.sort(key=lambda b: -b.size)
+            del self._free[self.MAX_FREE :]
+
+
+class Reader:
+    """Reads, decodes and merges the entries of owned shards (``decode_responses`` off: entries are binary)."""
+
+    def __init__(self, r: redis_lib.Redis, specs: MetricSpecs, *, batch: int, prefetch: bool) -> None:
+        # Stream reads move ~130 KB per entry: connections of their own whose replies are parsed in place.
+        self._reads = StreamReader(r)
+        self._buffers = BufferPool()
+        self._specs = specs
+        self._batch = batch
+        self._prefetch = prefetch
+        self._pool: ThreadPoolExecutor | None = None
+
+    def next_read(self, sh: OwnedShard, *, block_ms: int | None) -> Read | None:
+        """The shard's next read (the one read ahead if any), its cursor advanced; None when it found the end
+        of the pending list (the cursor then moves to new entries). Give it back with :meth:`done`.
+
+        ``block_ms``: wait that long for new entries (None: do not wait); the pending list never waits. With
+        ``prefetch``, the next read of the shard is started before this one is returned.
+        """
+        if sh.prefetch is not None:
+            cursor, future = sh.prefetch
+            sh.prefetch = None
+            read = future.result()
+        else:
+            cursor = sh.cursor
+            read = self._read(sh, cursor, None if cursor != ">" else block_ms)
+        entries = read.entries
+        if cursor != ">":
+            if not entries:
+                sh.cursor = ">"  # our pending list is done: switch to new entries
+                if sh.rescanning:
+                    sh.rescan_found, sh.rescanning = max(sh.scanned, 0), False
+                sh.scanned = 0
+                return None
+            sh.cursor = entries[-1][0].decode()
+            sh.scanned += len(entries)
+        sh.drained = not entries
+        if entries and self._prefetch:
+            sh.prefetch = (sh.cursor, self._executor().submit(self._read, sh, sh.cursor, None))
+        return read
+
+    def done(self, read: Read) -> None:
+        """The read is folded: its merged bits are no longer needed."""
+        self._buffers.give(read.buffers)
+
+    def close(self) -> None:
+        """Stop the prefetch thread and close the read connections."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._reads.close()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ldptel-prefetch")
+        return self._pool
+
+    def _read(self, sh: OwnedShard, cursor: str, block_ms: int | None) -> Read:
+        """One XREADGROUP, its entries decoded and their batches merged per (version, day).
+
+        Run on the prefetch thread, so decoding and the merge (one copy of every report's bits into one
+        array, which the fold would otherwise make) overlap the fold of the previous read.
+        """
+        decoded: list[Decoded] = []
+        groups: Merged = defaultdict(list)
+        kept: list[tuple[bytes, dict[bytes, bytes] | None]] = []
+        with self._reads.read(
+            keys.CONSUMER_GROUP, CONSUMER, sh.stream, cursor, count=self._batch, block_ms=block_ms
+        ) as entries:
+            for eid, fields in entries:
+                if fields is None:  # deleted from the stream while pending: nothing to fold
+                    decoded.append("entry deleted from the stream before it was folded")
+                    kept.append((eid, None))
+                    continue
+                try:
+                    version, day, batch = self._decode(sh.metric, fields)
+                except (LdpError, ValueError, KeyError) as exc:
+                    decoded.append(f"{type(exc).__name__}: {exc}")
+                    kept.append((eid, {k: bytes(v) for k, v in fields.items()}))  # for its dead letter
+                    continue
+                decoded.append((version, day, batch))
+                groups[(version, day)].append(batch)
+                kept.append((eid, {}))
+            # The batches are views into the reader's buffer until merged (_merge_read copies them).
+            held: list[np.ndarray] = []
+
+            def take(size: int) -> np.ndarray:
+                buffer = self._buffers.take(size)
+                held.append(buffer)
+                return buffer
+
+            merged: Merged = {}
+            for key, batches in groups.items():
+                whole = _merge_read(batches, take)
+                merged[key] = batches if whole is None else [whole]
+        return Read(entries=kept, decoded=decoded, merged=merged, buffers=held, pending=cursor != ">")
+
+    def _decode(self, metric: str, fields: dict[bytes, bytes | memoryview]) -> tuple[int, str, ReportBatch]:
+        missing = [name.decode() for name in ENTRY_FIELDS if name not in fields]
+        if missing:
+            raise UndecodableEntryError(f"entry lacks the field(s) {', '.join(missing)} (expected d, v, n, b)")
+        version = int(fields[b"v"])
+        day = store.check_day(str(fields[b"d"], "ascii"))
+        n = int(fields[b"n"])
+        params = self._specs.params(metric, version)
+        data = fields[b"b"]
+        if not _merges(params.mechanism):
+            data = bytes(data)  # kept as is by _merge_read: must not point into the reader's buffer
+        header, batch = decode_batch(data, params)
+        if header.metric != metric or header.version != version or header.n != n:
+            raise UndecodableEntryError(
+                f"entry fields (metric {metric!r}, v {version}, n {n}) disagree with its batch header "
+                f"(metric {header.metric!r}, v {header.version}, n {header.n})"
+            )
+        return version, day, batch
+
+
+def prefetched_entries(sh: OwnedShard) -> int:
+    """Entries of the read in flight (waited for; a failed read is dropped and its entries stay pending)."""
+    if sh.prefetch is None:
+        return 0
+    try:
+        return len(sh.prefetch[1].result().entries)
+    except redis_lib.RedisError:
+        sh.prefetch = None
+        return 0
+
+
+def forget_prefetch(sh: OwnedShard) -> None:
+    """Wait for a read in flight and discard it: its entries stay pending for whoever folds next."""
+    if sh.prefetch is not None:
+        _, future = sh.prefetch
+        sh.prefetch = None
+        try:
+            future.result()
+        except redis_lib.RedisError:
+            pass

@@ -1,0 +1,80 @@
+"""Shard leases and the set of live fold workers: the Redis state through which workers share the shards.
+
+* A shard lease (:func:`ldptel.storage.keys.lease`) names the one worker that owns a shard. It is taken with
+  ``SET <lease> <worker> NX PX <ttl>``, and renewed and released only by its owner (compare-and-set Lua
+  scripts: GET, then PEXPIRE or DEL only if the value is still the caller's id), so a dead worker's leases
+  expire after one TTL and another worker takes its shards. The fold worker's commit also WATCHes the lease
+  key, which fences a worker that lost its lease (see :mod:`ldptel.aggregator.worker.commit`).
+* The live workers (:func:`ldptel.storage.keys.aggregators`): a sorted set of worker ids scored by the expiry
+  of their last heartbeat (ms since the epoch). Each worker heartbeats every third of a TTL and holds at most
+  ⌈shards / live workers⌉ leases.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis as redis_lib
+
+from ldptel.client.errors import LdpError
+from ldptel.storage import keys
+
+__all__ = ["LeaseLostError", "Leases"]
+
+_RENEW_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class LeaseLostError(LdpError):
+    """This worker no longer owns a shard (its lease expired and possibly another worker took it)."""
+
+
+class Leases:
+    """The shard leases and the heartbeat of one worker, ``owner``; both live ``ttl_seconds`` unless renewed."""
+
+    def __init__(self, r: redis_lib.Redis, *, owner: str, ttl_seconds: float) -> None:
+        self.r = r
+        self.owner = owner
+        self.ttl_ms = int(ttl_seconds * 1000)
+        self._renew = r.register_script(_RENEW_LUA)
+        self._release = r.register_script(_RELEASE_LUA)
+
+    # ------------------------------------------------------------------------------------ shard leases
+    def claim(self, metric: str, shard: int) -> bool:
+        """Take the shard's lease if nobody holds it (SET NX PX); True if this worker got it."""
+        return bool(self.r.set(keys.lease(metric, shard), self.owner, nx=True, px=self.ttl_ms))
+
+    def renew(self, metric: str, shard: int) -> bool:
+        """Extend the lease by a full TTL if this worker still holds it; False if it does not."""
+        return bool(self._renew(keys=[keys.lease(metric, shard)], args=[self.owner, self.ttl_ms]))
+
+    def release(self, metric: str, shard: int) -> None:
+        """Delete the lease if this worker still holds it (another worker's lease is left alone)."""
+        self._release(keys=[keys.lease(metric, shard)], args=[self.owner])
+
+    # ------------------------------------------------------------------------------------- live workers
+    def heartbeat(self) -> None:
+        """Register this worker as live for one TTL and forget the workers whose heartbeat expired."""
+        now_ms = int(time.time() * 1000)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.zadd(keys.aggregators(), {self.owner: now_ms + self.ttl_ms})
+        pipe.zremrangebyscore(keys.aggregators(), "-inf", now_ms)
+        pipe.execute()
+
+    def live_workers(self) -> int:
+        """Workers whose heartbeat has not expired (at least 1: this one)."""
+        return max(1, int(self.r.zcount(keys.aggregators(), int(time.time() * 1000), "+inf")))
+
+    def leave(self) -> None:
+        """Remove this worker from the live set (at shutdown, so the others rebalance at once)."""
+        self.r.zrem(keys.aggregators(), self.owner)
