@@ -27,36 +27,12 @@ import redis as redis_lib
 from ldptel.aggregator import postprocess as pp
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
-from ldptel.client.mechanisms import mechanism_names
+from ldptel.client.mechanisms import BOOLEAN_LABELS, mechanism_of
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
 
 
-# ------------------------------------------------------------------------------------------------------
-# Mechanism-specific: the only code of this module that knows mechanisms by name (the Mechanism API will
-# answer these questions itself).
-def _needs_candidates(mechanism: str) -> bool:
-    """A sketch mechanism: it estimates the candidate values it is given, not a declared domain."""
-    return mechanism in mechanism_names(candidates=True)
-
-
-def _full_domain(mechanism: str) -> bool:
-    """The estimates cover the whole domain (rr, grr): post-processing may make them sum to n exactly."""
-    return mechanism in mechanism_names(candidates=False)
-
-
-def _candidates_pick_labels(mechanism: str) -> bool:
-    """grr: ``candidates`` name the domain labels to keep (rr ignores them)."""
-    return mechanism == "grr"
-
-
-def _has_proportion(mechanism: str) -> bool:
-    """rr: the result has :attr:`QueryResult.proportion`, the share of ``true``."""
-    return mechanism == "rr"
-
-
-# ------------------------------------------------------------------------------------------------------
 
 
 class EmptyRangeError(LdpError, ValueError):
@@ -111,7 +87,7 @@ class QueryResult:
     @property
     def proportion(self) -> Proportion | None:
         """rr only: the share of ``true`` reports' underlying values."""
-        if not _has_proportion(self.mechanism):
+        if self.estimate.labels != BOOLEAN_LABELS:
             return None
         est, n = self.estimate, self.n
         i = est.labels.index("true")
@@ -193,11 +169,11 @@ def estimate_metric(
     version = record.current_version if version is None else version
     spec = registry.spec_for(record, version)
     params = spec.params
-    mech = params.mechanism
-    if _needs_candidates(mech):
+    mechanism = mechanism_of(params)
+    if mechanism.needs_candidates:
         if candidates is None or isinstance(candidates, (str, bytes)) or len(candidates) == 0:
             raise InvalidParameterError(
-                "candidates", f"a non-empty list of values to estimate ({mech} is a sketch metric)", candidates
+                "candidates", f"a non-empty list of values to estimate ({mechanism.name} is a sketch metric)", candidates
             )
         candidates = _unique(candidates)
 
@@ -214,11 +190,11 @@ def estimate_metric(
     pairs = [(shard, v, day) for shard, members in index.items() for v, day in members if v == version and day in wanted]
     state, _found = store.sum_sketches(r, name, params=params, pairs=pairs)
 
-    est = estimate(params, state, candidates=candidates if _needs_candidates(mech) else None, confidence=confidence)
-    adjusted = pp.apply(method, est.counts, total=est.n, full_domain=_full_domain(mech))
+    est = estimate(params, state, candidates=candidates if mechanism.needs_candidates else None, confidence=confidence)
+    adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not mechanism.needs_candidates)
 
     keep: np.ndarray | None = None
-    if _candidates_pick_labels(mech) and candidates is not None:
+    if not mechanism.needs_candidates and candidates is not None:  # they pick labels of the domain
         position: dict[object, int] = {label: i for i, label in enumerate(est.labels)}
         unknown = [c for c in _unique(candidates) if c not in position]
         if unknown:
@@ -241,7 +217,7 @@ def estimate_metric(
     return QueryResult(
         metric=name,
         version=version,
-        mechanism=mech,
+        mechanism=mechanism.name,
         days=tuple(days),
         shards=record.shards,
         estimate=est,

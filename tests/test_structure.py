@@ -76,7 +76,9 @@ def _modules() -> list[str]:
     for name in PACKAGES:
         pkg = importlib.import_module(name)
         out.append(name)
-        out += [m.name for m in pkgutil.walk_packages(pkg.__path__, name + ".") if not m.name.endswith("__main__")]
+        found = pkgutil.walk_packages(pkg.__path__, name + ".")
+        # ldptel.storage's folder sits inside ldptel.server's (server/storage/): it is walked as ldptel.storage.
+        out += [m.name for m in found if not m.name.endswith("__main__") and not m.name.startswith("ldptel.server.storage")]
     return out
 
 

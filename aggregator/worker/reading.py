@@ -29,7 +29,7 @@ import redis as redis_lib
 from ldptel.aggregator.worker.shard import CONSUMER, OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import LdpError
-from ldptel.client.mechanisms.cms import merge_by_row, row_order
+from ldptel.client.mechanisms import get_mechanism, mechanism_of
 from ldptel.client.protocol.wire import ReportBatch, decode_batch
 from ldptel.storage import keys
 from ldptel.storage import sketches as store
@@ -46,31 +46,14 @@ class UndecodableEntryError(LdpError, ValueError):
     """A stream entry lacks a field or its fields disagree with its batch header (it is dead-lettered)."""
 
 
-# ------------------------------------------------------------------------------------------------------
-# Mechanism-specific: the only code of the worker that knows mechanisms by name or calls a mechanism module
-# (the fold itself is one call of the generic ldptel.client.fold, in folding.py). cms and oue-cms reads are
-# merged into one batch ordered by row (merge_by_row), which their fold reads row by row; every other
-# mechanism's batches are folded as decoded. The Mechanism API replaces these three bodies.
-_ROW_MERGED = ("cms", "oue-cms")
-
-
-def _merges(mechanism: str) -> bool:
-    """Whether a read's batches of this mechanism are merged (else they are folded as decoded, so they must
-    be decoded from a copy of the entry's bytes, not from a view of the reader's buffer)."""
-    return mechanism in _ROW_MERGED
-
-
 def _merge_read(batches: list[ReportBatch], take: Callable[[int], np.ndarray]) -> ReportBatch | None:
-    """The batches of one (version, day) merged into one, its bits in ``take(size)``; None: not merged."""
-    if not _merges(batches[0].mechanism):
+    """The batches of one (version, day) merged into one, its bits in ``take(size)``; None: not merged
+    (the mechanism has no merge step: its batches are folded as decoded)."""
+    mech = get_mechanism(batches[0].mechanism)
+    if not mech.merges:
         return None
-    assert batches[0].bits is not None
-    return merge_by_row(batches, out=take(sum(b.n for b in batches) * batches[0].bits.shape[1]))
-
-
-def _merge_order(batches: list[ReportBatch]) -> np.ndarray:
-    """Where :func:`_merge_read` put each report of ``batches``: the order of their concatenation it uses."""
-    return row_order(np.concatenate([b.rows for b in batches if b.rows is not None]))
+    merged: ReportBatch = mech.merge(batches, out=take(mech.merge_bytes(batches)))
+    return merged
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -98,15 +81,13 @@ class Read:
         out: Merged = {}
         for key, items in per_key.items():
             batches = [b for b, _ in items]
-            if _merges(batches[0].mechanism):
+            mech = get_mechanism(batches[0].mechanism)
+            if mech.merges:
                 (whole,) = self.merged[key]
-                assert whole.rows is not None and whole.bits is not None
                 source = np.repeat(np.arange(len(items)), [b.n for b in batches])
-                mask = np.array([k for _, k in items])[source][_merge_order(batches)]
+                mask = np.array([k for _, k in items])[source][mech.merge_order(batches)]
                 if mask.any():
-                    out[key] = [
-                        ReportBatch(mechanism=whole.mechanism, n=int(mask.sum()), rows=whole.rows[mask], bits=whole.bits[mask])
-                    ]
+                    out[key] = [whole.select(mask)]
             else:  # decoded from copies (see Reader._decode): safe to use as they are
                 kept_batches = [b for b, k in items if k]
                 if kept_batches:
@@ -248,7 +229,7 @@ class Reader:
         n = int(fields[b"n"])
         params = self._specs.params(metric, version)
         data = fields[b"b"]
-        if not _merges(params.mechanism):
+        if not mechanism_of(params).merges:
             data = bytes(data)  # kept as is by _merge_read: must not point into the reader's buffer
         header, batch = decode_batch(data, params)
         if header.metric != metric or header.version != version or header.n != n:

@@ -47,6 +47,20 @@ class ReportBatch:
     cols: np.ndarray | None = None
     bits: np.ndarray | None = None
 
+    def select(self, keep: np.ndarray) -> ReportBatch:
+        """The reports where the boolean array ``keep`` (length n) is true, as a batch of the same type."""
+        arrays: dict[str, np.ndarray] = {}
+        for attr in ("rows", "cols", "bits"):
+            arr = getattr(self, attr)
+            if arr is None:
+                continue
+            if attr == "bits" and arr.ndim == 1:  # one bit per report, packed
+                arr = np.packbits(np.unpackbits(arr, count=self.n)[keep])
+            else:
+                arr = arr[keep]
+            arrays[attr] = arr
+        return type(self)(mechanism=self.mechanism, n=int(np.count_nonzero(keep)), **arrays)
+
     def bit_values(self) -> np.ndarray:
         """The n reported bits as uint8 0/1 (batches with one bit per report)."""
         if self.bits is None or self.bits.ndim != 1:
@@ -96,6 +110,7 @@ class Mechanism(ABC, Generic[P, B]):
     params_type: ClassVar[type[ParamsBase]]
     batch_type: ClassVar[type[ReportBatch]]
     needs_candidates: ClassVar[bool] = False  # estimates are asked for candidate values (sketches)
+    merges: ClassVar[bool] = False  # the aggregator merges a read's batches (:meth:`merge`) before folding
     permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
 
     # ------------------------------------------------------------------------------------- client half
@@ -130,16 +145,21 @@ class Mechanism(ABC, Generic[P, B]):
     def fold(self, params: P, batches: Sequence[B], state: SketchState) -> SketchState:
         """Add the reports of ``batches`` to ``state`` exactly (integers), in place; returns ``state``."""
 
-    def merge(self, batches: Sequence[B], *, out: np.ndarray | None = None) -> B | None:
-        """All reports of ``batches`` as one batch laid out for a faster :meth:`fold`, or None (no such step).
+    def merge(self, batches: Sequence[B], *, out: np.ndarray | None = None) -> B:
+        """All reports of ``batches`` as one batch laid out for a faster :meth:`fold` (where :attr:`merges`).
 
-        ``out``: a 1-D uint8 buffer the merged bits may be written into (reused across reads).
+        ``out``: a 1-D uint8 buffer of at least :meth:`merge_bytes` bytes that the merged bits are written
+        into (a caller reuses one across reads); the result's arrays are then views of it.
         """
-        return None
+        raise InvalidParameterError("mechanism", "one with a merge step", self.name)
 
-    def merge_bytes(self, params: P, n: int) -> int:
-        """Bytes of ``out`` that :meth:`merge` needs for ``n`` reports (0 when there is no merge step)."""
-        return 0
+    def merge_bytes(self, batches: Sequence[B]) -> int:
+        """Bytes of ``out`` that :meth:`merge` needs for ``batches``."""
+        raise InvalidParameterError("mechanism", "one with a merge step", self.name)
+
+    def merge_order(self, batches: Sequence[B]) -> np.ndarray:
+        """Where :meth:`merge` puts each report: merged report i is report ``order[i]`` of the concatenation."""
+        raise InvalidParameterError("mechanism", "one with a merge step", self.name)
 
     @abstractmethod
     def estimate(

@@ -335,6 +335,7 @@ class Unary(Mechanism[UP, UnaryBatch]):
 
     batch_type = UnaryBatch
     needs_candidates = True
+    merges = True
 
     def columns(self, params: UP) -> tuple[Column, ...]:
         return (Column("rows", "row", "index", 2, params.k, "row index"), Column("bits", "bits", "bytes", params.m // 8))
@@ -352,11 +353,14 @@ class Unary(Mechanism[UP, UnaryBatch]):
     def fold(self, params: UP, batches: Sequence[UnaryBatch], state: SketchState) -> SketchState:
         return fold(params, batches, state)
 
-    def merge(self, batches: Sequence[UnaryBatch], *, out: np.ndarray | None = None) -> UnaryBatch | None:
+    def merge(self, batches: Sequence[UnaryBatch], *, out: np.ndarray | None = None) -> UnaryBatch:
         return merge_by_row(batches, out=out)
 
-    def merge_bytes(self, params: UP, n: int) -> int:
-        return n * (params.m // 8)
+    def merge_bytes(self, batches: Sequence[UnaryBatch]) -> int:
+        return sum(b.n for b in batches) * batches[0].bits.shape[1]
+
+    def merge_order(self, batches: Sequence[UnaryBatch]) -> np.ndarray:
+        return row_order(concat_rows(batches))
 
     def estimate(
         self, params: UP, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95

@@ -27,7 +27,7 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
 from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
-from ldptel.client.mechanisms.state import Estimate, SketchState
+from ldptel.client.mechanisms.state import BOOLEAN_LABELS, Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import (
     SINGLE_DRAW_PROB_BITS,
@@ -237,7 +237,7 @@ class Rr(Mechanism[RrParams, RrBatch]):
         y_bar = state.counts[0, 0] / n
         p_hat = (y_bar - f) / (1 - 2 * f)
         counts = np.array([n * (1 - p_hat), n * p_hat])
-        return Estimate("rr", ("false", "true"), counts, np.sqrt(self.variance(params, counts, n)), n, confidence)
+        return Estimate("rr", BOOLEAN_LABELS, counts, np.sqrt(self.variance(params, counts, n)), n, confidence)
 
     def variance(self, params: RrParams, counts: np.ndarray, n: int) -> np.ndarray:
         """n²·Var[p̂] with Var[p̂] = Ȳ(1 − Ȳ)/((1 − 2f)²·n), Ȳ = f + (1 − 2f)·p̂ (the same for both counts)."""

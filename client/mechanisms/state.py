@@ -13,6 +13,7 @@ import numpy as np
 from ldptel.client.errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
 from ldptel.client.protocol.params import ParamsBase
 
+BOOLEAN_LABELS = ("false", "true")  # the labels of a boolean metric's estimate
 _STATE_MAGIC = b"LDPS"
 _STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols
 _DTYPES: dict[int, np.dtype[np.signedinteger]] = {1: np.dtype("<i4"), 2: np.dtype("<i8")}

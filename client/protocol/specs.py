@@ -26,7 +26,7 @@ MAX_DESCRIPTION_CHARS = 1000
 
 
 def params_from_dict(data: object) -> Params:
-    """Build and validate params from their JSON form (``{"mechanism": "cms", "epsilon": 4, ...}``)."""
+    """Build and validate params from their JSON form (``{"mechanism": <name>, "epsilon": 4, ...}``)."""
     if not isinstance(data, dict):
         raise InvalidParameterError("params", "a JSON object", type(data).__name__)
     mech = data.get("mechanism")
