@@ -1,4 +1,5 @@
-"""Post-processing of unbiased count estimates: a separate, named step (ldp-math.md §4).
+"""Post-processing of unbiased count estimates: a separate, named step (Wang et al., "Locally
+Differentially Private Frequency Estimation with Consistency", NDSS 2020).
 
 The raw estimates of every mechanism are unbiased but may be negative or sum to more than the number of
 reports n. Post-processing trades that unbiasedness for consistency; the raw estimates and their intervals

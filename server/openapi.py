@@ -77,7 +77,7 @@ _SCHEMAS: dict[str, Any] = {
     },
     "Params": {
         "description": (
-            "The mechanism's parameters (ldp-math), one object per mechanism. Limits JSON Schema cannot state "
+            "The mechanism's parameters, one object per mechanism. Limits JSON Schema cannot state "
             f"are checked by the registry, which answers 400 naming the parameter: k*m at most {MAX_CELLS} "
             "cells, prob_bits large enough for epsilon to survive rounding, and for grr an epsilon large "
             "enough that the true label stays the most likely report."

@@ -13,7 +13,7 @@ Apple's debiased matrix is M[j, a] = k·(O[j, a] − n_j·q)/(p − q) (= k·(c_
     f̂(d) = m/(m−1) · ( (1/k)·Σ_j M[j, h_j(d)] − n/m )
          = m/(m−1) · ( (Σ_j O[j, h_j(d)] − q·n)/(p − q) − n/m )        since Σ_j n_j = n.
 
-Variance, averaged over the hash family (ldp-math.md §1.4, generalised to p ≠ 1 − q), with f = f(d):
+Variance, averaged over the hash family (Apple, "Learning with Privacy at Scale", 2017, generalised to p ≠ 1 − q), with f = f(d):
 
     (m/(m−1))² · [ (f + (n−f)/m)·p(1−p) + (n−f)(1 − 1/m)·q(1−q) ] / (p−q)²
       + (n − f)(k−1)/(k(m−1))          (which row each report picked)

@@ -2,7 +2,7 @@
 
 Keep the true label with probability p (T/2^B exactly), else report one of the d − 1 others uniformly
 (probability q each). ĉ(v) = (c(v) − n·q)/(p − q), Var = n·q(1−q)/(p−q)² + c(v)·(1−p−q)/(p−q)
-(ldp-math.md §3.1); the estimates sum to n exactly because p + (d − 1)q = 1.
+(Wang, Blocki, Li, Jha, USENIX Security 2017); the estimates sum to n exactly because p + (d − 1)q = 1.
 
 Repeated values (the SDK): a permanent randomized response (PRR, keyed by the device secret) then a fresh
 instantaneous one (IRR), as for rr (:mod:`ldptel.client.mechanisms.rr`). A GRR with keep probability p has
@@ -50,7 +50,7 @@ from ldptel.client.protocol.validate import check_int, check_number
 
 
 def recommend_mechanism(epsilon: float, d: int) -> str:
-    """'grr' when d < 3e^ε + 2 (its variance is then the lower one, ldp-math.md §3.3), else 'oue-cms'."""
+    """'grr' when d < 3e^ε + 2 (its variance is then the lower one: Wang et al., USENIX Security 2017), else 'oue-cms'."""
     check_int("d", d, 2, 1 << 62)
     check_number("epsilon", epsilon, 0.0, math.inf, open_interval=True)
     return "grr" if d < 3 * math.exp(epsilon) + 2 else "oue-cms"

@@ -8,7 +8,7 @@ W = S·H_mᵀ row by row (fast Walsh–Hadamard transform, exact in int64), then
 
     f̂(d) = m/(m−1) · ( c·Σ_j W[j, h_j(d)] − n/m ),
 
-Var = (m/(m−1))² · [ n·c² − f − (n − f)(1/m² + (m−1)/(k·m²)) ] (+ the collision term), ldp-math.md §1.5.
+Var = (m/(m−1))² · [ n·c² − f − (n − f)(1/m² + (m−1)/(k·m²)) ] (+ the collision term) (Apple, "Learning with Privacy at Scale", 2017).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class HcmsParams(SketchParams):
 
     A report picks j uniformly in [k] and l uniformly in [m], takes w = H_m[l, h_j(value)] ∈ {±1} and
     flips it with probability 1/(e^ε + 1): ε, not ε/2, because one coordinate is released. Debias with
-    c_ε^H = (e^ε+1)/(e^ε−1) = 1/(1 − 2f_eff) — never the cms constant (ldp-math.md §1.5 shows two
-    implementations that shipped that bug).
+    c_ε^H = (e^ε+1)/(e^ε−1) = 1/(1 − 2f_eff) — never the cms constant (two public
+    implementations shipped that bug).
     """
 
     mechanism: ClassVar[str] = "hcms"

@@ -2,9 +2,9 @@
 
 Report Y = X with probability ½ + γ and 1 − X with probability ½ − γ (the flip probability f = ½ − γ is
 T/2^B exactly). E[Y] = f + (1 − 2f)·p, so p̂ = (Ȳ − f)/(1 − 2f) is unbiased with
-Var[p̂] = P(1 − P)/((1 − 2f)²·n), P = E[Y], estimated by plugging in Ȳ (ldp-math.md §7).
+Var[p̂] = P(1 − P)/((1 − 2f)²·n), P = E[Y], estimated by plugging in Ȳ (Warner, JASA 1965).
 
-Repeated values (the SDK): as in RAPPOR (ldp-math.md §2.1), a value first goes through a *permanent*
+Repeated values (the SDK): as in RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014), a value first goes through a *permanent*
 randomized response (PRR) derived from the device secret, so every report of it starts from the same noisy
 bit; fresh *instantaneous* noise (IRR, OS CSPRNG) is drawn on top for every report. Two flips compose as
 (1 − 2f) = (1 − 2f₁)(1 − 2f₂). The PRR flips with f₁ = T₁/2^B, T₁ = ⌈2^B·(1 − √(1 − 2f))/2⌉ (half of the

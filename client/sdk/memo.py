@@ -1,6 +1,6 @@
 """Longitudinal protection on the device: the device secret, and the per-day memo of sketch reports.
 
-Why (ldp-math.md §8.1): a device that reports the same value T times with fresh noise leaks T·ε, and the
+Why (Erlingsson et al., CCS 2014; Ding, Kulkarni, Yekhanin, NeurIPS 2017): a device that reports the same value T times with fresh noise leaks T·ε, and the
 server can simply average the noise away. Each mechanism says how its repeated values are protected
 (:attr:`~ldptel.client.mechanisms.base.Mechanism.permanent`):
 
