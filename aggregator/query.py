@@ -33,8 +33,6 @@ from ldptel.storage import registry
 from ldptel.storage import sketches as store
 
 
-
-
 class EmptyRangeError(LdpError, ValueError):
     """No sketch of the metric version falls in the asked day range."""
 
@@ -103,7 +101,7 @@ class QueryResult:
         """One dict per value: the raw estimate, stderr, interval and frequency, then the adjusted ones."""
         out = self.estimate.rows()
         n = self.n
-        for row, adj in zip(out, self.adjusted.tolist()):
+        for row, adj in zip(out, self.adjusted.tolist(), strict=True):
             row["adjusted"] = float(adj)
             row["adjusted_frequency"] = float(adj / n) if n else float("nan")
         return out

@@ -49,28 +49,60 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 if TYPE_CHECKING:
     from ldptel.client.errors import (
         BudgetExceededError as BudgetExceededError,
+    )
+    from ldptel.client.errors import (
         InvalidParameterError as InvalidParameterError,
+    )
+    from ldptel.client.errors import (
         InvalidValueError as InvalidValueError,
+    )
+    from ldptel.client.errors import (
         LdpError as LdpError,
+    )
+    from ldptel.client.errors import (
         WireFormatError as WireFormatError,
     )
     from ldptel.client.mechanisms import (
-        Estimate as Estimate,
-        SketchState as SketchState,
-        estimate as estimate,
-        fold as fold,
-        privatize as privatize,
-        privatize_batch as privatize_batch,
-        recommend_mechanism as recommend_mechanism,
+        CmsParams as CmsParams,
     )
     from ldptel.client.mechanisms import (
-        CmsParams as CmsParams,
+        Estimate as Estimate,
+    )
+    from ldptel.client.mechanisms import (
         GrrParams as GrrParams,
+    )
+    from ldptel.client.mechanisms import (
         HcmsParams as HcmsParams,
+    )
+    from ldptel.client.mechanisms import (
         OueCmsParams as OueCmsParams,
+    )
+    from ldptel.client.mechanisms import (
         ReportBatch as ReportBatch,
+    )
+    from ldptel.client.mechanisms import (
         RrParams as RrParams,
     )
+    from ldptel.client.mechanisms import (
+        SketchState as SketchState,
+    )
+    from ldptel.client.mechanisms import (
+        estimate as estimate,
+    )
+    from ldptel.client.mechanisms import (
+        fold as fold,
+    )
+    from ldptel.client.mechanisms import (
+        privatize as privatize,
+    )
+    from ldptel.client.mechanisms import (
+        privatize_batch as privatize_batch,
+    )
+    from ldptel.client.mechanisms import (
+        recommend_mechanism as recommend_mechanism,
+    )
     from ldptel.client.protocol.specs import MetricSpec as MetricSpec
-    from ldptel.client.protocol.wire import decode_batch as decode_batch, encode_batch as encode_batch
-    from ldptel.client.sdk.reporter import ReportResult as ReportResult, Reporter as Reporter
+    from ldptel.client.protocol.wire import decode_batch as decode_batch
+    from ldptel.client.protocol.wire import encode_batch as encode_batch
+    from ldptel.client.sdk.reporter import Reporter as Reporter
+    from ldptel.client.sdk.reporter import ReportResult as ReportResult

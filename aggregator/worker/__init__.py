@@ -59,15 +59,32 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from ldptel.aggregator.worker.config import (
         DEFAULT_BATCH as DEFAULT_BATCH,
+    )
+    from ldptel.aggregator.worker.config import (
         DEFAULT_BLOCK_SECONDS as DEFAULT_BLOCK_SECONDS,
+    )
+    from ldptel.aggregator.worker.config import (
         DEFAULT_CHECKPOINT_EVERY as DEFAULT_CHECKPOINT_EVERY,
+    )
+    from ldptel.aggregator.worker.config import (
         DEFAULT_CHECKPOINT_SECONDS as DEFAULT_CHECKPOINT_SECONDS,
+    )
+    from ldptel.aggregator.worker.config import (
         DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL,
+    )
+    from ldptel.aggregator.worker.config import (
         DEFAULT_RESCAN_SECONDS as DEFAULT_RESCAN_SECONDS,
+    )
+    from ldptel.aggregator.worker.config import (
         DEFAULT_RETENTION_SECONDS as DEFAULT_RETENTION_SECONDS,
+    )
+    from ldptel.aggregator.worker.config import (
         MIN_LEASE_TTL as MIN_LEASE_TTL,
+    )
+    from ldptel.aggregator.worker.config import (
         WorkerConfig as WorkerConfig,
     )
     from ldptel.aggregator.worker.groups import shard_lag as shard_lag
-    from ldptel.aggregator.worker.loop import Worker as Worker, WorkerStats as WorkerStats
+    from ldptel.aggregator.worker.loop import Worker as Worker
+    from ldptel.aggregator.worker.loop import WorkerStats as WorkerStats
     from ldptel.storage.leases import LeaseLostError as LeaseLostError

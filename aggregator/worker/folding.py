@@ -47,7 +47,7 @@ def fold_read(r: redis_lib.Redis, specs: MetricSpecs, sh: OwnedShard, read: Read
     pending = read.pending
     keep: list[bool] = []
     reports = skipped = 0
-    for (eid, fields), decoded in zip(read.entries, read.decoded):
+    for (eid, fields), decoded in zip(read.entries, read.decoded, strict=True):
         sh.to_ack.append(eid)
         sid = parse_id(eid)
         keep.append(False)

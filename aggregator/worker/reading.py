@@ -75,7 +75,7 @@ class Read:
         be filling: only their rows (copies) are used, to find which merged report came from which entry.
         """
         per_key: dict[tuple[int, str], list[tuple[ReportBatch, bool]]] = defaultdict(list)
-        for decoded, kept in zip(self.decoded, keep):
+        for decoded, kept in zip(self.decoded, keep, strict=True):
             if not isinstance(decoded, str):
                 per_key[(decoded[0], decoded[1])].append((decoded[2], kept))
         out: Merged = {}

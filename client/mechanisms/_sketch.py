@@ -6,9 +6,8 @@ A sketch report picks a row j in [k] and encodes h_j(value) in [m]; estimates ar
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any

@@ -289,7 +289,7 @@ def reports_to_json(batch: ReportBatch) -> list[Any]:
         values["bits"] = [row.tobytes().hex() for row in batch.bits]
     if len(values) == 1:
         return next(iter(values.values()))
-    return [dict(zip(values, report)) for report in zip(*values.values())]
+    return [dict(zip(values, report, strict=True)) for report in zip(*values.values(), strict=True)]
 
 
 def _ints(values: Sequence[Any], what: str, hi: int) -> np.ndarray:

@@ -24,15 +24,14 @@ The reported stderr plugs f̂ clipped to [0, n] into the first two terms.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
-
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
+
+import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError
 from ldptel.client.mechanisms._sketch import (

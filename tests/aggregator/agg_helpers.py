@@ -18,8 +18,8 @@ from flask.testing import FlaskClient
 from ldptel.aggregator.worker import Worker, WorkerConfig, WorkerStats
 from ldptel.client import MetricSpec, ReportBatch, SketchState, encode_batch, fold, privatize_batch
 from ldptel.storage import registry
-from ldptel.storage.registry import MetricRecord
 from ldptel.storage.append import BatchAppender
+from ldptel.storage.registry import MetricRecord
 
 OCTET = "application/octet-stream"
 

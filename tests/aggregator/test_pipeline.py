@@ -7,22 +7,20 @@ sketch must equal, exactly, the fold of the batches the app acknowledged.
 from __future__ import annotations
 
 import time
-
 from collections import Counter
 
 import numpy as np
 import pytest
 import redis as redis_lib
+from agg_helpers import Ingested, append_reports, create, drain, post_reports
 from flask.testing import FlaskClient
 
-from agg_helpers import Ingested, append_reports, create, drain, post_reports
-from ldptel.aggregator.worker import Worker, WorkerConfig
-from ldptel.storage import sketches as store
 from ldptel.aggregator.query import EmptyRangeError, estimate_metric
+from ldptel.aggregator.worker import Worker, WorkerConfig
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
 from ldptel.client.errors import InvalidParameterError
-from ldptel.storage import registry
-from ldptel.storage import keys
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
 from ldptel.storage.append import utc_day
 from tests.stats import assert_close_normal
 

@@ -11,14 +11,13 @@ import time
 import numpy as np
 import pytest
 import redis as redis_lib
+from agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
 from flask.testing import FlaskClient
 
-from agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
-from ldptel.storage import sketches as store
 from ldptel.aggregator.worker import LeaseLostError, Worker, WorkerConfig, shard_lag
 from ldptel.client import CmsParams, GrrParams, MetricSpec
-from ldptel.storage import registry
-from ldptel.storage import keys
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
 
 
 def _total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]
@@ -55,7 +54,7 @@ def test_sigkill_mid_fold_then_restart_counts_every_report_once(
         proc = ldptel_popen(*args, redis_url=redis_url)
         try:
             _wait(
-                lambda: any(redis.get(keys.checkpoint("pages", s)) != before[s] for s in range(shards)),
+                lambda before=before: any(redis.get(keys.checkpoint("pages", s)) != before[s] for s in range(shards)),
                 timeout=30, what="a checkpoint",
             )
             proc.send_signal(signal.SIGKILL)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
+from ldptel.client.errors import InvalidValueError, UnknownValueError
 from ldptel.client.sdk.memo import (
     SECRET_BYTES,
     SecretError,
@@ -22,7 +23,6 @@ from ldptel.client.sdk.memo import (
     prr_stream,
     rr_split,
 )
-from ldptel.client.errors import InvalidValueError, UnknownValueError
 from ldptel.client.sdk.reporter import longitudinal_epsilon
 from tests.stats import Z, assert_chi_square, assert_close_normal
 

@@ -10,7 +10,17 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from ldptel.client import CmsParams, GrrParams, HcmsParams, OueCmsParams, RrParams, estimate, fold, privatize, privatize_batch
+from ldptel.client import (
+    CmsParams,
+    GrrParams,
+    HcmsParams,
+    OueCmsParams,
+    RrParams,
+    estimate,
+    fold,
+    privatize,
+    privatize_batch,
+)
 from ldptel.client.protocol.hashing import HashFamily
 from tests.stats import assert_chi_square
 
@@ -103,8 +113,8 @@ def _hcms_distribution(params, fam: HashFamily, value: str) -> list[Fraction]:
     dist = []
     for j in range(params.k):
         h = fam.hash_one(value, j)
-        for l in range(params.m):
-            plus = bin(l & h).count("1") % 2 == 0
+        for col in range(params.m):
+            plus = bin(col & h).count("1") % 2 == 0
             p_one = (1 - f) if plus else f
             base = Fraction(1, params.k * params.m)
             dist += [base * (1 - p_one), base * p_one]
@@ -131,7 +141,7 @@ def test_enumerated_likelihood_ratios_never_exceed_e_to_the_epsilon(factory) -> 
     dist = _unary_distribution if params.mechanism != "hcms" else _hcms_distribution
     pa, pb = dist(params, fam, a), dist(params, fam, b)
     assert sum(pa) == 1 and sum(pb) == 1
-    worst = max(max(x / y, y / x) for x, y in zip(pa, pb))
+    worst = max(max(x / y, y / x) for x, y in zip(pa, pb, strict=True))
     assert worst == _exact_ratio(params)  # attained: the bound is tight, not loose
     assert math.log(worst.numerator) - math.log(worst.denominator) <= params.epsilon
     assert math.log(worst.numerator) - math.log(worst.denominator) == pytest.approx(params.effective_epsilon, rel=1e-12)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, privatize
-from ldptel.client.sdk.queue import form_batches, next_batch, pack_report, payload_size, unpack_reports
-from ldptel.client.sdk.store import DB_FILE, connect, init_schema
-from ldptel.client.sdk.reporter import Reporter
 from ldptel.client.protocol.wire import decode_batch
+from ldptel.client.sdk.queue import form_batches, next_batch, pack_report, payload_size, unpack_reports
+from ldptel.client.sdk.reporter import Reporter
+from ldptel.client.sdk.store import DB_FILE, connect, init_schema
 
 from .conftest import FakeClock
 

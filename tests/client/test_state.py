@@ -3,7 +3,17 @@
 import numpy as np
 import pytest
 
-from ldptel.client import CmsParams, GrrParams, HcmsParams, OueCmsParams, RrParams, SketchState, estimate, fold, privatize_batch
+from ldptel.client import (
+    CmsParams,
+    GrrParams,
+    HcmsParams,
+    OueCmsParams,
+    RrParams,
+    SketchState,
+    estimate,
+    fold,
+    privatize_batch,
+)
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, StateMismatchError, WireFormatError
 
 PARAMS = [
@@ -117,7 +127,7 @@ def test_merge_by_row_keeps_every_report_and_folds_the_same(params) -> None:
     assert np.all(np.diff(merged.rows) >= 0)
     # the same multiset of (row, bits) reports, reordered
     def keyed(rows, bits):
-        return sorted(zip(rows.tolist(), map(bytes, bits)))
+        return sorted(zip(rows.tolist(), map(bytes, bits), strict=True))
     assert keyed(merged.rows, merged.bits) == keyed(
         np.concatenate([b.rows for b in batches]), np.concatenate([b.bits for b in batches])
     )
