@@ -8,11 +8,11 @@ it (``tests/server/test_server_schemathesis.py``), so the document cannot drift 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, get_args
 
 from ldptel.client.protocol.specs import EPSILON_RANGE, HASH_VERSIONS, M_RANGE, MAX_CELLS, MAX_DOMAIN, MAX_K
 
-from ldptel.storage.registry import MAX_SHARDS
+from ldptel.storage.registry import MAX_SHARDS, Status
 
 __all__ = ["openapi_document"]
 
@@ -37,13 +37,14 @@ _ERROR_CODES = [
     "internal",
 ]
 
-# Per-field limits of a new metric, as the registry enforces them (ldptel.client.protocol.specs, server/registry.py).
+# Per-field limits of a new metric, as the registry enforces them (ldptel.client.protocol.specs,
+# ldptel.storage.registry).
 # Cross-field ones cannot be written in JSON Schema and are only described: k·m cells, probability bits
 # large enough for ε to survive rounding, a GRR domain that ε can separate.
 _NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"}
 _REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 10_000}
 _DESCRIPTION = {"type": "string", "maxLength": 1000}
-
+_STATUS = {"type": "string", "enum": list(get_args(Status))}
 
 
 def _int(lo: int, hi: int) -> dict[str, Any]:
@@ -88,7 +89,7 @@ _SCHEMAS: dict[str, Any] = {
             "metric": {"type": "string"},
             "version": {"type": "integer"},
             "current_version": {"type": "integer"},
-            "status": {"type": "string", "enum": ["active", "retired"]},
+            "status": _STATUS,
             "current": {"$ref": "#/components/schemas/MetricSpec"},
         },
         "additionalProperties": False,
@@ -143,7 +144,7 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["name", "status", "current_version", "shards", "current", "versions"],
         "properties": {
             "name": {"type": "string"},
-            "status": {"type": "string", "enum": ["active", "retired"]},
+            "status": _STATUS,
             "current_version": {"type": "integer", "minimum": 1},
             "shards": {"type": "integer", "minimum": 1},
             "current": {"$ref": "#/components/schemas/MetricSpec"},

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import redis
 
@@ -26,9 +26,12 @@ from ldptel.client.protocol.validate import check_int
 from ldptel.storage import keys
 
 __all__ = [
+    "DEFAULT_SHARDS",
+    "MAX_SHARDS",
     "MetricRecord",
     "RegistryConflictError",
     "RegistryCorruptError",
+    "Status",
     "UnknownMetricError",
     "UnknownVersionError",
     "create_metric",
@@ -39,7 +42,7 @@ __all__ = [
     "spec_for",
 ]
 
-Status = Literal["active", "retired"]
+Status = Literal["active", "retired"]  # a metric's status (the OpenAPI document lists these values)
 _MAX_WATCH_RETRIES = 50
 DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
 MAX_SHARDS = 1024
@@ -120,7 +123,7 @@ class MetricRecord:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
-        if record.status not in ("active", "retired") or record.current_version not in versions:
+        if record.status not in get_args(Status) or record.current_version not in versions:
             raise RegistryCorruptError(f"inconsistent registry record for {record.name!r}")
         if any(spec.version != v or spec.name != record.name for v, spec in versions.items()):
             raise RegistryCorruptError(f"registry record for {record.name!r} has mislabelled versions")
