@@ -23,12 +23,14 @@ What lives here:
   Python values; :meth:`RawConnection.array` and :meth:`RawConnection.bulk` walk a big reply and return its
   bulk strings as ``memoryview`` s of the buffer, valid until the next command on that connection.
 * :func:`pack_command` (a command in RESP), :func:`reply_error` (the redis-py exception of an error reply) and
-  :class:`UnexpectedReplyError`.
+  the errors of a read.
 
 Failures: an error reply raises the exception redis-py would raise for it (``NOSCRIPT`` is a
-``NoScriptError``, ``LOADING`` a ``BusyLoadingError``, ...); a socket error is a ``redis.ConnectionError``, a
-socket timeout a ``redis.TimeoutError``. Anything but a plain error reply also disconnects the connection
-first, so the rest of a partial reply is never read as the next one.
+``NoScriptError``, ``LOADING`` a ``BusyLoadingError``, ...); a socket error or a closed connection is a
+:class:`ConnectionLostError`, a reply of the wrong shape an :class:`UnexpectedReplyError` (both are
+``redis.ConnectionError`` s), a socket timeout a :class:`ReplyTimeoutError` (a ``redis.TimeoutError``), so
+callers handle them as they handle redis-py's own. Anything but a plain error reply also
+disconnects the connection first, so the rest of a partial reply is never read as the next one.
 """
 
 from __future__ import annotations
@@ -45,7 +47,16 @@ from redis._parsers import BaseParser
 
 from ldptel.client.errors import LdpError
 
-__all__ = ["RawClient", "RawConnection", "Reply", "UnexpectedReplyError", "pack_command", "reply_error"]
+__all__ = [
+    "ConnectionLostError",
+    "RawClient",
+    "RawConnection",
+    "Reply",
+    "ReplyTimeoutError",
+    "UnexpectedReplyError",
+    "pack_command",
+    "reply_error",
+]
 
 T = TypeVar("T")
 # A RESP2 reply as Python values: bulk and simple strings as bytes, integers, nil (null bulk or array), arrays.
@@ -58,11 +69,15 @@ _parse_error: Callable[[str], redis.RedisError] = BaseParser.parse_error
 
 
 class UnexpectedReplyError(LdpError, redis.ConnectionError):
-    """A reply did not have the shape the command returns; its connection is dropped.
+    """A reply did not have the shape the command returns; its connection is dropped."""
 
-    A ``redis.ConnectionError`` too, so every caller (and redis-py's retry policy) treats it as the broken
-    connection it is.
-    """
+
+class ConnectionLostError(LdpError, redis.ConnectionError):
+    """The socket failed, or the server closed it, while a reply was being read."""
+
+
+class ReplyTimeoutError(LdpError, redis.TimeoutError):
+    """No reply (or not all of it) within the client's socket timeout."""
 
 
 class _RedisPyConnection(Protocol):
@@ -216,16 +231,16 @@ class RawConnection:
             self.buf, self.view = grown, memoryview(grown)
         sock = self.conn._sock  # noqa: SLF001 - see _RedisPyConnection
         if sock is None:
-            raise redis.ConnectionError("the connection closed during a read")
+            raise ConnectionLostError("the connection closed during a read")
         while self.end < need:
             try:
                 n = sock.recv_into(self.view[self.end :], len(self.buf) - self.end)
             except TimeoutError as exc:  # socket.timeout: raised by the raw recv, not by redis-py
-                raise redis.TimeoutError(f"timeout reading a reply: {exc}") from exc
+                raise ReplyTimeoutError(f"timeout reading a reply: {exc}") from exc
             except OSError as exc:
-                raise redis.ConnectionError(f"error reading a reply: {exc}") from exc
+                raise ConnectionLostError(f"error reading a reply: {exc}") from exc
             if n == 0:
-                raise redis.ConnectionError("Redis closed the connection during a read")
+                raise ConnectionLostError("Redis closed the connection during a read")
             self.end += n
 
 

@@ -7,7 +7,14 @@ import redis as redis_lib
 from redis.connection import PythonRespSerializer
 
 from ldptel.client.errors import LdpError
-from ldptel.storage.connection import RawClient, RawConnection, Reply, UnexpectedReplyError, pack_command
+from ldptel.storage.connection import (
+    RawClient,
+    RawConnection,
+    Reply,
+    ReplyTimeoutError,
+    UnexpectedReplyError,
+    pack_command,
+)
 
 
 class _Client(RawClient):
@@ -70,8 +77,9 @@ def test_a_reply_of_the_wrong_shape_drops_the_connection(redis: redis_lib.Redis)
 
 def test_a_timeout_is_a_redis_timeout_and_the_next_call_reconnects(redis_url: str, redis: redis_lib.Redis) -> None:
     client = _Client(redis_lib.Redis.from_url(redis_url, socket_timeout=0.1))
-    with pytest.raises(redis_lib.TimeoutError):
+    with pytest.raises(redis_lib.TimeoutError) as info:
         client.call("BLPOP", "nothing", "2")
+    assert isinstance(info.value, ReplyTimeoutError) and isinstance(info.value, LdpError)
     redis.rpush("something", b"x")
     assert client.call("BLPOP", "something", "1") == [b"something", b"x"]
     client.close()
