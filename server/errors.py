@@ -78,7 +78,7 @@ def fail(
     raise ApiError(status, code, message, extra=extra, headers=headers, metric=metric, n=n)
 
 
-def json_response(body: object, status: int, headers: dict[str, str] | None = None) -> Response:
+def json_response(body: object, status: int, *, headers: dict[str, str] | None = None) -> Response:
     """``body`` as compact JSON (keys in the order given)."""
     return Response(
         json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json", headers=headers
@@ -89,7 +89,7 @@ def error_response(
     status: int, code: str, message: str, /, *, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
     """The one shape of every error the service returns."""
-    return json_response(error_body(code, message, **extra), status, headers)
+    return json_response(error_body(code, message, **extra), status, headers=headers)
 
 
 def register_error_handlers(app: Flask) -> None:
