@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ldptel.client.errors import LdpError
+from ldptel.client.protocol.wire import MAX_REPORTS
+from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
 __all__ = ["ConfigError", "ServerConfig", "MIN_TOKEN_LENGTH"]
@@ -81,11 +83,11 @@ class ServerConfig:
             raise ConfigError(f"{PREFIX}ADMIN_TOKEN must differ from every app token")
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://")
-        _check_range("MAX_BATCH_REPORTS", self.max_batch_reports, 1, (1 << 32) - 1)
+        _check_range("MAX_BATCH_REPORTS", self.max_batch_reports, 1, MAX_REPORTS)
         _check_range("MAX_BODY_BYTES", self.max_body_bytes, 64, 1 << 31)
         if self.rate_limit is not None and not (math.isfinite(self.rate_limit) and self.rate_limit > 0):
             raise ConfigError(f"{PREFIX}RATE_LIMIT must be a positive number of requests/s or 'off'")
-        _check_range("RATE_LIMIT burst", self.rate_burst, 1, 10**9)
+        _check_range("RATE_LIMIT burst", self.rate_burst, 1, MAX_BURST)
         _check_range("SHARDS", self.shards, 1, MAX_SHARDS)
         _check_range("DEDUPE_TTL", self.dedupe_ttl, 1, 365 * 86_400)
         _check_range("RETRY_AFTER", self.retry_after, 1, 3600)

@@ -10,7 +10,8 @@ It only ever answers **202** (or **503** when Redis is unreachable). At the firs
 case — another path, method or content type, a missing length or a chunked body, a body over the limit, no or
 not an app token, the rate limit, a batch that does not decode, too many reports, an unknown metric, a retired
 metric or another version, or anything unexpected before the append — it hands the request, with the body it
-read, to the Flask app, which checks everything again and answers with the documented error. So every error comes from one place (``app.py``), and both paths share the
+read, to the Flask app, which checks everything again and answers with the documented error. So every error
+comes from one place (the Flask app: ``reports.py``, ``auth.py``, ``errors.py``), and both paths share the
 helpers in ``state.py``: the token digest, the registry cache, the validation (:func:`decode_payload`), the
 append and the 202 body. The tests run every request through this wrapper (the Flask test client calls
 ``app.wsgi_app``) and compare it with the Flask route alone.

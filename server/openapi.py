@@ -8,12 +8,12 @@ it (``tests/server/test_server_schemathesis.py``), so the document cannot drift 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, get_args
 
 from ldptel.client.mechanisms import mechanisms
 from ldptel.client.protocol.params import EPSILON_RANGE, MAX_CELLS
 
-from ldptel.storage.registry import MAX_SHARDS
+from ldptel.storage.registry import MAX_SHARDS, Status
 
 __all__ = ["openapi_document"]
 
@@ -38,13 +38,14 @@ _ERROR_CODES = [
     "internal",
 ]
 
-# Per-field limits of a new metric, as the registry enforces them (ldptel.client.protocol.specs, server/registry.py).
+# Per-field limits of a new metric, as the registry enforces them (ldptel.client.protocol.specs,
+# ldptel.storage.registry).
 # Cross-field ones cannot be written in JSON Schema and are only described: k·m cells, probability bits
 # large enough for ε to survive rounding, a GRR domain that ε can separate.
 _NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"}
 _REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 10_000}
 _DESCRIPTION = {"type": "string", "maxLength": 1000}
-
+_STATUS = {"type": "string", "enum": list(get_args(Status))}
 
 
 def _params(mechanism: str, fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -70,7 +71,7 @@ _SCHEMAS: dict[str, Any] = {
             "metric": {"type": "string"},
             "version": {"type": "integer"},
             "current_version": {"type": "integer"},
-            "status": {"type": "string", "enum": ["active", "retired"]},
+            "status": _STATUS,
             "current": {"$ref": "#/components/schemas/MetricSpec"},
         },
         "additionalProperties": False,
@@ -123,7 +124,7 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["name", "status", "current_version", "shards", "current", "versions"],
         "properties": {
             "name": {"type": "string"},
-            "status": {"type": "string", "enum": ["active", "retired"]},
+            "status": _STATUS,
             "current_version": {"type": "integer", "minimum": 1},
             "shards": {"type": "integer", "minimum": 1},
             "current": {"$ref": "#/components/schemas/MetricSpec"},

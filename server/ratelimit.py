@@ -8,21 +8,24 @@ and only authenticated tokens get one, so the table is bounded by the number of 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["TokenBucketLimiter"]
+from ldptel.client.protocol.validate import check_int, check_number
+
+__all__ = ["MAX_BURST", "TokenBucketLimiter"]
+
+MAX_BURST = 10**9  # the largest bucket (LDPTEL_RATE_LIMIT's burst)
 
 
 class TokenBucketLimiter:
     """``rate`` requests/s with bursts of up to ``burst``, per key. Thread-safe (gthread workers)."""
 
     def __init__(self, *, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
-        if rate <= 0 or burst < 1:
-            raise ValueError("rate must be > 0 and burst >= 1")
-        self._rate = float(rate)
-        self._burst = float(burst)
+        self._rate = check_number("rate", rate, 0.0, math.inf, open_interval=True)
+        self._burst = float(check_int("burst", burst, 1, MAX_BURST))
         self._clock = clock
         self._buckets: dict[bytes, tuple[float, float]] = {}  # key -> (tokens, last refill time)
         self._lock = threading.Lock()

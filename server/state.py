@@ -1,7 +1,8 @@
 """Per-process state of the ingest app and the helpers that need no Flask request context.
 
-Both the Flask routes (``app.py``) and the WSGI fast path of ``POST /v1/reports`` (``fastpath.py``) use these,
-so a token, a registry record or an accepted batch is handled the same way on either path.
+Both the Flask routes (``reports.py``, ``metrics.py``, ``auth.py``, ``ops.py``) and the WSGI fast path of
+``POST /v1/reports`` (``fastpath.py``) use these, so a token, a registry record or an accepted batch is handled
+the same way on either path. The Flask routes find the state with :func:`current_state`.
 """
 
 from __future__ import annotations
@@ -13,25 +14,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from flask import current_app
 
-from ldptel.storage import keys
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
 from ldptel.server.ratelimit import TokenBucketLimiter
-from ldptel.storage.registry import MetricRecord, UnknownMetricError, parse_record
+from ldptel.storage import keys
 from ldptel.storage.append import BatchAppender, utc_day
+from ldptel.storage.registry import MetricRecord, UnknownMetricError, parse_record
 
 __all__ = [
+    "EXTENSION",
     "IngestState",
     "RATE_WAIT_KEY",
     "REDIS_UNAVAILABLE",
     "append_batch",
     "bearer_digest",
     "cached_record",
+    "current_state",
     "digest",
     "error_body",
 ]
 
+# Key of the IngestState in ``app.extensions``.
+EXTENSION = "ldptel"
 # WSGI environ key: the rate-limit wait (seconds, 0.0 = allowed) the fast path already took for this request,
 # so the Flask route it falls back to does not take a second token.
 RATE_WAIT_KEY = "ldptel.rate_wait"
@@ -49,9 +55,16 @@ class IngestState:
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes
-    records: dict[bytes, MetricRecord]  # parsed records by their exact registry JSON
+    records: dict[bytes | str, MetricRecord]  # parsed records by their exact registry JSON
     recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
     records_lock: threading.Lock
+
+
+def current_state() -> IngestState:
+    """The state of the app handling the current request (Flask routes only; the fast path holds its own)."""
+    state = current_app.extensions[EXTENSION]
+    assert isinstance(state, IngestState)
+    return state
 
 
 def digest(token: str | bytes) -> bytes:
@@ -83,15 +96,15 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
     if raw is None:
         state.recent.pop(name, None)
         raise UnknownMetricError(name)
-    record = state.records.get(raw)  # type: ignore[call-overload]
+    record = state.records.get(raw)
     if record is None:
-        record = parse_record(raw)  # type: ignore[arg-type]
+        record = parse_record(raw)
         with state.records_lock:
             if len(state.records) >= _MAX_CACHED_RECORDS:
                 state.records.clear()
-            state.records[raw] = record  # type: ignore[index]
+            state.records[raw] = record
     state.recent[name] = (now, record)
-    return record  # type: ignore[no-any-return]
+    return record
 
 
 def append_batch(

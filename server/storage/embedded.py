@@ -198,7 +198,7 @@ class EmbeddedRedis:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
-        probe = redis.Redis(host="127.0.0.1", port=self._port, socket_connect_timeout=0.5, socket_timeout=1.0)
+        probe = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5, socket_timeout=1.0)
         try:
             while time.monotonic() < deadline:
                 if self._process is None or self._process.poll() is not None:

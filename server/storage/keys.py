@@ -1,8 +1,11 @@
-"""Every Redis key ldptel uses, built in one place.
+"""Every Redis key ldptel uses: the one place where keys are built.
 
-All keys start with ``ldp:v1:`` and those that belong to one metric shard carry the hash tag
-``{<metric>:<shard>}``, so a shard's stream, dedupe keys, sketches, checkpoint and lease live in one
-Redis Cluster slot and can be written in one MULTI/EXEC or Lua script.
+The ingest service (stream appends, dedupe keys, the registry), the aggregator (fold workers, checkpoints,
+leases, the worker heartbeat set, dead letters, queries) and the CLI all build their keys with these
+functions; no other module formats a key. All keys start with ``ldp:v1:`` and those that belong to one metric
+shard carry the hash tag ``{<metric>:<shard>}``, so a shard's stream, dedupe keys, sketches, checkpoint and
+lease live in one Redis Cluster slot and can be written in one MULTI/EXEC or Lua script. The consumer group
+name the fold workers read the streams with is here too.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ def registry() -> str:
 
 
 def tag(metric: str, shard: int) -> str:
+    """The hash tag of one metric shard (every key of the shard carries it)."""
     return f"{{{metric}:{shard}}}"
 
 

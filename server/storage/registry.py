@@ -15,19 +15,23 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import redis
 
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.specs import MetricSpec
+from ldptel.client.protocol.validate import check_int
 
 from ldptel.storage import keys
 
 __all__ = [
+    "DEFAULT_SHARDS",
+    "MAX_SHARDS",
     "MetricRecord",
     "RegistryConflictError",
     "RegistryCorruptError",
+    "Status",
     "UnknownMetricError",
     "UnknownVersionError",
     "create_metric",
@@ -38,7 +42,7 @@ __all__ = [
     "spec_for",
 ]
 
-Status = Literal["active", "retired"]
+Status = Literal["active", "retired"]  # a metric's status (the OpenAPI document lists these values)
 _MAX_WATCH_RETRIES = 50
 DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
 MAX_SHARDS = 1024
@@ -119,7 +123,7 @@ class MetricRecord:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
-        if record.status not in ("active", "retired") or record.current_version not in versions:
+        if record.status not in get_args(Status) or record.current_version not in versions:
             raise RegistryCorruptError(f"inconsistent registry record for {record.name!r}")
         if any(spec.version != v or spec.name != record.name for v, spec in versions.items()):
             raise RegistryCorruptError(f"registry record for {record.name!r} has mislabelled versions")
@@ -139,12 +143,6 @@ def _same_definition(a: MetricSpec, b: MetricSpec) -> bool:
     return a.with_version(1) == b.with_version(1)
 
 
-def _check_shards(shards: int) -> int:
-    if isinstance(shards, bool) or not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
-        raise InvalidParameterError("shards", f"an integer in [1, {MAX_SHARDS}]", shards)
-    return shards
-
-
 def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], MetricRecord]) -> MetricRecord:
     """Read-modify-write one registry field under WATCH; ``change`` returns the record to store.
 
@@ -154,7 +152,7 @@ def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], M
     for _ in range(_MAX_WATCH_RETRIES):
         with r.pipeline(transaction=True) as pipe:
             try:
-                pipe.watch(key)
+                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py's Pipeline.watch has no annotations
                 raw = pipe.hget(key, name)
                 old = None if raw is None else parse_record(raw)
                 new = change(old)
@@ -184,8 +182,8 @@ def create_metric(
     if not isinstance(spec, MetricSpec):
         raise InvalidParameterError("spec", "a MetricSpec", type(spec).__name__)
     if shards is not None:
-        _check_shards(shards)
-    _check_shards(default_shards)
+        check_int("shards", shards, 1, MAX_SHARDS)
+    check_int("shards", default_shards, 1, MAX_SHARDS)
 
     def change(old: MetricRecord | None) -> MetricRecord:
         if old is None:
@@ -219,13 +217,13 @@ def get_metric(r: redis.Redis, name: str) -> MetricRecord:
     raw = r.hget(keys.registry(), name)
     if raw is None:
         raise UnknownMetricError(name)
-    return parse_record(raw)  # type: ignore[arg-type]
+    return parse_record(raw)
 
 
 def list_metrics(r: redis.Redis) -> list[MetricRecord]:
     """Every registered metric (active and retired), sorted by name."""
     raw = r.hgetall(keys.registry())
-    return sorted((parse_record(value) for value in raw.values()), key=lambda rec: rec.name)  # type: ignore[union-attr]
+    return sorted((parse_record(value) for value in raw.values()), key=lambda rec: rec.name)
 
 
 def retire_metric(r: redis.Redis, name: str) -> MetricRecord:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Iterable
-from typing import Any
 
 import redis as redis_lib
 
@@ -83,13 +82,13 @@ def read_checkpoint(r: redis_lib.Redis, metric: str, shard: int) -> StreamId:
     return parse_id(raw) if raw else ZERO_ID
 
 
-def load_state(r: redis_lib.Redis | Any, key: str, params: Params) -> SketchState | None:
+def load_state(r: redis_lib.Redis, key: str, params: Params) -> SketchState | None:
     """The stored state at ``key``, or None when the key does not exist."""
     raw = r.get(key)
-    return None if raw is None else _decode(raw, params, key)
-
-
-def _decode(raw: bytes, params: Params, key: str) -> SketchState:
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        raise StoreError(f"sketch {key} was read as text: sketches need a client with decode_responses=False")
     try:
         return SketchState.from_bytes(raw, params)
     except (LdpError, ValueError) as exc:

@@ -76,7 +76,7 @@ def test_an_idle_connection_closed_by_the_server_is_replaced(redis: redis_lib.Re
 
 
 def test_error_replies_keep_redis_py_classes() -> None:
-    from ldptel.storage.streamread import _error
+    from ldptel.storage.connection import reply_error as _error
 
     assert isinstance(_error("LOADING Redis is loading the dataset in memory"), redis_lib.BusyLoadingError)
     assert type(_error("NOGROUP No such key")) is redis_lib.ResponseError

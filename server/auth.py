@@ -1,0 +1,52 @@
+"""Who may call an endpoint: bearer tokens (app or admin) and the per-token rate limit of the Flask routes.
+
+Tokens are compared by their SHA-256 digest (:func:`ldptel.server.state.bearer_digest`); the WSGI fast path
+(``fastpath.py``) accepts app tokens the same way and leaves its rate-limit result in the request environ, so
+a request it hands over is not charged twice.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from flask import request
+
+from ldptel.server.errors import ApiError
+from ldptel.server.state import RATE_WAIT_KEY, bearer_digest, current_state
+
+__all__ = ["Role", "authenticate"]
+
+Role = Literal["app", "admin"]
+_CHALLENGE = {"WWW-Authenticate": "Bearer"}
+
+
+def authenticate(*allowed: Role) -> Role:
+    """Check the bearer token (401/403), then the per-token rate limit (429); return the caller's role."""
+    header = request.headers.get("Authorization")
+    if header is None:
+        raise ApiError(401, "unauthorized", "missing bearer token", headers=_CHALLENGE)
+    token_digest = bearer_digest(header)
+    if token_digest is None:
+        raise ApiError(401, "unauthorized", "Authorization must be 'Bearer <token>'", headers=_CHALLENGE)
+    state = current_state()
+    role: Role
+    if token_digest == state.admin_digest:
+        role = "admin"
+    elif token_digest in state.app_digests:
+        role = "app"
+    else:
+        raise ApiError(
+            401, "unauthorized", "unknown token", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}
+        )
+    if role not in allowed:
+        raise ApiError(403, "forbidden", f"this endpoint needs an {' or '.join(allowed)} token")
+    if state.limiter is not None:
+        # The fast path (fastpath.py) may have taken this request's token already; it leaves the result here.
+        wait = request.environ.get(RATE_WAIT_KEY)
+        if wait is None:
+            wait = state.limiter.acquire(token_digest)
+        if wait > 0:
+            retry_after = str(max(1, int(wait + 0.999)))
+            state.telemetry.rejected("", "rate_limited", 0)  # counted on every route
+            raise ApiError(429, "rate_limited", "too many requests for this token", headers={"Retry-After": retry_after})
+    return role

@@ -1,0 +1,60 @@
+"""The ``ops`` blueprint: liveness, readiness, Prometheus metrics, the OpenAPI document, and request timing.
+
+``/healthz`` (the process is up), ``/readyz`` (Redis answers PING; 503 otherwise), ``/metrics`` (the
+counters and latency histogram of ``prom.py``), ``/v1/openapi.json`` (``openapi.py``). No token needed. Every
+request that reaches Flask is timed here, by its URL rule (the fast path times its own).
+"""
+
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, Response, g, request
+
+from ldptel.server.errors import json_response
+from ldptel.server.openapi import openapi_document
+from ldptel.server.state import current_state
+
+__all__ = ["bp"]
+
+bp = Blueprint("ops", __name__)
+
+
+@bp.before_app_request
+def _start_timer() -> None:
+    g.ldptel_t0 = time.perf_counter()
+
+
+@bp.after_app_request
+def _observe(response: Response) -> Response:
+    t0 = g.get("ldptel_t0")
+    if t0 is not None:
+        rule = request.url_rule
+        endpoint = rule.rule if rule is not None else "unmatched"
+        current_state().telemetry.observe(endpoint, response.status_code, time.perf_counter() - t0)
+    return response
+
+
+@bp.get("/healthz")
+def healthz() -> Response:
+    return json_response({"status": "ok"}, 200)
+
+
+@bp.get("/readyz")
+def readyz() -> Response:
+    current_state().redis.ping()  # RedisError -> 503
+    return json_response({"status": "ready"}, 200)
+
+
+@bp.get("/metrics")
+def prometheus() -> Response:
+    return Response(
+        current_state().telemetry.render(),
+        mimetype="text/plain",
+        content_type="text/plain; version=0.0.4; charset=utf-8",
+    )
+
+
+@bp.get("/v1/openapi.json")
+def openapi() -> Response:
+    return json_response(openapi_document(), 200)

@@ -1,0 +1,297 @@
+"""The one raw-RESP connection stack of the storage layer: the ingest append and the fold's XREADGROUP use it.
+
+Both hot paths bypass redis-py's command machinery, each for a measured reason:
+
+* the append (:class:`~ldptel.storage.append.BatchAppender`): redis-py's pool checkout, command packer and
+  reply machinery cost more than the Redis round trip itself (EVALSHA of a 13 KB batch: ~500 µs through
+  ``Redis.evalsha`` vs ~200-260 µs on a held connection; py-spy of ``tests/bench/bench_ingest.py``);
+* the stream read (:class:`~ldptel.storage.streamread.StreamReader`): a read of 1,000 cms entries is a ~130 MB
+  reply, which redis-py copies twice (into hiredis's buffer, then into ``bytes`` objects); parsed in place
+  here, it made the fold's prefetch thread about twice as fast (``tests/bench/bench_aggregate.py``).
+
+What lives here:
+
+* :class:`RawClient`, the base of both: a small stack of idle :class:`RawConnection` of its own (a lock and
+  a list), built with the settings of a redis-py client's pool (same URL, auth, TLS, db; RESP2 forced) but
+  not taken from that pool. A connection goes back to the stack after every call, so servers that start a
+  thread per request (werkzeug) reuse connections instead of leaking one per thread; at most ``MAX_IDLE``
+  are kept. A forked child never reuses its parent's sockets, and an idle connection with something to read
+  (the server closed it, e.g. a Redis restart) is disconnected before use, so the send reconnects.
+* :class:`RawConnection`: one redis-py connection (which connects, authenticates, selects the db and sends)
+  and the receive buffer its replies are read into (kept and reused; it grows to the largest reply). Replies
+  are parsed in place by one RESP2 parser: :meth:`RawConnection.reply` returns a whole (small) reply as
+  Python values; :meth:`RawConnection.array` and :meth:`RawConnection.bulk` walk a big reply and return its
+  bulk strings as ``memoryview`` s of the buffer, valid until the next command on that connection.
+* :func:`pack_command` (a command in RESP), :func:`reply_error` (the redis-py exception of an error reply) and
+  the errors of a read.
+
+Failures: an error reply raises the exception redis-py would raise for it (``NOSCRIPT`` is a
+``NoScriptError``, ``LOADING`` a ``BusyLoadingError``, ...); a socket error or a closed connection is a
+:class:`ConnectionLostError`, a reply of the wrong shape an :class:`UnexpectedReplyError` (both are
+``redis.ConnectionError`` s), a socket timeout a :class:`ReplyTimeoutError` (a ``redis.TimeoutError``), so
+callers handle them as they handle redis-py's own. Anything but a plain error reply also
+disconnects the connection first, so the rest of a partial reply is never read as the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+from collections.abc import Callable
+from typing import ClassVar, Protocol, TypeAlias, TypeVar
+
+import redis
+from redis._parsers import BaseParser
+
+from ldptel.client.errors import LdpError
+
+__all__ = [
+    "ConnectionLostError",
+    "RawClient",
+    "RawConnection",
+    "Reply",
+    "ReplyTimeoutError",
+    "UnexpectedReplyError",
+    "pack_command",
+    "reply_error",
+]
+
+T = TypeVar("T")
+# A RESP2 reply as Python values: bulk and simple strings as bytes, integers, nil (null bulk or array), arrays.
+Reply: TypeAlias = "bytes | int | None | list[Reply]"
+_CRLF = b"\r\n"
+_ERROR = 0x2D  # "-": the first byte of an error reply
+
+# redis-py's own mapping of error replies to exception classes (its parsers carry no annotations).
+_parse_error: Callable[[str], redis.RedisError] = BaseParser.parse_error
+
+
+class UnexpectedReplyError(LdpError, redis.ConnectionError):
+    """A reply did not have the shape the command returns; its connection is dropped."""
+
+
+class ConnectionLostError(LdpError, redis.ConnectionError):
+    """The socket failed, or the server closed it, while a reply was being read."""
+
+
+class ReplyTimeoutError(LdpError, redis.TimeoutError):
+    """No reply (or not all of it) within the client's socket timeout."""
+
+
+class _RedisPyConnection(Protocol):
+    """What is used of a redis-py connection object (redis-py's connection classes carry no annotations)."""
+
+    _sock: socket.socket | None  # redis-py keeps the connected socket here (None when disconnected)
+
+    def send_packed_command(self, command: list[bytes], check_health: bool = ...) -> None: ...
+
+    def disconnect(self) -> None: ...
+
+
+def reply_error(message: str) -> redis.RedisError:
+    """The exception redis-py raises for the error reply ``-<message>`` (LOADING is a BusyLoadingError, ...)."""
+    return _parse_error(message)
+
+
+def pack_command(*args: bytes | str | int) -> bytes:
+    """A command in RESP: ``*<argc>``, then ``$<len>`` and the bytes of each argument (str as UTF-8).
+
+    One copy of every argument (the final join); redis-py's packer costs more than the rest of the append's
+    Python code for a batch of 100 reports.
+    """
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        part = arg if isinstance(arg, bytes) else str(arg).encode("utf-8")
+        out.append(b"$%d\r\n" % len(part))
+        out.append(part)
+        out.append(_CRLF)
+    return b"".join(out)
+
+
+class RawConnection:
+    """One redis-py connection and the buffer its replies are received into and parsed in place (RESP2)."""
+
+    def __init__(self, conn: _RedisPyConnection, *, buffer_bytes: int) -> None:
+        self.conn = conn
+        self.buf = bytearray(buffer_bytes)
+        self.view = memoryview(self.buf)
+        self.pos = 0  # parse position in the current reply
+        self.end = 0  # bytes of the current reply received so far
+
+    # ---------------------------------------------------------------------------------------------- calls
+    def call(self, packed: bytes, parse: Callable[[RawConnection], T]) -> T:
+        """Send one command (from :func:`pack_command`) and return ``parse(self)`` of its reply.
+
+        ``parse`` reads the reply through :meth:`reply`, :meth:`array` and :meth:`bulk`; every byte of the
+        reply must be consumed. A top-level error reply raises its redis-py exception without ``parse``.
+        """
+        self.pos = self.end = 0
+        try:
+            self.conn.send_packed_command([packed], check_health=False)  # connects (handshake) when needed
+            self._fill(1)
+            if self.buf[0] != _ERROR:
+                result = parse(self)
+                self._check_consumed()
+                return result
+            error = reply_error(self._line()[1:].decode("utf-8", "replace"))
+            self._check_consumed()
+        except BaseException:
+            self.disconnect()  # never read the rest of a reply as the next one
+            raise
+        # A whole error reply was read, so the connection is in step with the server and can be reused,
+        # unless the error says the server cannot serve it yet (LOADING): then the retry gets a fresh one.
+        if isinstance(error, redis.ConnectionError):
+            self.disconnect()
+        raise error
+
+    def stale(self) -> bool:
+        """An idle connection with something to read (EOF after the server closed it, or stray bytes)."""
+        sock = self.conn._sock  # noqa: SLF001 - see _RedisPyConnection
+        if sock is None:
+            return False
+        try:
+            poller = select.poll()  # not select(): no limit on the descriptor number
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
+
+    def disconnect(self) -> None:
+        self.conn.disconnect()
+
+    # -------------------------------------------------------------------------------------------- parsing
+    def reply(self) -> Reply:
+        """The next value of the reply, copied: bytes, int, None (nil) or a list of values."""
+        line = self._line()
+        kind = line[:1]
+        if kind == b"$":
+            size = _int(line)
+            return None if size < 0 else bytes(self._take(size))
+        if kind == b"*":
+            count = _int(line)
+            return None if count < 0 else [self.reply() for _ in range(count)]
+        if kind == b":":
+            return _int(line)
+        if kind == b"+":
+            return line[1:]
+        if kind == b"-":
+            raise reply_error(line[1:].decode("utf-8", "replace"))
+        raise UnexpectedReplyError(f"not a RESP2 reply: {line[:20]!r}")
+
+    def array(self) -> int:
+        """The next array header: its element count, -1 for a null array."""
+        return self._header(b"*")
+
+    def bulk(self) -> memoryview:
+        """The next bulk string as a view of the buffer (valid until the next command on this connection)."""
+        size = self._header(b"$")
+        if size < 0:
+            raise UnexpectedReplyError("unexpected null bulk string")
+        return self._take(size)
+
+    def _header(self, kind: bytes) -> int:
+        line = self._line()
+        if line[:1] == kind:
+            return _int(line)
+        if line[:1] == b"-":
+            raise reply_error(line[1:].decode("utf-8", "replace"))
+        raise UnexpectedReplyError(f"expected a {kind!r} header, got {line[:20]!r}")
+
+    def _take(self, size: int) -> memoryview:
+        start = self.pos
+        self._fill(start + size + 2)
+        self.pos = start + size + 2
+        return self.view[start : start + size]
+
+    def _line(self) -> bytes:
+        while True:
+            i = self.buf.find(_CRLF, self.pos, self.end)
+            if i >= 0:
+                line = bytes(self.view[self.pos : i])
+                self.pos = i + 2
+                return line
+            self._fill(self.end + 1)  # whatever has arrived, at least one byte
+
+    def _check_consumed(self) -> None:
+        if self.pos != self.end:
+            raise UnexpectedReplyError("bytes left after the reply")
+
+    # ------------------------------------------------------------------------------------------ receiving
+    def _fill(self, need: int) -> None:
+        """Receive until ``need`` bytes of the reply are in the buffer (growing it if needed)."""
+        if need > len(self.buf):
+            size = len(self.buf)
+            while size < need:
+                size *= 2
+            grown = bytearray(size)
+            grown[: self.end] = self.view[: self.end]
+            self.view.release()
+            self.buf, self.view = grown, memoryview(grown)
+        sock = self.conn._sock  # noqa: SLF001 - see _RedisPyConnection
+        if sock is None:
+            raise ConnectionLostError("the connection closed during a read")
+        while self.end < need:
+            try:
+                n = sock.recv_into(self.view[self.end :], len(self.buf) - self.end)
+            except TimeoutError as exc:  # socket.timeout: raised by the raw recv, not by redis-py
+                raise ReplyTimeoutError(f"timeout reading a reply: {exc}") from exc
+            except OSError as exc:
+                raise ConnectionLostError(f"error reading a reply: {exc}") from exc
+            if n == 0:
+                raise ConnectionLostError("Redis closed the connection during a read")
+            self.end += n
+
+
+def _int(line: bytes) -> int:
+    try:
+        return int(line[1:])
+    except ValueError:
+        raise UnexpectedReplyError(f"not a RESP2 length or integer: {line[:20]!r}") from None
+
+
+class RawClient:
+    """Commands on raw connections of its own (thread-safe: a small stack of idle connections).
+
+    Subclasses set ``MAX_IDLE`` (idle connections kept) and ``BUFFER_BYTES`` (initial receive buffer of a
+    connection) and send commands with :meth:`_checkout`, :meth:`RawConnection.call` and :meth:`_checkin`.
+    """
+
+    MAX_IDLE: ClassVar[int] = 4
+    BUFFER_BYTES: ClassVar[int] = 4096
+
+    def __init__(self, r: redis.Redis) -> None:
+        pool = r.connection_pool
+        self._connection_class = pool.connection_class
+        self._connection_kwargs = {**pool.connection_kwargs, "protocol": 2}  # the parser here speaks RESP2
+        self._idle: list[RawConnection] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _checkout(self) -> RawConnection:
+        """An idle connection (disconnected first if stale: the send reconnects), else a new one."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child must not share the parent's sockets
+                self._idle, self._pid = [], os.getpid()
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            made: _RedisPyConnection = self._connection_class(**self._connection_kwargs)
+            return RawConnection(made, buffer_bytes=self.BUFFER_BYTES)
+        if conn.stale():
+            conn.disconnect()
+        return conn
+
+    def _checkin(self, conn: RawConnection) -> None:
+        with self._lock:
+            if self._pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
+                self._idle.append(conn)
+                return
+        conn.disconnect()
+
+    def close(self) -> None:
+        """Disconnect the idle connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.disconnect()
