@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ldptel.client.errors import LdpError
-from ldptel.client.protocol.wire import MAX_REPORTS
+from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS, MAX_REPORTS
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
@@ -58,7 +58,7 @@ class ServerConfig:
     app_tokens: frozenset[str] = field(repr=False)
     admin_token: str = field(repr=False)
     redis_url: str | None = None
-    max_batch_reports: int = 10_000
+    max_batch_reports: int = DEFAULT_MAX_BATCH_REPORTS
     max_body_bytes: int = 4 * 1024 * 1024
     rate_limit: float | None = 1000.0
     rate_burst: int = 2000

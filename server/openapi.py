@@ -12,6 +12,7 @@ from typing import Any, get_args
 
 from ldptel.client.mechanisms import mechanisms
 from ldptel.client.protocol.params import EPSILON_RANGE, MAX_CELLS
+from ldptel.client.protocol.specs import MAX_DESCRIPTION_CHARS, MAX_REPORTS_PER_DAY, NAME_RE
 
 from ldptel.storage.registry import MAX_SHARDS, Status
 
@@ -42,9 +43,9 @@ _ERROR_CODES = [
 # ldptel.storage.registry).
 # Cross-field ones cannot be written in JSON Schema and are only described: k·m cells, probability bits
 # large enough for ε to survive rounding, a GRR domain that ε can separate.
-_NAME = {"type": "string", "pattern": "^[a-z0-9][a-z0-9_.-]{0,63}$"}
-_REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": 10_000}
-_DESCRIPTION = {"type": "string", "maxLength": 1000}
+_NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
+_REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": MAX_REPORTS_PER_DAY}
+_DESCRIPTION = {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS}
 _STATUS = {"type": "string", "enum": list(get_args(Status))}
 
 

@@ -17,7 +17,7 @@ new owner; the new owner's next commit counts more pending entries than it has i
 and re-reads the pending list, so they are folded once, a commit later.
 
 Poison entries (missing fields, unknown version, failed decode) never stop the worker: they are copied to
-the shard's dead-letter stream (:func:`~ldptel.storage.sketches.dead_letter_key`) in the same commit and
+the shard's dead-letter stream (:func:`~ldptel.storage.keys.dead_letters`) in the same commit and
 acknowledged. Folded entries are trimmed (XTRIM MINID, in the commit) once older than ``retention_seconds``.
 """
 
@@ -92,7 +92,7 @@ def commit(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seco
             for eid, fields, reason in sh.dead:
                 letter: dict[EncodableT, EncodableT] = {"id": eid, "error": reason[:500]}
                 letter.update({k: v for k, v in fields.items() if k in ENTRY_FIELDS})
-                pipe.xadd(store.dead_letter_key(sh.metric, sh.shard), letter, maxlen=DEAD_LETTER_MAXLEN)
+                pipe.xadd(keys.dead_letters(sh.metric, sh.shard), letter, maxlen=DEAD_LETTER_MAXLEN)
             for lo in range(0, len(sh.to_ack), _ACK_CHUNK):
                 pipe.xack(sh.stream, keys.CONSUMER_GROUP, *sh.to_ack[lo : lo + _ACK_CHUNK])
             # No trim while strays are pending or the pending list is being read: entries below the

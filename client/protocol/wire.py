@@ -34,10 +34,13 @@ from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, Params
 MAGIC = b"LDPT"
 FORMAT_VERSION = 1
 MAX_REPORTS = (1 << 32) - 1
+# Reports per uploaded batch: the SDK's largest batch and the ingest service's default limit (LDPTEL_MAX_BATCH_REPORTS).
+DEFAULT_MAX_BATCH_REPORTS = 10_000
 _HEADER = struct.Struct("<4sBBHII16sB")
 
 __all__ = [
     "BatchHeader",
+    "DEFAULT_MAX_BATCH_REPORTS",
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_REPORTS",

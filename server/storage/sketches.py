@@ -71,12 +71,6 @@ def parse_index_member(member: bytes | str) -> tuple[int, str]:
     return int(version), day
 
 
-def dead_letter_key(metric: str, shard: int) -> str:
-    """Stream of entries that could not be decoded (same hash tag as the shard: written in its commit)."""
-    return keys.dead_letters(metric, shard)
-
-
-# ------------------------------------------------------------------------------------------- reading
 def read_checkpoint(r: redis_lib.Redis, metric: str, shard: int) -> StreamId:
     raw = r.get(keys.checkpoint(metric, shard))
     return parse_id(raw) if raw else ZERO_ID
@@ -148,7 +142,6 @@ __all__ = [
     "ZERO_ID",
     "available_days",
     "check_day",
-    "dead_letter_key",
     "format_id",
     "index_member",
     "load_state",

@@ -118,7 +118,7 @@ def test_poison_entries_are_dead_lettered_and_the_rest_counts_exactly(redis: red
 
     stats = drain(redis, batch=3, checkpoint_every=4)
     assert stats.dead == 4 and stats.reports == good.n + more.n
-    assert redis.xlen(store.dead_letter_key("pages", 0)) == 4
+    assert redis.xlen(keys.dead_letters("pages", 0)) == 4
     expected = good.expected_state()
     expected.add_inplace(more.expected_state())
     assert _stored_total(redis, "pages").equals(expected)
