@@ -57,6 +57,8 @@ def test_help_works_with_the_sdk_alone(command: tuple[str, ...]) -> None:
         (("status",), "ldptel: error: 'ldptel status' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
         (("metrics", "list"), "ldptel: error: 'ldptel metrics' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
         (("serve",), "ldptel: error: 'ldptel serve' needs flask and redis-py: pip install 'ldp-telemetry[server]'"),
+        (("demo", "--no-chart"),
+         "ldptel demo: error: 'ldptel demo' needs redis-py and flask: pip install 'ldp-telemetry[server]'"),
     ],
 )
 def test_a_missing_dependency_is_one_line_naming_the_extra(argv: tuple[str, ...], line: str) -> None:
