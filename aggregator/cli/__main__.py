@@ -2,6 +2,6 @@
 
 import sys
 
-from ldptel.aggregator.cli import main
+from ldptel.aggregator.cli.entry import main
 
 sys.exit(main())

@@ -1,0 +1,149 @@
+"""``ldptel aggregate``: run a fold worker (:class:`~ldptel.aggregator.worker.Worker`) until stopped or drained.
+
+Its tuning options map one to one onto :class:`~ldptel.aggregator.worker.WorkerConfig` fields, whose defaults
+are the only ones: an option not given is not passed, and ``--help`` shows the dataclass's defaults. Logs are
+JSON lines on stderr; on a terminal a progress line is redrawn in place instead. SIGTERM and SIGINT stop the
+worker after its current commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ldptel.aggregator.cli.common import EXIT_OK, SOCKET_TIMEOUT, UserError, connected, positive_int, redis_url_option
+from ldptel.aggregator.cli.output import write_json
+
+if TYPE_CHECKING:
+    from ldptel.aggregator.worker import Worker
+
+NAME = "aggregate"
+EXTRA = "aggregator"
+NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
+LOG_LEVELS = ("debug", "info", "warning", "error")
+PROGRESS_WIDTH = 100  # the progress line is padded to this many columns so a shorter one overwrites it
+
+# WorkerConfig field -> (option, type, metavar, help); the default comes from WorkerConfig itself
+TUNING: dict[str, tuple[str, Callable[[str], object], str, str]] = {
+    "batch": ("--batch", positive_int, "N", "entries per read"),
+    "checkpoint_every": ("--checkpoint-every", positive_int, "N", "commit a shard after N entries"),
+    "checkpoint_seconds": ("--checkpoint-seconds", float, "T", "... or after T seconds"),
+    "lease_ttl": ("--lease-ttl", float, "S", "seconds a shard lease lives without renewal"),
+    "retention_seconds": ("--retention", float, "S", "trim folded entries older than S seconds; 0 trims at once"),
+    "block_seconds": ("--block", float, "S", "longest wait for new entries"),
+    "rescan_seconds": ("--rescan", float, "S", "look for new shards and rebalance every S seconds"),
+    "worker_id": ("--worker-id", str, "ID", "name of this worker in leases (default host:pid:random)"),
+}
+
+
+def worker_defaults() -> dict[str, object]:
+    """WorkerConfig's field defaults (empty when the worker cannot be imported, e.g. without redis-py)."""
+    try:
+        from ldptel.aggregator.worker import WorkerConfig
+    except ModuleNotFoundError:
+        return {}
+    return {f.name: f.default for f in dataclasses.fields(WorkerConfig) if f.default is not dataclasses.MISSING}
+
+
+class _WorkerDefaultsHelp(argparse.HelpFormatter):
+    """Appends "(default X)" to each tuning option's help, read from WorkerConfig only when help is printed."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        default = worker_defaults().get(action.dest) if action.dest in TUNING else None
+        if text is None or default is None:
+            return text
+        return f"{text} (default {default:g})" if isinstance(default, (int, float)) else f"{text} (default {default})"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(NAME, parents=[common], help="fold stream shards into per-day sketches",
+                       description="Run a fold worker: lease shards, fold their streams, commit exactly once.",
+                       formatter_class=_WorkerDefaultsHelp)
+    p.add_argument("--once", action="store_true", help="drain what is there and exit (default: follow)")
+    p.add_argument("--metric", action="append", metavar="NAME", help="fold only this metric (repeatable)")
+    for field, (option, kind, metavar, text) in TUNING.items():
+        p.add_argument(option, dest=field, type=kind, metavar=metavar, help=text)
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="progress line (default: when stderr is a terminal)")
+    p.add_argument("--log-level", choices=LOG_LEVELS, help="structured log level")
+    p.set_defaults(func=run)
+
+
+class _Progress:
+    """One status line on a terminal, rewritten in place."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.last_reports = 0
+        self.last_elapsed = 0.0
+
+    def __call__(self, worker: Worker) -> None:
+        stats = worker.stats(with_lag=True)
+        dt = max(stats.elapsed - self.last_elapsed, 1e-9)
+        rate = (stats.reports - self.last_reports) / dt
+        self.last_reports, self.last_elapsed = stats.reports, stats.elapsed
+        line = (
+            f"\rfolded {stats.reports:,} reports in {stats.entries:,} entries ({rate:,.0f} reports/s) · "
+            f"{len(stats.shards)} shards · lag {stats.lag:,} entries · dead {stats.dead}"
+        )
+        self.out.write(line.ljust(PROGRESS_WIDTH))
+        self.out.flush()
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per log record: ts, level, msg and the record's extra fields."""
+
+    _SKIP = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(), "msg": record.getMessage()}
+        out.update({k: v for k, v in record.__dict__.items() if k not in self._SKIP})
+        return json.dumps(out, default=str)
+
+
+def _setup_logging(level: str, stream: TextIO) -> None:
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(_JsonFormatter())
+    logger = logging.getLogger("ldptel.aggregator")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ldptel.aggregator.worker import Worker, WorkerConfig
+    from ldptel.storage import registry
+
+    tty = err.isatty() if args.progress is None else args.progress
+    _setup_logging(args.log_level or ("warning" if tty else "info"), err)
+    given = {field: getattr(args, field) for field in TUNING if getattr(args, field) not in (None, "")}
+    try:
+        config = WorkerConfig(metrics=tuple(args.metric or ()), once=args.once, **given)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    with connected(args.redis_url, socket_timeout=max(SOCKET_TIMEOUT, config.block_seconds + 10)) as r:
+        worker = Worker(r, config)
+        for name in config.metrics:
+            registry.get_metric(r, name)  # unknown metric: a user error before any lease is taken
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            worker.stop()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            stats = worker.run(on_progress=_Progress(err) if tty else None)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    if tty:
+        err.write("\n")
+    if args.once:
+        write_json(stats.to_dict(), out, indent=None)
+    return EXIT_OK

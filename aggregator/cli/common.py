@@ -1,0 +1,119 @@
+"""Plumbing every ``ldptel`` command shares: exit statuses, :class:`UserError`, the Redis connection, the
+``--redis-url`` option, reading value files and the argparse ``type=`` functions.
+
+A user error (unknown metric, empty range, bad file, Redis unreachable, bad arguments) is one line on stderr
+and exit status 2: commands raise :class:`UserError` (or any :class:`~ldptel.client.errors.LdpError`) and
+:func:`ldptel.aggregator.cli.entry.main` prints it. Nothing here imports redis-py until a command connects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ldptel.client.errors import LdpError
+
+if TYPE_CHECKING:
+    import redis
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+ENV_REDIS_URL = "LDPTEL_REDIS_URL"
+EXIT_OK = 0
+EXIT_USER = 2
+CONNECT_TIMEOUT = 5.0  # seconds to open a connection to Redis
+SOCKET_TIMEOUT = 30.0  # seconds one Redis command may take
+
+
+class UserError(LdpError):
+    """An expected failure: printed as one line on stderr, exit status 2."""
+
+
+def redis_url_option() -> argparse.ArgumentParser:
+    """A parent parser holding ``--redis-url`` (every command that talks to Redis takes it)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help=f"Redis to use (default: ${ENV_REDIS_URL}, else {DEFAULT_REDIS_URL})",
+    )
+    return common
+
+
+def redis_url(given: str | None) -> str:
+    """``--redis-url``, else ``$LDPTEL_REDIS_URL``, else :data:`DEFAULT_REDIS_URL`."""
+    return given or os.environ.get(ENV_REDIS_URL) or DEFAULT_REDIS_URL
+
+
+@contextmanager
+def connected(url: str | None, *, socket_timeout: float | None = SOCKET_TIMEOUT) -> Iterator[redis.Redis]:
+    """A pinged Redis client; a bad URL, an unreachable server or a connection lost later is a :class:`UserError`."""
+    import redis
+
+    url = redis_url(url)
+    try:
+        r = redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
+    except ValueError as exc:
+        raise UserError(f"bad Redis URL {url!r}: {exc}") from None
+    try:
+        try:
+            r.ping()
+        except redis.RedisError as exc:
+            raise UserError(f"cannot reach Redis at {url}: {exc} (set --redis-url or {ENV_REDIS_URL})") from None
+        yield r
+    except redis.ConnectionError as exc:
+        raise UserError(f"lost the connection to Redis: {exc}") from None
+    finally:
+        r.close()
+
+
+def read_values(path: str, *, what: str) -> list[str]:
+    """The non-empty, non-``#`` lines of a text file (candidates, domain labels): at least one."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read {what} {path}: {exc}") from None
+    values = [line.strip() for line in text.splitlines()]
+    values = [v for v in values if v and not v.startswith("#")]
+    if not values:
+        raise UserError(f"{what} {path} has no values (one per line)")
+    return values
+
+
+# ------------------------------------------------------------------------------- argparse type= functions
+def day(text: str) -> str:
+    """A UTC day ``YYYY-MM-DD`` (validated by the sketch store, which needs redis-py)."""
+    from ldptel.storage.sketches import check_day
+
+    try:
+        return check_day(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a UTC day YYYY-MM-DD, got {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {value}")
+    return value
+
+
+def comma_list(text: str) -> list[str]:
+    """``a, b,c`` → ``["a", "b", "c"]`` (empty items dropped)."""
+    return [item.strip() for item in text.split(",") if item.strip()]

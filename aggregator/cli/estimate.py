@@ -1,0 +1,73 @@
+"""``ldptel estimate METRIC``: debiased estimates with intervals over a day range
+(:func:`~ldptel.aggregator.query.estimate_metric`), printed as table, json or csv, optionally charted."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from ldptel.aggregator.cli.common import EXIT_OK, confidence, connected, day, positive_int, read_values
+from ldptel.aggregator.cli.extras import install_hint
+from ldptel.aggregator.cli.output import RESULT_FORMATS, plot_result, write_result
+from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
+
+NAME = "estimate"
+EXTRA = "aggregator"
+NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
+
+
+def default_confidence() -> float:
+    """The interval level of an estimate unless asked otherwise: :class:`~ldptel.client.Estimate`'s default."""
+    from ldptel.client import Estimate
+    from ldptel.client.protocol.validate import check_number
+
+    return check_number("confidence", Estimate.__dataclass_fields__["confidence"].default, 0, 1, open_interval=True)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(NAME, parents=[common], help="debiased estimates with intervals",
+                       description="Sum a metric's sketches over a day range and debias them.")
+    p.add_argument("metric", metavar="METRIC")
+    p.add_argument("--version", type=positive_int, help="metric version (default: current)")
+    p.add_argument("--from", dest="day_from", type=day, metavar="DAY", help="first UTC day, YYYY-MM-DD")
+    p.add_argument("--to", dest="day_to", type=day, metavar="DAY", help="last UTC day, YYYY-MM-DD")
+    p.add_argument("--day", type=day, metavar="DAY", help="one UTC day (same as --from DAY --to DAY)")
+    p.add_argument("--candidates", metavar="FILE", help="sketch metrics: values to estimate, one per line")
+    p.add_argument("--candidate", action="append", metavar="VALUE", help="a value to estimate (repeatable)")
+    p.add_argument("--top", type=positive_int, metavar="N", help="keep the N largest estimates")
+    p.add_argument("--format", choices=RESULT_FORMATS, default="table")
+    level = default_confidence()
+    p.add_argument("--confidence", type=confidence, default=level, help=f"interval level (default {level})")
+    p.add_argument("--postprocess", choices=POSTPROCESS_METHODS, default="none",
+                   help="none | clip (to [0, n]) | norm-sub (non-negative, sum n); raw values are kept too")
+    p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars (needs {install_hint('plot')})")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from ldptel.aggregator.query import estimate_metric
+
+    candidates: list[str] | None = None
+    if args.candidates:
+        candidates = read_values(args.candidates, what="candidates file")
+    if args.candidate:
+        candidates = (candidates or []) + list(args.candidate)
+    day_from, day_to = args.day_from, args.day_to
+    if args.day:
+        day_from = day_to = args.day
+    with connected(args.redis_url) as r:
+        result = estimate_metric(
+            r,
+            args.metric,
+            version=args.version,
+            day_from=day_from,
+            day_to=day_to,
+            candidates=candidates,
+            top=args.top,
+            confidence=args.confidence,
+            postprocess=args.postprocess,
+        )
+    if args.plot:
+        plot_result(result, args.plot)
+    write_result(result, args.format, out)
+    return EXIT_OK

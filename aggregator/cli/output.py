@@ -1,0 +1,177 @@
+"""Everything the CLI and the demo print or draw: aligned tables, JSON, CSV, and charts of estimates.
+
+* :func:`table`: columns aligned by terminal width (emoji take two columns), floats through :func:`fmt_num`.
+* :func:`write_result`: a :class:`~ldptel.aggregator.query.QueryResult` as table, json or csv
+  (:data:`RESULT_COLUMNS`); :func:`write_json` for any document.
+* Charts (matplotlib, the ``plot`` extra, imported only when drawing): :func:`new_figure`,
+  :func:`interval_bars`, :func:`save_figure` and the CLI's :func:`plot_result`; the demo composes the same parts.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import unicodedata
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, TextIO
+
+import numpy as np
+
+from ldptel.aggregator.cli.common import UserError
+from ldptel.aggregator.cli.extras import install_hint
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from ldptel.aggregator.query import QueryResult
+
+RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
+RESULT_FORMATS = ("table", "json", "csv")
+ESTIMATE_COLOR = "#4c72b0"  # bars of raw estimates
+MARKER_COLOR = "#dd8452"  # what is drawn over them: post-processed values, true counts
+LABEL_WIDTH = 24  # longest tick label of a chart
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def fmt_num(value: float) -> str:
+    """A float for a table: 4 significant digits when large or tiny, else 2 or 4 decimals."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if abs(value) >= 1e5 or (abs(value) < 1e-3 and value != 0):
+        return f"{value:.4g}"
+    return f"{value:.2f}" if abs(value) >= 10 else f"{value:.4f}"
+
+
+def display_width(text: str) -> int:
+    """Terminal columns: emoji and other wide characters take two, combining marks and VS16 none."""
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch) or ch == "\ufe0f":
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return width
+
+
+def table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    out: TextIO,
+    *,
+    left: Collection[int] = (0,),
+    rule: bool = True,
+) -> None:
+    """Aligned columns: those in ``left`` flush left, the others right; a ``---`` rule under the header."""
+    cells = [[str(h) for h in headers]] + [[fmt_num(v) if isinstance(v, float) else str(v) for v in row] for row in rows]
+    widths = [max(display_width(row[i]) for row in cells) for i in range(len(headers))]
+    for idx, row in enumerate(cells):
+        parts = []
+        for i, (cell, width) in enumerate(zip(row, widths)):
+            pad = " " * (width - display_width(cell))
+            parts.append(cell + pad if i in left else pad + cell)
+        out.write("  ".join(parts).rstrip() + "\n")
+        if rule and idx == 0:
+            out.write("  ".join("-" * w for w in widths) + "\n")
+
+
+def write_json(document: object, out: TextIO, *, indent: int | None = 2) -> None:
+    out.write(json.dumps(document, indent=indent) + "\n")
+
+
+def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
+    """Print a query result as ``table`` (title, proportion line for rr, rows), ``json`` or ``csv``."""
+    if fmt == "json":
+        write_json(result.to_dict(), out)
+        return
+    rows = result.rows()
+    if fmt == "csv":
+        writer = csv.DictWriter(out, fieldnames=RESULT_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+        return
+    days = result.days
+    span = days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]} ({len(days)} days)"
+    out.write(
+        f"{result.metric} v{result.version} ({result.mechanism}) · {span} · n = {result.n:,} reports · "
+        f"{result.confidence:.0%} intervals\n"
+    )
+    prop = result.proportion
+    if prop is not None:
+        out.write(
+            f"proportion true: {prop.estimate:.4f} ± {prop.stderr:.4f} (stderr), "
+            f"interval [{prop.ci_low:.4f}, {prop.ci_high:.4f}]\n"
+        )
+    headers = ["value", "estimate", "stderr", "ci_low", "ci_high", "frequency"]
+    adjusted = result.postprocess != "none"
+    if adjusted:
+        headers += [result.postprocess, f"{result.postprocess} freq"]
+    table_rows = []
+    for row in rows:
+        cells = [row["value"], row["estimate"], row["stderr"], row["ci_low"], row["ci_high"], row["frequency"]]
+        if adjusted:
+            cells += [row["adjusted"], row["adjusted_frequency"]]
+        table_rows.append(cells)
+    table(headers, table_rows, out)
+
+
+# ---------------------------------------------------------------------------------------------- charts
+def new_figure(option: str, *, figsize: tuple[float, float]) -> Figure:
+    """An empty matplotlib figure (no pyplot, no GUI backend); without matplotlib a one-line UserError."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UserError(f"{option} needs matplotlib: {install_hint('plot')}") from None
+    return Figure(figsize=figsize)
+
+
+def interval_bars(ax: Axes, counts: np.ndarray, below: np.ndarray, above: np.ndarray, *, label: str) -> np.ndarray:
+    """Bars of estimates with their intervals (``counts - below`` to ``counts + above``) and a zero line;
+    returns the bars' x positions."""
+    x = np.arange(len(counts))
+    ax.bar(x, counts, yerr=np.vstack([below, above]), capsize=3, color=ESTIMATE_COLOR, label=label)
+    ax.axhline(0, color="black", linewidth=0.6)
+    return x
+
+
+def save_figure(fig: Figure, path: str, *, dpi: int, what: str, image_format: str | None = None) -> None:
+    """Lay out and write the figure (format from the file name unless given); an unwritable path is a UserError."""
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=dpi, format=image_format)
+    except OSError as exc:
+        raise UserError(f"cannot write {what} {path}: {exc}") from None
+
+
+def plot_labels(labels: Sequence[str], *, width: int = LABEL_WIDTH) -> list[str]:
+    """Tick labels a reader can read: labels with symbols (emoji) or characters the font lacks become their
+    Unicode names, e.g. '😂' → 'face with tears of joy', instead of boxes, specks and font warnings."""
+    from matplotlib import font_manager, ft2font
+
+    charmap = ft2font.FT2Font(font_manager.findfont(font_manager.FontProperties())).get_charmap()
+    out = []
+    for label in labels:
+        text = str(label)
+        if any(ord(ch) not in charmap or unicodedata.category(ch) == "So" for ch in text):
+            names = (unicodedata.name(ch, f"U+{ord(ch):04X}").lower() for ch in text if unicodedata.category(ch) not in ("Mn", "Cf"))
+            text = " ".join(n for n in names if not n.startswith("variation selector"))
+        out.append(text if len(text) <= width else text[: width - 1] + "…")
+    return out
+
+
+def plot_result(result: QueryResult, path: str, *, max_bars: int = 50) -> None:
+    """``ldptel estimate --plot``: bars of the raw estimates with their intervals, post-processed values as markers."""
+    est = result.estimate
+    count = min(len(est.labels), max_bars)
+    fig = new_figure("--plot", figsize=(max(6.0, 0.35 * count + 2), 4.5))
+    ax = fig.subplots()
+    err = est.z * est.stderr[:count]
+    x = interval_bars(ax, est.counts[:count], err, err, label=f"estimate ± {est.confidence:.0%} interval")
+    if result.postprocess != "none":
+        ax.plot(x, result.adjusted[:count], "o", color=MARKER_COLOR, label=result.postprocess)
+    ax.set_xticks(x, plot_labels(est.labels[:count]), rotation=60, ha="right", fontsize=8)
+    ax.set_ylabel("reports")
+    ax.set_title(f"{result.metric} v{result.version} · {result.days[0]} .. {result.days[-1]} · n = {result.n:,}")
+    ax.legend(fontsize=8)
+    save_figure(fig, path, dpi=120, what="plot")

