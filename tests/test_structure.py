@@ -18,8 +18,10 @@ from ldptel.client.mechanisms import mechanism_names, mechanisms
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ldptel.client", "ldptel.server", "ldptel.storage", "ldptel.aggregator")
-# The public facade re-exports each mechanism's params type by name (``from ldptel.client import CmsParams``).
-FACADES = {ROOT / "client" / "__init__.py"}
+# The public facade re-exports each mechanism's params type by name (``from ldptel.client import CmsParams``),
+# and the demo's configuration chooses its metrics' mechanisms the way an app's own code (or a user's
+# ``--mechanism``) does: both name mechanisms without branching on them.
+FACADES = {ROOT / "client" / "__init__.py", ROOT / "aggregator" / "demo" / "config.py"}
 
 
 def _sources() -> list[Path]:

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ldptel.client.protocol.validate import check_day
+
 from ldptel.client.errors import LdpError
 
 if TYPE_CHECKING:
@@ -85,9 +87,7 @@ def read_values(path: str, *, what: str) -> list[str]:
 
 # ------------------------------------------------------------------------------- argparse type= functions
 def day(text: str) -> str:
-    """A UTC day ``YYYY-MM-DD`` (validated by the sketch store, which needs redis-py)."""
-    from ldptel.storage.sketches import check_day
-
+    """A UTC day ``YYYY-MM-DD``."""
     try:
         return check_day(text)
     except ValueError:

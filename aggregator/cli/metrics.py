@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, UserError, comma_list, connected, read_values
 from ldptel.aggregator.cli.output import table, write_json
-from ldptel.client.mechanisms import mechanism_names
+from ldptel.client.mechanisms import mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
 if TYPE_CHECKING:
@@ -111,9 +111,9 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
 
 
 def _shape(record: MetricRecord) -> str:
-    # MECHANISM-SPECIFIC (the one place here): the params' size fields, k×m of sketches, d of grr.
-    k, m, d = (getattr(record.current.params, name, None) for name in ("k", "m", "d"))
-    return f"k={k} m={m}" if k is not None else (f"d={d}" if d is not None else "")
+    params = record.current.params
+    shape: str = mechanism_of(params).shape(params)
+    return shape
 
 
 def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> None:

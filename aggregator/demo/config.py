@@ -21,7 +21,7 @@ FLAG_MECHANISM = "rr"
 SKETCH_METRIC = "demo.emoji"
 DARK_MODE_SHARE = 0.35  # the true share of devices with dark mode on (the simulation draws around it)
 
-# Default size. At ε = 4 one oue-cms report has a count variance of about 0.076 (ldp-math.md §9.2), so 4,000
+# Default size. At ε = 4 one oue-cms report has a count variance of about 0.076 (q(1−q)/(½−q)² with q = 1/(e^4 + 1)), so 4,000
 # devices give a 95% half-width of 1.96·√(4000·0.076) ≈ ±34 reports, while the 10th most used emoji of the
 # shipped distribution has about 72 (the 1st about 280): the top ten stand clear of zero and the head is
 # ordered. (cms: ±53, hcms: ±129 at the same size.) Every device is a real Reporter (its own sqlite database,

@@ -78,6 +78,11 @@ class SketchParams(ParamsBase):
         return self.prob_bits
 
     @property
+    def shape(self) -> str:
+        """``k=… m=…`` for listings."""
+        return f"k={self.k} m={self.m}"
+
+    @property
     def log2_m(self) -> int:
         return self.m.bit_length() - 1
 

@@ -171,6 +171,10 @@ class Mechanism(ABC, Generic[P, B]):
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
         """Variance of the estimated counts, plugging in ``counts`` (estimates) out of ``n`` reports."""
 
+    def shape(self, params: P) -> str:
+        """The size of a metric's params in a few characters, for listings ("" when there is none)."""
+        return ""
+
     @abstractmethod
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         """(JSON schema of each params field but ``mechanism``, the required fields) for the OpenAPI document."""

@@ -371,6 +371,9 @@ class Unary(Mechanism[UP, UnaryBatch]):
     def variance(self, params: UP, counts: np.ndarray, n: int) -> np.ndarray:
         return variance(params, counts, n)
 
+    def shape(self, params: UP) -> str:
+        return params.shape
+
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         return sketch_params_schema()
 

@@ -303,6 +303,9 @@ class Grr(Mechanism[GrrParams, GrrBatch]):
         out: np.ndarray = np.maximum(var, 0.0)
         return out
 
+    def shape(self, params: GrrParams) -> str:
+        return f"d={params.d}"
+
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         domain = {
             "type": "array",

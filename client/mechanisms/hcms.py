@@ -217,6 +217,9 @@ class Hcms(Mechanism[HcmsParams, HcmsBatch]):
     def variance(self, params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
         return variance(params, counts, n)
 
+    def shape(self, params: HcmsParams) -> str:
+        return params.shape
+
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         return sketch_params_schema()
 

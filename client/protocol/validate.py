@@ -6,6 +6,7 @@ got 0"``); servers turn the same three facts into a structured 4xx body.
 
 from __future__ import annotations
 
+import datetime
 import math
 from collections.abc import Collection
 
@@ -36,3 +37,14 @@ def check_choice(name: str, value: object, choices: Collection[str]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise InvalidParameterError(name, f"one of {sorted(choices)}", value)
     return value
+
+
+def check_day(day: object, *, what: str = "day") -> str:
+    """A UTC day ``YYYY-MM-DD`` (the finest time ldptel keeps)."""
+    if not isinstance(day, str) or len(day) != 10:
+        raise InvalidParameterError(what, "a UTC day YYYY-MM-DD", day)
+    try:
+        datetime.date.fromisoformat(day)
+    except ValueError:
+        raise InvalidParameterError(what, "a UTC day YYYY-MM-DD", day) from None
+    return day

@@ -13,12 +13,12 @@ The three are only ever written together, in one MULTI/EXEC by the fold worker
 
 from __future__ import annotations
 
-import datetime as _dt
 from collections.abc import Iterable
 
 import redis as redis_lib
 
 from ldptel.client import SketchState
+from ldptel.client.protocol.validate import check_day
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.specs import Params
 from ldptel.storage import keys
@@ -50,17 +50,6 @@ def next_id(value: StreamId) -> StreamId:
 
 
 # --------------------------------------------------------------------------------------------- days
-def check_day(day: str, *, what: str = "day") -> str:
-    """Validate a UTC day ``YYYY-MM-DD``."""
-    if not isinstance(day, str) or len(day) != 10:
-        raise InvalidParameterError(what, "a UTC day YYYY-MM-DD", day)
-    try:
-        _dt.date.fromisoformat(day)
-    except ValueError:
-        raise InvalidParameterError(what, "a UTC day YYYY-MM-DD", day) from None
-    return day
-
-
 def index_member(version: int, day: str) -> str:
     return f"{version}:{day}"
 
