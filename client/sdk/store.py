@@ -17,6 +17,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from ldptel.client.errors import LdpError
+
 DB_FILE = "ldptel.sqlite3"
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_MS = 10_000
@@ -67,8 +69,8 @@ CREATE TABLE IF NOT EXISTS current_spec(      -- the version the server last cal
 """
 
 
-class StoreError(Exception):
-    """Raised for an unusable database (wrong schema version)."""
+class StoreError(LdpError, RuntimeError):
+    """The on-device database cannot be used (not in WAL mode, or a schema version this SDK does not know)."""
 
 
 REPORT_AUTOCHECKPOINT = 10_000  # pages (~40 MB): report() leaves checkpoints to the uploader
@@ -98,6 +100,7 @@ def connect(storage_dir: Path, *, synchronous: str, autocheckpoint: int | None =
 
 
 def init_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables that do not exist yet and check the schema version (one transaction)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         for statement in _SCHEMA.split(";"):

@@ -12,6 +12,10 @@ status                  outcome    meaning
 other 4xx (400, 413..)  rejected   the batch itself is bad and never will be accepted: drop and count it
 network error           retry      connection refused/reset, timeout, malformed response
 ======================  =========  ==================================================================
+
+:data:`MAX_BATCH_SIZE` is the one definition of the largest batch (in reports) the protocol allows: the
+SDK never forms a larger one and the ingest service's default ``max_batch_reports`` is this value (a larger
+batch is refused with 413).
 """
 
 from __future__ import annotations
@@ -26,42 +30,16 @@ import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import quote, urlsplit
 
-from ldptel.client.errors import LdpError
+from ldptel.client.errors import InvalidParameterError
 
 Outcome = Literal["ack", "stale", "auth", "retry", "rejected"]
+MAX_BATCH_SIZE = 10_000  # reports per batch; see the module docstring
 USER_AGENT = "ldptel-client/0.1"
 MAX_RETRY_AFTER = 3600.0
 _MAX_RESPONSE = 1 << 20
-
-
-class UploadError(LdpError):
-    """A delivery problem seen by the background uploader (passed to ``on_error``, never raised into the app).
-
-    ``status`` is the HTTP status (None for a network error); ``outcome`` what was done with the batch;
-    ``metric``/``version``/``n``/``batch_id`` describe the batch (None for spec fetches).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        outcome: str = "retry",
-        metric: str | None = None,
-        version: int | None = None,
-        n: int | None = None,
-        batch_id: bytes | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.outcome = outcome
-        self.metric = metric
-        self.version = version
-        self.n = n
-        self.batch_id = batch_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +48,7 @@ class Response:
     retry_after: float | None  # seconds, parsed from Retry-After (delta-seconds or HTTP date)
     body: bytes
 
-    def json(self) -> Any:
+    def json(self) -> object:
         try:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError):
@@ -113,7 +91,7 @@ class Transport:
     def __init__(self, endpoint: str, token: str, *, timeout: float, clock: Callable[[], float]) -> None:
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r}")
+            raise InvalidParameterError("endpoint", "an http:// or https:// URL", endpoint)
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port
@@ -197,7 +175,7 @@ class Backoff:
         self.failures += 1
         if retry_after is not None:
             return retry_after + self.uniform() * min(retry_after / 10, self.cap)
-        d = min(self.cap, self.base * 2 ** min(self.failures - 1, 62))
+        d = min(self.cap, self.base * 2.0 ** min(self.failures - 1, 62))
         return d / 2 + self.uniform() * d / 2
 
     def reset(self) -> None:
