@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
+import textwrap
 import threading
 
 import numpy as np
 import pytest
 
-from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
+from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, encode_batch, privatize
 from ldptel.client.sdk.store import DB_FILE
 from ldptel.client.sdk.transport import Backoff, classify, parse_retry_after
 from ldptel.client.sdk.reporter import Reporter, UploadError
@@ -181,6 +183,54 @@ def test_on_error_exceptions_never_reach_the_app(live: LiveServer, app_token, tm
     rep.report("app.page", "x")
     assert rep.flush(timeout=5) is False
     rep.close(timeout=0)
+
+
+# ------------------------------------------------------------------------------ older on-device databases
+# Schema 1 as SDKs before the removal of the unused ``batches.attempts`` column created it.
+SCHEMA_1_WITH_ATTEMPTS = textwrap.dedent(
+    """
+    CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TABLE reports(id INTEGER PRIMARY KEY, metric TEXT NOT NULL, version INTEGER NOT NULL,
+                         payload BLOB NOT NULL);
+    CREATE TABLE batches(id INTEGER PRIMARY KEY, batch_id BLOB NOT NULL UNIQUE, metric TEXT NOT NULL,
+                         version INTEGER NOT NULL, n INTEGER NOT NULL, body BLOB NOT NULL,
+                         attempts INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE ledger(metric TEXT NOT NULL, day INTEGER NOT NULL, count INTEGER NOT NULL, epsilon REAL NOT NULL,
+                        PRIMARY KEY(metric, day)) WITHOUT ROWID;
+    CREATE TABLE memo(key BLOB PRIMARY KEY, day INTEGER NOT NULL, payload BLOB NOT NULL) WITHOUT ROWID;
+    CREATE TABLE specs(metric TEXT NOT NULL, version INTEGER NOT NULL, json TEXT NOT NULL,
+                       PRIMARY KEY(metric, version)) WITHOUT ROWID;
+    CREATE TABLE current_spec(metric TEXT PRIMARY KEY, version INTEGER NOT NULL, fetched REAL NOT NULL) WITHOUT ROWID;
+    INSERT INTO meta(key, value) VALUES ('schema', 1);
+    """
+)
+
+
+def test_a_database_with_the_old_attempts_column_keeps_working(live: LiveServer, app_token, tmp_path, clock) -> None:
+    """A device upgraded from an SDK whose batches table had ``attempts``: its leftover batch and new reports
+    are delivered, and the column is left alone (no migration needed)."""
+    spec = live.create(cms())
+    conn = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
+    conn.executescript(SCHEMA_1_WITH_ATTEMPTS)
+    leftover_id = os.urandom(16)
+    body = encode_batch(metric=spec.name, version=spec.version, batch_id=leftover_id,
+                        batch=privatize("old", spec.params), params=spec.params)
+    conn.execute("INSERT INTO batches(batch_id, metric, version, n, body, attempts) VALUES (?, ?, ?, 1, ?, 3)",
+                 (leftover_id, spec.name, spec.version, body))
+    conn.close()
+
+    rep = _sync(live.url, app_token, tmp_path, clock, specs=[spec], batch_size=3)
+    assert rep.stats().pending == 1
+    for i in range(4):
+        assert rep.report(spec.name, f"new{i}").queued
+    assert rep.flush(timeout=10)
+    assert (rep.stats().pending, rep.stats().delivered) == (0, 5)
+    rep.close()
+    got = live.delivered(spec.name)
+    assert got["total"] == 5 and got["entries"] == 3 and leftover_id in got["batch_ids"]
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    assert "attempts" in {row[1] for row in conn.execute("PRAGMA table_info(batches)")}
+    conn.close()
 
 
 # ---------------------------------------------------------------------------------------- memoization
