@@ -95,7 +95,7 @@ from ldptel.client.sdk import queue as _queue
 from ldptel.client.sdk.counters import Counters, ReporterStats
 from ldptel.client.sdk.memo import grr_split, load_or_create_secret, memo_key, privatize_grr, privatize_rr, rr_split
 from ldptel.client.sdk.notify import Notifier, UploadError, log
-from ldptel.client.sdk.spec_cache import SpecCache
+from ldptel.client.sdk.spec_cache import SpecCache, pinned_by_name
 from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema
 from ldptel.client.sdk.transport import MAX_BATCH_SIZE, Backoff, Transport
 from ldptel.client.sdk.uploader import Uploader
@@ -231,6 +231,7 @@ class Reporter:
         backoff_cap = check_number("backoff_cap", backoff_cap, 0.0, math.inf, open_interval=True)
         if not isinstance(token, str) or not token:  # (never echo a token: only its type, or the empty string)
             raise InvalidParameterError("token", "a non-empty string", token if isinstance(token, str) else type(token))
+        pinned = pinned_by_name(specs)
         self._clock = clock or time.time
         self._timeout = timeout
         notify = Notifier(on_error)
@@ -249,7 +250,7 @@ class Reporter:
         self._counters = Counters(pending=_queue.pending_count(self._db), unbatched=_queue.unbatched_count(self._db))
         self._eps_cache: dict[tuple[str, int, int], tuple[float, float]] = {}
         self._specs = SpecCache(
-            self._db, self._state, pinned=specs, transport=fetch_tx, clock=self._clock, ttl=spec_ttl, notify=notify)
+            self._db, self._state, pinned=pinned, transport=fetch_tx, clock=self._clock, ttl=spec_ttl, notify=notify)
         self._uploader = Uploader(
             storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
             clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size,

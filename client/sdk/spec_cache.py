@@ -35,7 +35,7 @@ from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.sdk.notify import Notifier, UploadError, log
 from ldptel.client.sdk.transport import NETWORK_ERRORS, Transport
 
-__all__ = ["NO_SPEC_RETRY", "SpecCache"]
+__all__ = ["NO_SPEC_RETRY", "SpecCache", "pinned_by_name"]
 
 NO_SPEC_RETRY = 60.0  # seconds before a failed first fetch of a spec is tried again from report()
 
@@ -50,7 +50,7 @@ class SpecCache:
     """Pinned, cached and fetched specs of one Reporter (see the module docs).
 
     :param conn: the Reporter's connection, and :param conn_lock: the lock that guards it.
-    :param pinned: specs that are never fetched: a mapping name → spec or an iterable of specs.
+    :param pinned: specs that are never fetched, by name (see :func:`pinned_by_name`).
     :param transport: used for ``GET /v1/metrics/<name>`` only.
     """
 
@@ -59,13 +59,13 @@ class SpecCache:
         conn: sqlite3.Connection,
         conn_lock: contextlib.AbstractContextManager[object],
         *,
-        pinned: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None,
+        pinned: Mapping[str, MetricSpec],
         transport: Transport,
         clock: Callable[[], float],
         ttl: float,
         notify: Notifier,
     ) -> None:
-        self._pinned = _pinned_by_name(pinned)
+        self._pinned = dict(pinned)
         self._conn = conn
         self._conn_lock = conn_lock
         self._tx = transport
@@ -213,7 +213,8 @@ class SpecCache:
                 self._current[spec.name] = _Current(spec, now)
 
 
-def _pinned_by_name(specs: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None) -> dict[str, MetricSpec]:
+def pinned_by_name(specs: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None) -> dict[str, MetricSpec]:
+    """The Reporter's ``specs`` argument (a mapping name → spec, or specs) as a dict by spec name, checked."""
     if specs is None:
         return {}
     items = specs.values() if isinstance(specs, Mapping) else specs

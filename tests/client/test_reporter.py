@@ -14,7 +14,8 @@ import pytest
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, encode_batch, privatize
 from ldptel.client.sdk.store import DB_FILE
 from ldptel.client.sdk.transport import Backoff, classify, parse_retry_after
-from ldptel.client.sdk.reporter import Reporter, UploadError
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.sdk.reporter import MAX_BATCH_SIZE, Reporter, UploadError
 
 from .conftest import FakeClock, LiveServer
 
@@ -317,6 +318,20 @@ def test_no_random_module_or_numpy_random_in_the_runtime(live: LiveServer, app_t
         assert rep.report(spec.name, v).queued
     assert rep.flush(timeout=10)
     rep.close()
+
+
+@pytest.mark.parametrize("bad", [
+    {"batch_size": 0}, {"batch_size": MAX_BATCH_SIZE + 1}, {"batch_size": 2.0}, {"max_queue": 0},
+    {"flush_interval": 0}, {"timeout": -1.0}, {"spec_ttl": float("nan")}, {"backoff_base": True},
+    {"backoff_cap": float("inf")}, {"specs": ["not a spec"]}, {"token": ""}, {"endpoint": "ftp://example.com"},
+], ids=lambda kw: next(iter(kw)))
+def test_constructor_arguments_are_checked_before_anything_is_created(tmp_path, bad: dict[str, object]) -> None:
+    kw: dict[str, object] = {"endpoint": "http://127.0.0.1:9", "token": "t", "start": False, **bad}
+    with pytest.raises(InvalidParameterError) as err:
+        Reporter(storage_dir=tmp_path / "dev", **kw)  # type: ignore[arg-type]
+    assert isinstance(err.value, LdpError) and isinstance(err.value, ValueError)  # `except ValueError` still works
+    assert err.value.parameter == next(iter(bad))
+    assert not (tmp_path / "dev").exists()
 
 
 # --------------------------------------------------------------------------------------------- pieces
