@@ -25,7 +25,6 @@ import http.client
 import json
 import math
 import os
-import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -150,7 +149,7 @@ class Transport:
             self._close_locked()
 
 
-NETWORK_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException, socket.timeout)
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException)  # timeouts are OSError
 
 
 # ------------------------------------------------------------------------------------------------ backoff
