@@ -194,13 +194,14 @@ class Reporter:
     (:class:`~ldptel.client.sdk.uploader.Uploader`), each with its own transport; the uploader also has
     its own sqlite connection. The Reporter keeps the connection ``report()`` writes through.
 
-    Locks (always taken in this order; ``report()`` never holds two):
+    Locks, always taken in this order (each may be held while taking a later one, never an earlier one):
 
-    * the uploader's cycle lock: one upload cycle at a time;
-    * the spec cache's lock: one spec fetch at a time;
-    * ``_state``, a condition: guards the ``report()`` connection (which the spec cache also writes
-      through), ``_closed``, ``_full_logged``, the :class:`~ldptel.client.sdk.counters.Counters` and the
-      uploader's wake-up flags; the upload thread sleeps on it and :meth:`flush` waits on it.
+    1. the uploader's cycle lock: one upload cycle at a time (its connection, transport, backoff);
+    2. the spec cache's lock: one spec fetch at a time (its transport, the cache's writes);
+    3. ``_state``, a condition over a plain lock: guards the ``report()`` connection (the spec cache
+       writes through it too), ``_closed``, ``_full_logged``, the
+       :class:`~ldptel.client.sdk.counters.Counters` and the uploader's wake-up flags; the upload thread
+       sleeps on it and :meth:`flush` waits on it. Callbacks (``on_error``) never run under it.
     """
 
     def __init__(

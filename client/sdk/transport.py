@@ -26,7 +26,6 @@ import json
 import math
 import os
 import ssl
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -39,6 +38,7 @@ MAX_BATCH_SIZE = 10_000  # reports per batch; see the module docstring
 USER_AGENT = "ldptel-client/0.1"
 MAX_RETRY_AFTER = 3600.0
 _MAX_RESPONSE = 1 << 20
+_ENDPOINT = "an http:// or https:// URL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,21 +85,28 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 
 
 class Transport:
-    """One persistent HTTP(S) connection to the endpoint; reconnects after any error. Thread-safe (a lock)."""
+    """One persistent HTTP(S) connection to the endpoint; reconnects after any error.
+
+    Not thread-safe: its one owner serializes the calls (the uploader under its cycle lock, the spec cache
+    under its fetch lock).
+    """
 
     def __init__(self, endpoint: str, token: str, *, timeout: float, clock: Callable[[], float]) -> None:
-        parts = urlsplit(endpoint)
+        try:
+            parts = urlsplit(endpoint)
+            port = parts.port  # ValueError for a port that is not a number in [0, 65535]
+        except ValueError:
+            raise InvalidParameterError("endpoint", _ENDPOINT, endpoint) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise InvalidParameterError("endpoint", "an http:// or https:// URL", endpoint)
+            raise InvalidParameterError("endpoint", _ENDPOINT, endpoint)
         self._https = parts.scheme == "https"
         self._host = parts.hostname
-        self._port = parts.port
+        self._port = port
         self._prefix = parts.path.rstrip("/")
         self._token = token
         self._timeout = timeout
         self._clock = clock
         self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
@@ -116,18 +123,17 @@ class Transport:
         headers = {"Authorization": f"Bearer {self._token}", "User-Agent": USER_AGENT, "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
-        with self._lock:
-            conn = self._connection()
-            try:
-                conn.request(method, self._prefix + path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read(_MAX_RESPONSE)
-                retry_after = parse_retry_after(resp.getheader("Retry-After"), self._clock())
-                if resp.will_close:
-                    self._close_locked()
-            except BaseException:
-                self._close_locked()
-                raise
+        conn = self._connection()
+        try:
+            conn.request(method, self._prefix + path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read(_MAX_RESPONSE)
+            retry_after = parse_retry_after(resp.getheader("Retry-After"), self._clock())
+            if resp.will_close:
+                self.close()
+        except BaseException:
+            self.close()
+            raise
         return Response(status=resp.status, retry_after=retry_after, body=data)
 
     def post_batch(self, body: bytes) -> Response:
@@ -136,17 +142,13 @@ class Transport:
     def get_metric(self, name: str) -> Response:
         return self.request("GET", "/v1/metrics/" + quote(name, safe=""))
 
-    def _close_locked(self) -> None:
+    def close(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.close()
             except OSError:
                 pass
             self._conn = None
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
 
 
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException)  # timeouts are OSError

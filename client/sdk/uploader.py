@@ -159,7 +159,9 @@ class Uploader:
     def cycle(self, *, force: bool) -> float:
         """One round (see the module docs); ``force`` sends partial batches now. Seconds until the next round."""
         with self._lock:
-            if self._stopping:
+            with self._state:
+                stopping = self._stopping
+            if stopping:
                 return self._flush_interval
             now = self._clock()
             if now < self._retry_at:

@@ -324,6 +324,7 @@ def test_no_random_module_or_numpy_random_in_the_runtime(live: LiveServer, app_t
     {"batch_size": 0}, {"batch_size": MAX_BATCH_SIZE + 1}, {"batch_size": 2.0}, {"max_queue": 0},
     {"flush_interval": 0}, {"timeout": -1.0}, {"spec_ttl": float("nan")}, {"backoff_base": True},
     {"backoff_cap": float("inf")}, {"specs": ["not a spec"]}, {"token": ""}, {"endpoint": "ftp://example.com"},
+    {"endpoint": "http://127.0.0.1:port"},
 ], ids=lambda kw: next(iter(kw)))
 def test_constructor_arguments_are_checked_before_anything_is_created(tmp_path, bad: dict[str, object]) -> None:
     kw: dict[str, object] = {"endpoint": "http://127.0.0.1:9", "token": "t", "start": False, **bad}
