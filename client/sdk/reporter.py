@@ -230,13 +230,12 @@ class Reporter:
         spec_ttl = check_number("spec_ttl", spec_ttl, 0.0, math.inf, open_interval=True)
         backoff_base = check_number("backoff_base", backoff_base, 0.0, math.inf, open_interval=True)
         backoff_cap = check_number("backoff_cap", backoff_cap, 0.0, math.inf, open_interval=True)
-        if not isinstance(token, str) or not token:  # (never echo a token: only its type, or the empty string)
+        if not isinstance(token, str) or not token:  # never echo a token: only the empty string or a type
             raise InvalidParameterError("token", "a non-empty string", token if isinstance(token, str) else type(token))
         pinned = pinned_by_name(specs)
         self._clock = clock or time.time
         self._timeout = timeout
-        notify = Notifier(on_error)
-        self._notify = notify
+        self._notify = Notifier(on_error)
         upload_tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)
         fetch_tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)
 
@@ -244,18 +243,25 @@ class Reporter:
         storage.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._secret = load_or_create_secret(storage)
         self._db = connect(storage, synchronous="NORMAL", autocheckpoint=REPORT_AUTOCHECKPOINT)
-        init_schema(self._db)
         self._state = threading.Condition(threading.Lock())
         self._closed = False
         self._full_logged = False  # the queue-full warning was logged since the queue was last below the limit
-        self._counters = Counters(pending=_queue.pending_count(self._db), unbatched=_queue.unbatched_count(self._db))
         self._eps_cache: dict[tuple[str, int, int], tuple[float, float]] = {}
-        self._specs = SpecCache(
-            self._db, self._state, pinned=pinned, transport=fetch_tx, clock=self._clock, ttl=spec_ttl, notify=notify)
-        self._uploader = Uploader(
-            storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
-            clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size,
-            flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap), notify=notify)
+        try:
+            init_schema(self._db)
+            self._counters = Counters(
+                pending=_queue.pending_count(self._db), unbatched=_queue.unbatched_count(self._db))
+            self._specs = SpecCache(
+                self._db, self._state, pinned=pinned, transport=fetch_tx, clock=self._clock, ttl=spec_ttl,
+                notify=self._notify)
+            self._uploader = Uploader(
+                storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
+                clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size,
+                flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap),
+                notify=self._notify)
+        except BaseException:
+            self._db.close()
+            raise
         if start:
             self._uploader.start()
 

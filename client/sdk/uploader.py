@@ -213,9 +213,8 @@ class Uploader:
             self._settle(batch, "stale")
             self._specs.adopt(batch.metric, resp.json())
             self._notify(_batch_error(
-                batch,
-                f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; {batch.n} reports dropped",
-                status=409, outcome="stale"))
+                batch, f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; "
+                f"{batch.n} reports dropped", status=409, outcome="stale"))
             return True
         self._settle(batch, "rejected")
         self._notify(_batch_error(
