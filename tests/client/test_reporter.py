@@ -234,6 +234,13 @@ def test_a_database_with_the_old_attempts_column_keeps_working(live: LiveServer,
     conn.close()
 
 
+def test_new_databases_have_no_attempts_column(tmp_path) -> None:
+    Reporter("http://127.0.0.1:9", "t", tmp_path, start=False).close(timeout=0)
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    assert "attempts" not in {row[1] for row in conn.execute("PRAGMA table_info(batches)")}
+    conn.close()
+
+
 # ---------------------------------------------------------------------------------------- memoization
 def test_sketch_reports_are_memoized_per_value_and_day(tmp_path) -> None:
     specs = [MetricSpec(name=f"m.{p.mechanism}", params=p, reports_per_day=100) for p in
