@@ -26,12 +26,13 @@ network, not the device itself.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from ldptel.client.errors import LdpError
-from ldptel.client.mechanisms.grr import grr_split, privatize_grr
-from ldptel.client.mechanisms.rr import privatize_rr, rr_split
-from ldptel.client.protocol.keyed import memo_key, prr_stream
+from ldptel.client.mechanisms import ReportBatch, mechanism_of
+from ldptel.client.protocol.keyed import memo_key
+from ldptel.client.protocol.specs import MetricSpec
 
 SECRET_BYTES = 32
 SECRET_FILE = "device_secret"
@@ -40,13 +41,10 @@ __all__ = [
     "SECRET_BYTES",
     "SECRET_FILE",
     "SecretError",
-    "grr_split",
     "load_or_create_secret",
-    "memo_key",
-    "privatize_grr",
-    "privatize_rr",
-    "prr_stream",
-    "rr_split",
+    "longitudinal_epsilon",
+    "privatize_for_device",
+    "prune",
 ]
 
 
@@ -81,3 +79,42 @@ def load_or_create_secret(storage_dir: Path) -> bytes:
             "secret resets the longitudinal privacy bound. Delete the whole storage directory to start over."
         )
     return data
+
+
+# ------------------------------------------------------------------------------------ privatizing a value
+def longitudinal_epsilon(spec: MetricSpec) -> float:
+    """ε∞: the bound for any number of reports of one value (permanent RR: per version; memoized: per day)."""
+    return float(mechanism_of(spec.params).longitudinal_epsilon(spec.params))
+
+
+def privatize_for_device(
+    conn: sqlite3.Connection, spec: MetricSpec, value: object, *, day: int, secret: bytes
+) -> tuple[ReportBatch, bytes, bool]:
+    """``value`` privatized for this device: (the one-report batch, its stored payload, memoized or not).
+
+    A mechanism with a permanent randomized response derives it from the device secret and adds fresh noise;
+    any other reuses the report memoized for (value, budget ``day``) in ``conn``'s memo table, or privatizes
+    and memoizes it. Runs inside ``report()``'s transaction. Raises
+    :class:`~ldptel.client.errors.InvalidValueError` for a value the mechanism does not take.
+    """
+    params, metric, version = spec.params, spec.name, spec.version
+    mech = mechanism_of(params)
+    batch: ReportBatch
+    if mech.permanent:
+        batch = mech.privatize_permanent(value, params, secret=secret, metric=metric, version=version)
+        return batch, mech.pack_report(batch, params), False
+    key = memo_key(secret, metric, version, day, mech.value_key(value, params))
+    row = conn.execute("SELECT payload FROM memo WHERE key = ?", (key,)).fetchone()
+    if row is not None:
+        payload = bytes(row[0])
+        batch = mech.unpack_reports([payload], params)
+        return batch, payload, True
+    batch = mech.privatize(value, params)
+    payload = mech.pack_report(batch, params)
+    conn.execute("INSERT INTO memo(key, day, payload) VALUES (?, ?, ?)", (key, day, payload))
+    return batch, payload, False
+
+
+def prune(conn: sqlite3.Connection, day: int) -> None:
+    """Forget the memoized reports of budget days before ``day`` (at the day change)."""
+    conn.execute("DELETE FROM memo WHERE day < ?", (day,))

@@ -16,12 +16,11 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ldptel.client.protocol.rng import secure_token
-from ldptel.client.protocol.specs import MetricSpec, Params
 from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.protocol.rng import secure_token
+from ldptel.client.protocol.specs import MetricSpec, Params
 from ldptel.client.protocol.wire import encode_batch
-
 
 
 # ------------------------------------------------------------------------------------------- payloads

@@ -43,9 +43,10 @@ Delivery
 ========
 Reports are stored in ``storage_dir/ldptel.sqlite3`` (WAL) until the server acknowledges their batch. A
 batch gets a random 16-byte id when it is formed, stored with its exact bytes, so every retry is the same
-batch and the server counts it once. Uploads happen on a background thread when ``batch_size`` reports are
-queued or every ``flush_interval`` seconds, with exponential backoff and jitter on network errors, 5xx and
-429 (``Retry-After`` honoured). See :mod:`ldptel.client.sdk.transport` for how each status is handled.
+batch and the server counts it once. Uploads happen on a background thread (:mod:`ldptel.client.sdk.uploader`)
+when ``batch_size`` reports are queued or every ``flush_interval`` seconds, with exponential backoff and
+jitter on network errors, 5xx and 429 (``Retry-After`` honoured). See :mod:`ldptel.client.sdk.transport`
+for how each status is handled.
 
 Stale versions: reports already privatized under a version keep that version (they cannot be
 re-privatized: the value is gone). They are sent as they are; if the server refuses the version (409) the
@@ -57,14 +58,25 @@ network: ``report()`` only touches the local database (plus the one-time spec fe
 
 Testing: ``start=False`` runs no thread; :meth:`Reporter.flush` then uploads in the calling thread and waits
 out backoffs with the injected ``sleep`` against the injected ``clock`` (no wall-clock time needed).
+
+Where things live
+=================
+This module: :class:`Reporter` (what the app sees; steps 2 to 4 above in one transaction),
+:class:`ReportResult`; steps 2 and 3 are :func:`~ldptel.client.sdk.memo.privatize_for_device`
+(re-exported here with :func:`~ldptel.client.sdk.memo.longitudinal_epsilon`). Step 1 is :mod:`ldptel.client.sdk.spec_cache`; uploading is
+:mod:`ldptel.client.sdk.uploader` over :mod:`ldptel.client.sdk.transport` (HTTP, backoff,
+:data:`MAX_BATCH_SIZE`); the tables are :mod:`ldptel.client.sdk.store`, :mod:`ldptel.client.sdk.queue`,
+:mod:`ldptel.client.sdk.ledger` and :mod:`ldptel.client.sdk.memo`; :class:`ReporterStats` and the counters
+behind it are :mod:`ldptel.client.sdk.counters`; :class:`UploadError`, ``on_error`` and the logger are
+:mod:`ldptel.client.sdk.notify`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
+import math
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -72,45 +84,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ldptel.client.sdk import ledger as _ledger
-
-from ldptel.client.sdk import queue as _queue
-from ldptel.client.sdk.memo import (
-    grr_split,
-    load_or_create_secret,
-    memo_key,
-    privatize_grr,
-    privatize_rr,
-    rr_split,
-)
-from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema
-from ldptel.client.sdk.transport import NETWORK_ERRORS, Backoff, Transport, UploadError, classify
-from ldptel.client.errors import LdpError
-from ldptel.client.protocol.hashing import value_bytes
-from ldptel.client.mechanisms import privatize
+from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.specs import MetricSpec
-from ldptel.client.mechanisms import GrrParams, RrParams
+from ldptel.client.protocol.validate import check_int, check_number
 from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.sdk import ledger as _ledger
+from ldptel.client.sdk import memo
+from ldptel.client.sdk import queue as _queue
+from ldptel.client.sdk.counters import Counters, ReporterStats
+from ldptel.client.sdk.memo import load_or_create_secret, longitudinal_epsilon, privatize_for_device
+from ldptel.client.sdk.notify import Notifier, UploadError, log
+from ldptel.client.sdk.spec_cache import SpecCache, pinned_by_name
+from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema
+from ldptel.client.sdk.transport import MAX_BATCH_SIZE, Backoff, Transport
+from ldptel.client.sdk.uploader import Uploader
 
-__all__ = ["ReportResult", "Reporter", "ReporterStats", "UploadError", "longitudinal_epsilon"]
-
-log = logging.getLogger("ldptel.client.sdk.reporter")
+__all__ = [
+    "MAX_BATCH_SIZE",
+    "ReportResult",
+    "Reporter",
+    "ReporterStats",
+    "UploadError",
+    "longitudinal_epsilon",
+    "privatize_for_device",
+]
 
 Status = Literal["queued", "budget_exceeded", "queue_full", "no_spec", "storage_error", "closed"]
-MAX_BATCH_SIZE = 10_000  # the ingest default max_batch_reports: a larger batch would be refused with 413
-NO_SPEC_RETRY = 60.0  # seconds before a failed first fetch of a spec is tried again from report()
 
 
-def longitudinal_epsilon(spec: MetricSpec) -> float:
-    """ε∞: the bound for any number of reports of one value (rr/grr: per version; sketches: per day)."""
-    params = spec.params
-    if isinstance(params, RrParams):
-        return rr_split(params).epsilon_inf
-    if isinstance(params, GrrParams):
-        return grr_split(params).epsilon_inf
-    return params.effective_epsilon
-
-
+# ------------------------------------------------------------------------------------------ the Reporter
 @dataclass(frozen=True, slots=True)
 class ReportResult:
     """What ``report()`` did. ``report`` is the exact privatized report queued (None unless queued)."""
@@ -126,22 +128,6 @@ class ReportResult:
         return self.status == "queued"
 
 
-@dataclass(frozen=True, slots=True)
-class ReporterStats:
-    """Counters since this Reporter started, plus ``pending`` (unacknowledged reports on disk)."""
-
-    pending: int
-    queued: int
-    memoized: int
-    delivered: int
-    refused_budget: int
-    dropped_queue_full: int
-    dropped_rejected: int
-    dropped_stale: int
-    no_spec: int
-    retries: int
-
-
 class Reporter:
     """Privatize, queue durably and upload LDP reports for one app installation.
 
@@ -149,7 +135,8 @@ class Reporter:
     :param token: the app's bearer token.
     :param storage_dir: a directory private to this installation (created, mode 0700): queue, ledger, memo,
         spec cache and the device secret. Deleting it resets the longitudinal guarantees.
-    :param batch_size: reports per uploaded batch (also the queue length that triggers an upload), 1 to 10,000.
+    :param batch_size: reports per uploaded batch (also the queue length that triggers an upload), 1 to
+        :data:`MAX_BATCH_SIZE`.
     :param flush_interval: seconds between uploads of partial batches, > 0.
     :param max_queue: most unacknowledged reports kept on disk; more are dropped and counted.
     :param specs: pinned specs (offline use): a mapping name → :class:`MetricSpec` or an iterable of specs.
@@ -162,6 +149,19 @@ class Reporter:
     :param timeout: HTTP timeout in seconds.
     :param spec_ttl: seconds after which a cached spec is refreshed in the background.
     :param backoff_base: first retry delay scale in seconds; :param backoff_cap: largest delay.
+
+    Parts: the spec cache (:class:`~ldptel.client.sdk.spec_cache.SpecCache`) and the uploader
+    (:class:`~ldptel.client.sdk.uploader.Uploader`), each with its own transport; the uploader also has
+    its own sqlite connection. The Reporter keeps the connection ``report()`` writes through.
+
+    Locks, always taken in this order (each may be held while taking a later one, never an earlier one):
+
+    1. the uploader's cycle lock: one upload cycle at a time (its connection, transport, backoff);
+    2. the spec cache's lock: one spec fetch at a time (its transport, the cache's writes);
+    3. ``_state``, a condition over a plain lock: guards the ``report()`` connection (the spec cache
+       writes through it too), ``_closed``, ``_full_logged``, the
+       :class:`~ldptel.client.sdk.counters.Counters` and the uploader's wake-up flags; the upload thread
+       sleeps on it and :meth:`flush` waits on it. Callbacks (``on_error``) never run under it.
     """
 
     def __init__(
@@ -183,74 +183,47 @@ class Reporter:
         backoff_base: float = 1.0,
         backoff_cap: float = 300.0,
     ) -> None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= MAX_BATCH_SIZE:
-            raise ValueError(f"batch_size must be an integer in [1, {MAX_BATCH_SIZE}], got {batch_size!r}")
-        if not isinstance(max_queue, int) or isinstance(max_queue, bool) or max_queue < 1:
-            raise ValueError(f"max_queue must be an integer >= 1, got {max_queue!r}")
-        for name, val in (("flush_interval", flush_interval), ("timeout", timeout), ("spec_ttl", spec_ttl),
-                          ("backoff_base", backoff_base), ("backoff_cap", backoff_cap)):
-            if not isinstance(val, (int, float)) or isinstance(val, bool) or not val > 0:
-                raise ValueError(f"{name} must be a number of seconds > 0, got {val!r}")
-        if not isinstance(token, str) or not token:
-            raise ValueError("token must be a non-empty string")
+        self._batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
+        self._max_queue = check_int("max_queue", max_queue, 1, sys.maxsize)
+        flush_interval = check_number("flush_interval", flush_interval, 0.0, math.inf, open_interval=True)
+        timeout = check_number("timeout", timeout, 0.0, math.inf, open_interval=True)
+        spec_ttl = check_number("spec_ttl", spec_ttl, 0.0, math.inf, open_interval=True)
+        backoff_base = check_number("backoff_base", backoff_base, 0.0, math.inf, open_interval=True)
+        backoff_cap = check_number("backoff_cap", backoff_cap, 0.0, math.inf, open_interval=True)
+        if not isinstance(token, str) or not token:  # never echo a token: only the empty string or a type
+            raise InvalidParameterError("token", "a non-empty string", token if isinstance(token, str) else type(token))
+        pinned = pinned_by_name(specs)
         self._clock = clock or time.time
-        self._sleep = sleep or time.sleep
-        self._batch_size = batch_size
-        self._flush_interval = float(flush_interval)
-        self._max_queue = max_queue
-        self._spec_ttl = float(spec_ttl)
-        self._on_error = on_error
-        self._timeout = float(timeout)
+        self._timeout = timeout
+        self._notify = Notifier(on_error)
+        upload_tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)
+        fetch_tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)
 
-        self._dir = Path(storage_dir)
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._secret = load_or_create_secret(self._dir)
-        self._db = connect(self._dir, synchronous="NORMAL", autocheckpoint=REPORT_AUTOCHECKPOINT)  # report() path, guarded by _lock
-        init_schema(self._db)
-        self._up_db = connect(self._dir, synchronous="FULL")  # uploader, guarded by _upload_lock
-        self._tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)  # uploader
-        self._fetch_tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)  # report() first fetch
-
-        self._lock = threading.RLock()
-        self._upload_lock = threading.Lock()
-        self._fetch_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._wake = threading.Event()
-
-        # specs: pinned ones, every (name, version) seen, the current one per name with its fetch time
-        self._pinned: dict[str, MetricSpec] = {}
-        if specs is not None:
-            items = specs.values() if isinstance(specs, Mapping) else specs
-            for spec in items:
-                if not isinstance(spec, MetricSpec):
-                    raise TypeError(f"specs must hold MetricSpec objects, got {type(spec).__name__}")
-                self._pinned[spec.name] = spec
-        self._versions: dict[tuple[str, int], MetricSpec] = {}
-        self._current: dict[str, tuple[MetricSpec, float]] = {}
-        self._no_spec_until: dict[str, float] = {}
-        self._want_refresh: set[str] = set()
-        self._eps_cache: dict[tuple[str, int, int], tuple[float, float]] = {}
-        with self._lock:
-            self._load_specs()
-            for spec in self._pinned.values():
-                self._save_spec(self._db, spec, current=False)
-            self._pending = _queue.pending_count(self._db)
-            self._unbatched = _queue.unbatched_count(self._db)
-
-        self._backoff = Backoff(base=float(backoff_base), cap=float(backoff_cap))
-        self._retry_at = 0.0
-        self._next_flush_at = self._clock()  # leftovers from a previous run go out at once
-        self._force = False
+        storage = Path(storage_dir)
+        storage.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._secret = load_or_create_secret(storage)
+        self._db = connect(storage, synchronous="NORMAL", autocheckpoint=REPORT_AUTOCHECKPOINT)
+        self._state = threading.Condition(threading.Lock())
         self._closed = False
-        self._stopping = False
-        self._full_logged = False
-        self._n = dict.fromkeys(
-            ("queued", "memoized", "delivered", "refused_budget", "dropped_queue_full", "dropped_rejected",
-             "dropped_stale", "no_spec", "retries"), 0)
-        self._thread: threading.Thread | None = None
+        self._full_logged = False  # the queue-full warning was logged since the queue was last below the limit
+        self._eps_cache: dict[tuple[str, int, int], tuple[float, float]] = {}
+        try:
+            init_schema(self._db)
+            self._counters = Counters(
+                pending=_queue.pending_count(self._db), unbatched=_queue.unbatched_count(self._db))
+            self._specs = SpecCache(
+                self._db, self._state, pinned=pinned, transport=fetch_tx, clock=self._clock, ttl=spec_ttl,
+                notify=self._notify)
+            self._uploader = Uploader(
+                storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
+                clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size,
+                flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap),
+                notify=self._notify)
+        except BaseException:
+            self._db.close()
+            raise
         if start:
-            self._thread = threading.Thread(target=self._run, name="ldptel-uploader", daemon=True)
-            self._thread.start()
+            self._uploader.start()
 
     # ------------------------------------------------------------------------------------------ public
     def report(self, metric: str, value: object) -> ReportResult:
@@ -260,53 +233,43 @@ class Reporter:
         """
         if self._closed:
             return ReportResult("closed", metric)
-        spec = self._spec_for(metric)
+        spec = self._specs.spec_for(metric)
         if spec is None:
-            self._count("no_spec")
+            with self._state:
+                self._counters.no_spec += 1
             return ReportResult("no_spec", metric)
         eps_one, daily = self._budget_of(spec)
         now = self._clock()
-        with self._lock:
+        with self._state:
             if self._closed:
                 return ReportResult("closed", metric)
-            if self._pending >= self._max_queue:
-                self._n["dropped_queue_full"] += 1
+            counters = self._counters
+            if counters.pending >= self._max_queue:
+                counters.dropped_queue_full += 1
                 if not self._full_logged:
                     self._full_logged = True
                     log.warning("ldptel queue is full (%d reports); new reports are dropped", self._max_queue)
                 return ReportResult("queue_full", metric, spec.version)
-            conn = self._db
+            self._full_logged = False
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    day, high, count, eps = _ledger.state(conn, metric, now)
-                    if not _ledger.allows(spec, count, eps, eps_one=eps_one, daily=daily):
-                        conn.execute("ROLLBACK")
-                        self._n["refused_budget"] += 1
-                        return ReportResult("budget_exceeded", metric, spec.version)
-                    if day > high:
-                        _ledger.set_day(conn, day)
-                        conn.execute("DELETE FROM memo WHERE day < ?", (day,))
-                    batch, payload, memoized = self._privatize(conn, spec, value, day)
-                    _queue.enqueue(conn, metric, spec.version, payload)
-                    _ledger.spend(conn, metric, day, eps_one)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
+                stored = self._store(spec, value, now, eps_one=eps_one, daily=daily)
             except sqlite3.Error as exc:
-                log.error("ldptel could not store a report: %s", exc)
-                self._emit(UploadError(f"local storage error: {exc}", outcome="storage_error", metric=metric))
-                return ReportResult("storage_error", metric, spec.version)
-            self._pending += 1
-            self._unbatched += 1
-            self._n["queued"] += 1
-            self._n["memoized"] += memoized
-            wake = self._unbatched >= self._batch_size
-        if wake:
-            self._wake.set()
-        return ReportResult("queued", metric, spec.version, batch, memoized)
+                error = exc
+            else:
+                if stored is None:
+                    counters.refused_budget += 1
+                    return ReportResult("budget_exceeded", metric, spec.version)
+                batch, memoized = stored
+                counters.pending += 1
+                counters.unbatched += 1
+                counters.queued += 1
+                counters.memoized += memoized
+                if counters.unbatched >= self._batch_size:
+                    self._uploader.wake()
+                return ReportResult("queued", metric, spec.version, batch, memoized)
+        log.error("ldptel could not store a report: %s", error)
+        self._notify(UploadError(f"local storage error: {error}", outcome="storage_error", metric=metric))
+        return ReportResult("storage_error", metric, spec.version)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Upload everything queued now; True when nothing is left unacknowledged within ``timeout`` seconds.
@@ -314,30 +277,11 @@ class Reporter:
         Backoffs are honoured (a flush does not hammer a server that asked for Retry-After). With a
         background thread this waits for it (real time); without one (``start=False``) it uploads in the
         calling thread and waits out backoffs with the injected ``sleep`` against the injected ``clock``.
+        After :meth:`close` nothing is sent.
         """
-        if self._thread is not None and self._thread.is_alive():
-            deadline = time.monotonic() + timeout
-            with self._cond:
-                self._force = True
-                self._wake.set()
-                while self._pending > 0:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return False
-                    self._cond.wait(min(left, 0.5))
-            return True
-        deadline = self._clock() + timeout
-        for _ in range(1_000_000):
-            self._cycle(force=True)
-            if self._pending == 0:
-                return True
-            now = self._clock()
-            wait = max(self._retry_at - now, 0.0)
-            if now + wait > deadline:
-                return False
-            if wait > 0:
-                self._sleep(wait)
-        return False  # pragma: no cover - unreachable in practice
+        if self._closed:
+            return self.stats().pending == 0
+        return self._uploader.flush(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
         """Try to deliver what is queued (up to ``timeout`` s), stop the thread, close the database.
@@ -347,20 +291,15 @@ class Reporter:
         if self._closed:
             return
         try:
-            if self._pending > 0:
+            if self.stats().pending > 0:
                 self.flush(timeout)
         finally:
-            with self._lock:
+            with self._state:
                 self._closed = True
-            self._stopping = True
-            self._wake.set()
-            if self._thread is not None:
-                self._thread.join(timeout + self._timeout + 1.0)
-            with self._upload_lock, self._lock:
-                self._tx.close()
-                self._fetch_tx.close()
+            self._uploader.stop(timeout + self._timeout + 1.0)
+            self._specs.close()
+            with self._state:
                 self._db.close()
-                self._up_db.close()
 
     def __enter__(self) -> Reporter:
         return self
@@ -369,16 +308,44 @@ class Reporter:
         self.close()
 
     def stats(self) -> ReporterStats:
-        with self._lock:
-            return ReporterStats(pending=self._pending, **self._n)
+        with self._state:
+            return self._counters.snapshot()
 
     def budget_remaining(self, metric: str) -> int | None:
         """Reports the ledger still allows for ``metric`` today (None when its spec is not known)."""
-        spec = self._pinned.get(metric) or (self._current.get(metric) or (None, 0.0))[0]
+        spec = self._specs.known(metric)
         if spec is None:
             return None
-        with self._lock:
+        with self._state:
             return _ledger.remaining(self._db, spec, self._clock())
+
+    # -------------------------------------------------------------------------------------- internals
+    def _store(
+        self, spec: MetricSpec, value: object, now: float, *, eps_one: float, daily: float
+    ) -> tuple[ReportBatch, bool] | None:
+        """One transaction: check the ledger, privatize, queue, spend. None when the budget refuses.
+
+        The caller holds ``_state``. Every exception rolls the transaction back.
+        """
+        conn = self._db
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            day, high, count, eps = _ledger.state(conn, spec.name, now)
+            if not _ledger.allows(spec, count, eps, eps_one=eps_one, daily=daily):
+                conn.execute("ROLLBACK")
+                return None
+            if day > high:
+                _ledger.set_day(conn, day)
+                memo.prune(conn, day)
+            batch, payload, memoized = privatize_for_device(conn, spec, value, day=day, secret=self._secret)
+            _queue.enqueue(conn, spec.name, spec.version, payload)
+            _ledger.spend(conn, spec.name, day, eps_one)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return batch, memoized
 
     def _budget_of(self, spec: MetricSpec) -> tuple[float, float]:
         """(effective ε of one report, daily ε) of a spec, computed once (the properties are not cached)."""
@@ -387,227 +354,3 @@ class Reporter:
         if cached is None:
             cached = self._eps_cache[key] = (spec.effective_epsilon, spec.daily_epsilon)
         return cached
-
-    # -------------------------------------------------------------------------------- privatization
-    def _privatize(self, conn: sqlite3.Connection, spec: MetricSpec, value: object, day: int) -> tuple[ReportBatch, bytes, bool]:
-        params, metric, version = spec.params, spec.name, spec.version
-        if isinstance(params, RrParams):
-            batch = privatize_rr(value, params, secret=self._secret, metric=metric, version=version)
-            return batch, _queue.pack_report(batch, params), False
-        if isinstance(params, GrrParams):
-            batch = privatize_grr(value, params, secret=self._secret, metric=metric, version=version)
-            return batch, _queue.pack_report(batch, params), False
-        key = memo_key(self._secret, metric, version, day, value_bytes(value))
-        row = conn.execute("SELECT payload FROM memo WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            payload = bytes(row[0])
-            return _queue.unpack_reports([payload], params), payload, True
-        batch = privatize(value, params)
-        payload = _queue.pack_report(batch, params)
-        conn.execute("INSERT INTO memo(key, day, payload) VALUES (?, ?, ?)", (key, day, payload))
-        return batch, payload, False
-
-    # ----------------------------------------------------------------------------------------- specs
-    def _load_specs(self) -> None:
-        for metric, version, text in self._db.execute("SELECT metric, version, json FROM specs"):
-            try:
-                self._versions[(metric, version)] = MetricSpec.from_json(text)
-            except LdpError:
-                log.warning("ignoring an unreadable cached spec for %s v%d", metric, version)
-        for metric, version, fetched in self._db.execute("SELECT metric, version, fetched FROM current_spec"):
-            spec = self._versions.get((metric, version))
-            if spec is not None:
-                self._current[metric] = (spec, float(fetched))
-
-    def _save_spec(self, conn: sqlite3.Connection, spec: MetricSpec, *, current: bool) -> None:
-        conn.execute(
-            "INSERT OR REPLACE INTO specs(metric, version, json) VALUES (?, ?, ?)",
-            (spec.name, spec.version, spec.to_json()),
-        )
-        self._versions[(spec.name, spec.version)] = spec
-        if current:
-            now = self._clock()
-            conn.execute(
-                "INSERT OR REPLACE INTO current_spec(metric, version, fetched) VALUES (?, ?, ?)",
-                (spec.name, spec.version, now),
-            )
-            self._current[spec.name] = (spec, now)
-
-    def _spec_of(self, metric: str, version: int) -> MetricSpec | None:
-        pinned = self._pinned.get(metric)
-        if pinned is not None and pinned.version == version:
-            return pinned
-        return self._versions.get((metric, version))
-
-    def _spec_for(self, metric: str) -> MetricSpec | None:
-        pinned = self._pinned.get(metric)
-        if pinned is not None:
-            return pinned
-        entry = self._current.get(metric)
-        if entry is not None:
-            if self._clock() - entry[1] > self._spec_ttl:
-                self._want_refresh.add(metric)
-            return entry[0]
-        with self._fetch_lock:
-            entry = self._current.get(metric)
-            if entry is not None:
-                return entry[0]
-            now = self._clock()
-            if now < self._no_spec_until.get(metric, float("-inf")):
-                return None
-            spec = self._fetch_spec(self._fetch_tx, metric, self._db, self._lock)  # type: ignore[arg-type]
-            if spec is None:
-                self._no_spec_until[metric] = now + NO_SPEC_RETRY
-            return spec
-
-    def _fetch_spec(self, tx: Transport, metric: str, conn: sqlite3.Connection, lock: contextlib.AbstractContextManager[object]) -> MetricSpec | None:
-        try:
-            resp = tx.get_metric(metric)
-        except NETWORK_ERRORS as exc:
-            self._emit(UploadError(f"could not fetch the spec of {metric!r}: {exc}", metric=metric))
-            return None
-        spec = _spec_from_body(resp.json(), metric) if resp.status == 200 else None
-        if spec is None:
-            self._emit(UploadError(
-                f"no usable spec for {metric!r} (HTTP {resp.status})", status=resp.status,
-                outcome="no_spec", metric=metric))
-            return None
-        with lock:
-            self._save_spec(conn, spec, current=True)
-        self._want_refresh.discard(metric)
-        return spec
-
-    # -------------------------------------------------------------------------------------- uploading
-    def _run(self) -> None:
-        while not self._stopping:
-            try:
-                delay = self._cycle(force=self._force)
-            except Exception as exc:  # never let the thread die; never raise into the app
-                log.exception("ldptel uploader cycle failed")
-                self._emit(UploadError(f"uploader error: {exc!r}", outcome="internal"))
-                delay = self._flush_interval
-            with self._cond:
-                if self._pending == 0:
-                    self._force = False
-                self._cond.notify_all()
-            if self._stopping:
-                break
-            self._wake.wait(max(delay, 0.001))
-            self._wake.clear()
-
-    def _cycle(self, *, force: bool) -> float:
-        """One round: refresh specs, form due batches, send them in order. Seconds until the next round."""
-        with self._upload_lock:
-            if self._stopping and self._closed:
-                return self._flush_interval
-            now = self._clock()
-            if now < self._retry_at:
-                return self._retry_at - now
-            for metric in list(self._want_refresh):
-                if metric not in self._pinned:
-                    self._fetch_spec(self._tx, metric, self._up_db, contextlib.nullcontext())
-            due = force or now >= self._next_flush_at
-            if due:
-                self._next_flush_at = now + self._flush_interval
-            if self._unbatched > 0 and (due or self._unbatched >= self._batch_size):
-                res = _queue.form_batches(self._up_db, batch_size=self._batch_size, partial=due, spec_of=self._spec_of)
-                with self._lock:
-                    self._unbatched -= res.moved
-                    self._pending -= res.unencodable
-                    self._n["dropped_stale"] += res.unencodable
-            last = 0
-            while True:
-                batch = _queue.next_batch(self._up_db, last)
-                if batch is None:
-                    break
-                last = batch.id
-                if not self._send(batch):
-                    break
-            try:
-                self._up_db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            except sqlite3.Error as exc:  # a busy database: the next cycle tries again
-                log.debug("ldptel WAL checkpoint skipped: %s", exc)
-            now = self._clock()
-            nxt = self._next_flush_at if self._retry_at <= now else max(self._retry_at, self._next_flush_at)
-            return max(nxt - now, 0.0)
-
-    def _send(self, batch: _queue.StoredBatch) -> bool:
-        """Post one batch; False when the uploader must back off."""
-        info = {"metric": batch.metric, "version": batch.version, "n": batch.n, "batch_id": batch.batch_id}
-        try:
-            resp = self._tx.post_batch(batch.body)
-        except NETWORK_ERRORS as exc:
-            self._retry(None)
-            self._emit(UploadError(f"network error: {exc!r}", outcome="retry", **info))  # type: ignore[arg-type]
-            return False
-        outcome = classify(resp.status)
-        if outcome == "ack":
-            self._settle(batch, "delivered")
-            self._backoff.reset()
-            return True
-        if outcome in ("retry", "auth"):
-            self._retry(resp.retry_after)
-            self._emit(UploadError(f"HTTP {resp.status}; will retry", status=resp.status, outcome=outcome, **info))  # type: ignore[arg-type]
-            return False
-        if outcome == "stale":
-            self._settle(batch, "dropped_stale")
-            spec = _spec_from_body(resp.json(), batch.metric)
-            if spec is not None and batch.metric not in self._pinned:
-                self._save_spec(self._up_db, spec, current=True)
-            elif batch.metric not in self._pinned:
-                self._want_refresh.add(batch.metric)
-            self._emit(UploadError(
-                f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; {batch.n} reports dropped",
-                status=409, outcome="stale", **info))  # type: ignore[arg-type]
-            return True
-        self._settle(batch, "dropped_rejected")
-        self._emit(UploadError(
-            f"HTTP {resp.status}: batch rejected for good; {batch.n} reports dropped ({resp.body[:200]!r})",
-            status=resp.status, outcome="rejected", **info))  # type: ignore[arg-type]
-        return True
-
-    def _settle(self, batch: _queue.StoredBatch, counter: str) -> None:
-        _queue.remove_batch(self._up_db, batch)
-        with self._lock:
-            self._pending -= batch.n
-            self._n[counter] += batch.n
-            if self._pending < self._max_queue:
-                self._full_logged = False
-
-    def _retry(self, retry_after: float | None) -> None:
-        delay = self._backoff.next_delay(retry_after)
-        self._retry_at = self._clock() + delay
-        with self._lock:
-            self._n["retries"] += 1
-        log.info("ldptel upload will be retried in %.1f s", delay)
-
-    # ------------------------------------------------------------------------------------------ misc
-    def _count(self, counter: str) -> None:
-        with self._lock:
-            self._n[counter] += 1
-
-    def _emit(self, err: UploadError) -> None:
-        log.warning("ldptel: %s", err)
-        if self._on_error is not None:
-            try:
-                self._on_error(err)
-            except Exception:
-                log.exception("ldptel on_error callback raised")
-
-
-def _spec_from_body(data: object, metric: str) -> MetricSpec | None:
-    """The current spec from a registry record (``{"current": {...}, ...}``), a ``{"spec": ...}`` body or a spec."""
-    if not isinstance(data, dict):
-        return None
-    if data.get("status") == "retired":
-        return None
-    candidates = [data.get("current"), data.get("spec"), data.get("current_spec"), data]
-    for cand in candidates:
-        if isinstance(cand, dict) and "params" in cand:
-            try:
-                spec = MetricSpec.from_dict(cand)
-            except LdpError:
-                continue
-            if spec.name == metric:
-                return spec
-    return None

@@ -7,6 +7,9 @@ app; only a power loss can roll back the last few commits). The upload connectio
 ledger entry committed before it, *before* any byte of the batch is sent. Hence the server can never hold a
 report whose budget spend or batch id the device could forget, even across a power loss.
 
+Databases created by earlier SDKs may have an extra ``batches.attempts`` column (``DEFAULT 0``, never read):
+it is left in place, as every statement names the columns it writes and reads.
+
 Nothing in the file is a raw value: reports are stored privatized, memo rows are keyed by an HMAC of the
 value, the ledger holds counts per metric and day. (grr labels do appear, as part of the cached public
 spec.)
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+
+from ldptel.client.errors import LdpError
 
 DB_FILE = "ldptel.sqlite3"
 SCHEMA_VERSION = 1
@@ -38,8 +43,7 @@ CREATE TABLE IF NOT EXISTS batches(           -- formed batches, kept until the 
     metric   TEXT NOT NULL,
     version  INTEGER NOT NULL,
     n        INTEGER NOT NULL,
-    body     BLOB NOT NULL,                   -- the exact wire bytes (encode_batch)
-    attempts INTEGER NOT NULL DEFAULT 0
+    body     BLOB NOT NULL                    -- the exact wire bytes (encode_batch)
 );
 CREATE TABLE IF NOT EXISTS ledger(            -- privacy spend per metric and UTC day
     metric  TEXT NOT NULL,
@@ -67,8 +71,8 @@ CREATE TABLE IF NOT EXISTS current_spec(      -- the version the server last cal
 """
 
 
-class StoreError(Exception):
-    """Raised for an unusable database (wrong schema version)."""
+class StoreError(LdpError, RuntimeError):
+    """The on-device database cannot be used (not in WAL mode, or a schema version this SDK does not know)."""
 
 
 REPORT_AUTOCHECKPOINT = 10_000  # pages (~40 MB): report() leaves checkpoints to the uploader
@@ -98,6 +102,7 @@ def connect(storage_dir: Path, *, synchronous: str, autocheckpoint: int | None =
 
 
 def init_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables that do not exist yet and check the schema version (one transaction)."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         for statement in _SCHEMA.split(";"):

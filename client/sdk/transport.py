@@ -12,6 +12,10 @@ status                  outcome    meaning
 other 4xx (400, 413..)  rejected   the batch itself is bad and never will be accepted: drop and count it
 network error           retry      connection refused/reset, timeout, malformed response
 ======================  =========  ==================================================================
+
+:data:`MAX_BATCH_SIZE` is the largest batch (in reports) the SDK forms: the wire format's
+``DEFAULT_MAX_BATCH_REPORTS``, which is also the ingest service's default limit (a larger batch is refused
+with 413).
 """
 
 from __future__ import annotations
@@ -21,47 +25,21 @@ import http.client
 import json
 import math
 import os
-import socket
 import ssl
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 from urllib.parse import quote, urlsplit
 
-from ldptel.client.errors import LdpError
+from ldptel.client.errors import InvalidParameterError
+from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS
 
 Outcome = Literal["ack", "stale", "auth", "retry", "rejected"]
+MAX_BATCH_SIZE = DEFAULT_MAX_BATCH_REPORTS  # reports per batch; see the module docstring
 USER_AGENT = "ldptel-client/0.1"
 MAX_RETRY_AFTER = 3600.0
 _MAX_RESPONSE = 1 << 20
-
-
-class UploadError(LdpError):
-    """A delivery problem seen by the background uploader (passed to ``on_error``, never raised into the app).
-
-    ``status`` is the HTTP status (None for a network error); ``outcome`` what was done with the batch;
-    ``metric``/``version``/``n``/``batch_id`` describe the batch (None for spec fetches).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        outcome: str = "retry",
-        metric: str | None = None,
-        version: int | None = None,
-        n: int | None = None,
-        batch_id: bytes | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.outcome = outcome
-        self.metric = metric
-        self.version = version
-        self.n = n
-        self.batch_id = batch_id
+_ENDPOINT = "an http:// or https:// URL"
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +48,7 @@ class Response:
     retry_after: float | None  # seconds, parsed from Retry-After (delta-seconds or HTTP date)
     body: bytes
 
-    def json(self) -> Any:
+    def json(self) -> object:
         try:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError):
@@ -108,21 +86,28 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 
 
 class Transport:
-    """One persistent HTTP(S) connection to the endpoint; reconnects after any error. Thread-safe (a lock)."""
+    """One persistent HTTP(S) connection to the endpoint; reconnects after any error.
+
+    Not thread-safe: its one owner serializes the calls (the uploader under its cycle lock, the spec cache
+    under its fetch lock).
+    """
 
     def __init__(self, endpoint: str, token: str, *, timeout: float, clock: Callable[[], float]) -> None:
-        parts = urlsplit(endpoint)
+        try:
+            parts = urlsplit(endpoint)
+            port = parts.port  # ValueError for a port that is not a number in [0, 65535]
+        except ValueError:
+            raise InvalidParameterError("endpoint", _ENDPOINT, endpoint) from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r}")
+            raise InvalidParameterError("endpoint", _ENDPOINT, endpoint)
         self._https = parts.scheme == "https"
         self._host = parts.hostname
-        self._port = parts.port
+        self._port = port
         self._prefix = parts.path.rstrip("/")
         self._token = token
         self._timeout = timeout
         self._clock = clock
         self._conn: http.client.HTTPConnection | None = None
-        self._lock = threading.Lock()
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
@@ -139,18 +124,17 @@ class Transport:
         headers = {"Authorization": f"Bearer {self._token}", "User-Agent": USER_AGENT, "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
-        with self._lock:
-            conn = self._connection()
-            try:
-                conn.request(method, self._prefix + path, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read(_MAX_RESPONSE)
-                retry_after = parse_retry_after(resp.getheader("Retry-After"), self._clock())
-                if resp.will_close:
-                    self._close_locked()
-            except BaseException:
-                self._close_locked()
-                raise
+        conn = self._connection()
+        try:
+            conn.request(method, self._prefix + path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read(_MAX_RESPONSE)
+            retry_after = parse_retry_after(resp.getheader("Retry-After"), self._clock())
+            if resp.will_close:
+                self.close()
+        except BaseException:
+            self.close()
+            raise
         return Response(status=resp.status, retry_after=retry_after, body=data)
 
     def post_batch(self, body: bytes) -> Response:
@@ -159,7 +143,7 @@ class Transport:
     def get_metric(self, name: str) -> Response:
         return self.request("GET", "/v1/metrics/" + quote(name, safe=""))
 
-    def _close_locked(self) -> None:
+    def close(self) -> None:
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -167,12 +151,8 @@ class Transport:
                 pass
             self._conn = None
 
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
 
-
-NETWORK_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException, socket.timeout)
+NETWORK_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException)  # timeouts are OSError
 
 
 # ------------------------------------------------------------------------------------------------ backoff
@@ -197,7 +177,7 @@ class Backoff:
         self.failures += 1
         if retry_after is not None:
             return retry_after + self.uniform() * min(retry_after / 10, self.cap)
-        d = min(self.cap, self.base * 2 ** min(self.failures - 1, 62))
+        d = min(self.cap, self.base * 2.0 ** min(self.failures - 1, 62))
         return d / 2 + self.uniform() * d / 2
 
     def reset(self) -> None:

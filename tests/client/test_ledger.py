@@ -8,8 +8,8 @@ import pytest
 
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
 from ldptel.client.sdk.ledger import SECONDS_PER_DAY, allows, utc_day
-from ldptel.client.sdk.store import DB_FILE
 from ldptel.client.sdk.reporter import Reporter
+from ldptel.client.sdk.store import DB_FILE
 
 from .conftest import FakeClock
 

@@ -12,17 +12,10 @@ import pytest
 
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
 from ldptel.client.errors import InvalidValueError, UnknownValueError
-from ldptel.client.sdk.memo import (
-    SECRET_BYTES,
-    SecretError,
-    grr_split,
-    load_or_create_secret,
-    memo_key,
-    privatize_grr,
-    privatize_rr,
-    prr_stream,
-    rr_split,
-)
+from ldptel.client.mechanisms.grr import grr_split, privatize_grr
+from ldptel.client.mechanisms.rr import privatize_rr, rr_split
+from ldptel.client.protocol.keyed import memo_key, prr_stream
+from ldptel.client.sdk.memo import SECRET_BYTES, SecretError, load_or_create_secret
 from ldptel.client.sdk.reporter import longitudinal_epsilon
 from tests.stats import Z, assert_chi_square, assert_close_normal
 

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
+import textwrap
 import threading
 
 import numpy as np
 import pytest
 
-from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams
+from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, encode_batch, privatize
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.sdk.reporter import MAX_BATCH_SIZE, Reporter, UploadError
 from ldptel.client.sdk.store import DB_FILE
 from ldptel.client.sdk.transport import Backoff, classify, parse_retry_after
-from ldptel.client.sdk.reporter import Reporter, UploadError
 
 from .conftest import FakeClock, LiveServer
 
@@ -90,7 +93,7 @@ def test_429_and_503_retry_after_are_honoured_with_an_injected_clock(proxy, live
     posts = ctl.posts()
     assert [p.status for p in posts] == [429, 503, 500, 202]
     assert len({p.batch_id for p in posts}) == 1  # every retry is the same batch
-    gaps = [b.at - a.at for a, b in zip(posts, posts[1:])]
+    gaps = [b.at - a.at for a, b in zip(posts, posts[1:], strict=False)]
     assert 7 <= gaps[0] <= 7.7 and 30 <= gaps[1] <= 33  # Retry-After + at most 10% jitter, never earlier
     assert 2.0 <= gaps[2] <= 4.0  # third failure, no header: d = 4, equal jitter
     assert clock.sleeps == pytest.approx(gaps) and posts[0].at == t0
@@ -183,6 +186,61 @@ def test_on_error_exceptions_never_reach_the_app(live: LiveServer, app_token, tm
     rep.close(timeout=0)
 
 
+# ------------------------------------------------------------------------------ older on-device databases
+# Schema 1 as SDKs before the removal of the unused ``batches.attempts`` column created it.
+SCHEMA_1_WITH_ATTEMPTS = textwrap.dedent(
+    """
+    CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+    CREATE TABLE reports(id INTEGER PRIMARY KEY, metric TEXT NOT NULL, version INTEGER NOT NULL,
+                         payload BLOB NOT NULL);
+    CREATE TABLE batches(id INTEGER PRIMARY KEY, batch_id BLOB NOT NULL UNIQUE, metric TEXT NOT NULL,
+                         version INTEGER NOT NULL, n INTEGER NOT NULL, body BLOB NOT NULL,
+                         attempts INTEGER NOT NULL DEFAULT 0);
+    CREATE TABLE ledger(metric TEXT NOT NULL, day INTEGER NOT NULL, count INTEGER NOT NULL, epsilon REAL NOT NULL,
+                        PRIMARY KEY(metric, day)) WITHOUT ROWID;
+    CREATE TABLE memo(key BLOB PRIMARY KEY, day INTEGER NOT NULL, payload BLOB NOT NULL) WITHOUT ROWID;
+    CREATE TABLE specs(metric TEXT NOT NULL, version INTEGER NOT NULL, json TEXT NOT NULL,
+                       PRIMARY KEY(metric, version)) WITHOUT ROWID;
+    CREATE TABLE current_spec(metric TEXT PRIMARY KEY, version INTEGER NOT NULL, fetched REAL NOT NULL) WITHOUT ROWID;
+    INSERT INTO meta(key, value) VALUES ('schema', 1);
+    """
+)
+
+
+def test_a_database_with_the_old_attempts_column_keeps_working(live: LiveServer, app_token, tmp_path, clock) -> None:
+    """A device upgraded from an SDK whose batches table had ``attempts``: its leftover batch and new reports
+    are delivered, and the column is left alone (no migration needed)."""
+    spec = live.create(cms())
+    conn = sqlite3.connect(tmp_path / DB_FILE, isolation_level=None)
+    conn.executescript(SCHEMA_1_WITH_ATTEMPTS)
+    leftover_id = os.urandom(16)
+    body = encode_batch(metric=spec.name, version=spec.version, batch_id=leftover_id,
+                        batch=privatize("old", spec.params), params=spec.params)
+    conn.execute("INSERT INTO batches(batch_id, metric, version, n, body, attempts) VALUES (?, ?, ?, 1, ?, 3)",
+                 (leftover_id, spec.name, spec.version, body))
+    conn.close()
+
+    rep = _sync(live.url, app_token, tmp_path, clock, specs=[spec], batch_size=3)
+    assert rep.stats().pending == 1
+    for i in range(4):
+        assert rep.report(spec.name, f"new{i}").queued
+    assert rep.flush(timeout=10)
+    assert (rep.stats().pending, rep.stats().delivered) == (0, 5)
+    rep.close()
+    got = live.delivered(spec.name)
+    assert got["total"] == 5 and got["entries"] == 3 and leftover_id in got["batch_ids"]
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    assert "attempts" in {row[1] for row in conn.execute("PRAGMA table_info(batches)")}
+    conn.close()
+
+
+def test_new_databases_have_no_attempts_column(tmp_path) -> None:
+    Reporter("http://127.0.0.1:9", "t", tmp_path, start=False).close(timeout=0)
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    assert "attempts" not in {row[1] for row in conn.execute("PRAGMA table_info(batches)")}
+    conn.close()
+
+
 # ---------------------------------------------------------------------------------------- memoization
 def test_sketch_reports_are_memoized_per_value_and_day(tmp_path) -> None:
     specs = [MetricSpec(name=f"m.{p.mechanism}", params=p, reports_per_day=100) for p in
@@ -221,7 +279,9 @@ def test_rr_repeats_share_one_permanent_response(tmp_path) -> None:
     rep = _sync("http://127.0.0.1:9", "t", tmp_path, clock, specs=[rr], max_queue=100_000)
     ones = sum(int(rep.report("m.rr", True).report.bits[0]) >> 7 for _ in range(3000))
     rep.close(timeout=0)
-    from ldptel.client.sdk.memo import load_or_create_secret, prr_stream, rr_split
+    from ldptel.client.mechanisms.rr import rr_split
+    from ldptel.client.protocol.keyed import prr_stream
+    from ldptel.client.sdk.memo import load_or_create_secret
 
     split = rr_split(rr.params)  # type: ignore[arg-type]
     f2 = split.irr_num / split.irr_den
@@ -263,10 +323,25 @@ def test_no_random_module_or_numpy_random_in_the_runtime(live: LiveServer, app_t
     specs = [live.create(cms()), live.create(MetricSpec(name="a.rr", params=RrParams(epsilon=1.0), reports_per_day=9)),
              live.create(MetricSpec(name="a.grr", params=GrrParams(epsilon=1.0, domain=("a", "b", "c")), reports_per_day=9))]
     rep = _sync(live.url, app_token, tmp_path, clock)
-    for spec, v in zip(specs, ("x", True, "b")):
+    for spec, v in zip(specs, ("x", True, "b"), strict=True):
         assert rep.report(spec.name, v).queued
     assert rep.flush(timeout=10)
     rep.close()
+
+
+@pytest.mark.parametrize("bad", [
+    {"batch_size": 0}, {"batch_size": MAX_BATCH_SIZE + 1}, {"batch_size": 2.0}, {"max_queue": 0},
+    {"flush_interval": 0}, {"timeout": -1.0}, {"spec_ttl": float("nan")}, {"backoff_base": True},
+    {"backoff_cap": float("inf")}, {"specs": ["not a spec"]}, {"token": ""}, {"endpoint": "ftp://example.com"},
+    {"endpoint": "http://127.0.0.1:port"},
+], ids=lambda kw: next(iter(kw)))
+def test_constructor_arguments_are_checked_before_anything_is_created(tmp_path, bad: dict[str, object]) -> None:
+    kw: dict[str, object] = {"endpoint": "http://127.0.0.1:9", "token": "t", "start": False, **bad}
+    with pytest.raises(InvalidParameterError) as err:
+        Reporter(storage_dir=tmp_path / "dev", **kw)  # type: ignore[arg-type]
+    assert isinstance(err.value, LdpError) and isinstance(err.value, ValueError)  # `except ValueError` still works
+    assert err.value.parameter == next(iter(bad))
+    assert not (tmp_path / "dev").exists()
 
 
 # --------------------------------------------------------------------------------------------- pieces

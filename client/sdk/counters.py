@@ -1,0 +1,73 @@
+"""What a Reporter counts: :class:`Counters` (mutable, shared by ``report()`` and the uploader) and its public
+snapshot :class:`ReporterStats`.
+
+:class:`Counters` has no lock of its own: the Reporter's state condition guards it (see
+:class:`ldptel.client.sdk.reporter.Reporter`), and the uploader updates it under that same condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["Counters", "ReporterStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReporterStats:
+    """Counters since this Reporter started, plus ``pending`` (unacknowledged reports on disk)."""
+
+    pending: int
+    queued: int
+    memoized: int
+    delivered: int
+    refused_budget: int
+    dropped_queue_full: int
+    dropped_rejected: int
+    dropped_stale: int
+    no_spec: int
+    retries: int
+
+
+@dataclass(slots=True)
+class Counters:
+    """Queue accounting (``pending``, ``unbatched``) and event counts since start.
+
+    ``pending`` starts from the reports left on disk by an earlier run; the rest count this run's events.
+    """
+
+    pending: int  # unacknowledged reports on disk: queued ones plus those in formed batches
+    unbatched: int  # queued reports not yet in a batch
+    queued: int = 0
+    memoized: int = 0
+    delivered: int = 0
+    refused_budget: int = 0
+    dropped_queue_full: int = 0
+    dropped_rejected: int = 0
+    dropped_stale: int = 0
+    no_spec: int = 0
+    retries: int = 0
+
+    def settle(self, n: int, outcome: Literal["ack", "stale", "rejected"]) -> None:
+        """A batch of ``n`` reports left the disk: acknowledged, or dropped as stale or rejected."""
+        self.pending -= n
+        if outcome == "ack":
+            self.delivered += n
+        elif outcome == "stale":
+            self.dropped_stale += n
+        else:
+            self.dropped_rejected += n
+
+    def snapshot(self) -> ReporterStats:
+        return ReporterStats(
+            pending=self.pending,
+            queued=self.queued,
+            memoized=self.memoized,
+            delivered=self.delivered,
+            refused_budget=self.refused_budget,
+            dropped_queue_full=self.dropped_queue_full,
+            dropped_rejected=self.dropped_rejected,
+            dropped_stale=self.dropped_stale,
+            no_spec=self.no_spec,
+            retries=self.retries,
+        )

@@ -1,0 +1,244 @@
+"""The spec cache: which :class:`MetricSpec` ``report()`` privatizes with, and every version a queued report needs.
+
+Where the spec of a metric comes from, in order:
+
+1. the pinned specs given to the Reporter (offline use; never fetched, never refreshed);
+2. the current spec cached on disk (tables ``specs`` and ``current_spec`` of the on-device database,
+   :mod:`ldptel.client.sdk.store`), with the time it was fetched;
+3. a fetch of ``GET /v1/metrics/<name>``. A failed first fetch is not retried for :data:`NO_SPEC_RETRY`
+   seconds: ``report()`` answers ``"no_spec"`` meanwhile.
+
+Refreshing: a cached spec older than ``ttl`` seconds is marked when ``report()`` uses it and fetched again by
+the uploader (:meth:`SpecCache.refresh_due`); a 409 answer to an upload carries the current spec, which is
+adopted at once (:meth:`SpecCache.adopt`), or else marks the metric for refresh.
+
+Reports keep the version they were privatized with, so every version ever used is kept:
+:meth:`SpecCache.spec_of` finds it when a batch of that version is encoded.
+
+Threads: ``_lock`` serializes fetches (N threads reporting a new metric fetch it once) and guards the
+negative cache, ``_closed`` and every write to the cache. The dicts are read without it (a dict lookup is
+atomic), and ``_want_refresh`` is only touched by atomic ``set.add``/``set.discard``, so ``report()`` never
+waits for a fetch of another metric. The database is written through the Reporter's connection under the
+lock that guards it, always taken after ``_lock``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.protocol.specs import MetricSpec
+from ldptel.client.sdk.notify import Notifier, UploadError, log
+from ldptel.client.sdk.transport import NETWORK_ERRORS, Transport
+
+__all__ = ["NO_SPEC_RETRY", "SpecCache", "pinned_by_name"]
+
+NO_SPEC_RETRY = 60.0  # seconds before a failed first fetch of a spec is tried again from report()
+
+
+@dataclass(frozen=True, slots=True)
+class _Current:
+    spec: MetricSpec
+    fetched: float  # clock() when the server last named it current
+
+
+class SpecCache:
+    """Pinned, cached and fetched specs of one Reporter (see the module docs).
+
+    :param conn: the Reporter's connection, and :param conn_lock: the lock that guards it.
+    :param pinned: specs that are never fetched, by name (see :func:`pinned_by_name`).
+    :param transport: used for ``GET /v1/metrics/<name>`` only.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        conn_lock: contextlib.AbstractContextManager[object],
+        *,
+        pinned: Mapping[str, MetricSpec],
+        transport: Transport,
+        clock: Callable[[], float],
+        ttl: float,
+        notify: Notifier,
+    ) -> None:
+        self._pinned = dict(pinned)
+        self._conn = conn
+        self._conn_lock = conn_lock
+        self._tx = transport
+        self._clock = clock
+        self._ttl = ttl
+        self._notify = notify
+        self._lock = threading.Lock()
+        self._closed = False
+        self._versions: dict[tuple[str, int], MetricSpec] = {}  # every (name, version) seen
+        self._current: dict[str, _Current] = {}  # the current spec of each fetched metric
+        self._no_spec_until: dict[str, float] = {}
+        self._want_refresh: set[str] = set()
+        with self._lock:
+            self._load()
+            self._save(list(self._pinned.values()), current=False)
+
+    # ---------------------------------------------------------------------------------------- lookups
+    def spec_for(self, metric: str) -> MetricSpec | None:
+        """The spec to privatize ``metric`` with now: pinned, cached (marked for refresh when older than the
+        TTL), or fetched once (the calling thread waits for that first fetch)."""
+        pinned = self._pinned.get(metric)
+        if pinned is not None:
+            return pinned
+        entry = self._current.get(metric)
+        if entry is not None:
+            if self._clock() - entry.fetched > self._ttl:
+                self._want_refresh.add(metric)
+            return entry.spec
+        with self._lock:
+            entry = self._current.get(metric)
+            if entry is not None:
+                return entry.spec
+            now = self._clock()
+            if self._closed or now < self._no_spec_until.get(metric, float("-inf")):
+                return None
+            got = self._fetch(metric)
+            if isinstance(got, UploadError):
+                self._no_spec_until[metric] = now + NO_SPEC_RETRY
+        if isinstance(got, UploadError):
+            self._notify(got)
+            return None
+        return got
+
+    def known(self, metric: str) -> MetricSpec | None:
+        """The pinned or cached current spec of ``metric``, without fetching or marking anything."""
+        pinned = self._pinned.get(metric)
+        if pinned is not None:
+            return pinned
+        entry = self._current.get(metric)
+        return None if entry is None else entry.spec
+
+    def spec_of(self, metric: str, version: int) -> MetricSpec | None:
+        """The spec of one version (the one queued reports were privatized with), if it was ever seen."""
+        pinned = self._pinned.get(metric)
+        if pinned is not None and pinned.version == version:
+            return pinned
+        return self._versions.get((metric, version))
+
+    # --------------------------------------------------------------------------------------- updates
+    def refresh_due(self) -> None:
+        """Fetch again every spec marked for refresh (called by the uploader at the start of a cycle)."""
+        for metric in list(self._want_refresh):
+            with self._lock:
+                if self._closed:
+                    return
+                got = self._fetch(metric)
+            if isinstance(got, UploadError):
+                self._notify(got)
+
+    def adopt(self, metric: str, body: object) -> None:
+        """A 409 answer for ``metric``: cache the current spec its ``body`` carries, else mark it for refresh."""
+        if metric in self._pinned:
+            return
+        spec = _spec_from_body(body, metric)
+        if spec is None:
+            self._want_refresh.add(metric)
+            return
+        with self._lock:
+            if not self._closed:
+                self._save([spec], current=True)
+
+    def close(self) -> None:
+        """Stop fetching and writing (waits for a fetch in progress) and close the transport."""
+        with self._lock:
+            self._closed = True
+            self._tx.close()
+
+    # -------------------------------------------------------------------------------------- internals
+    def _fetch(self, metric: str) -> MetricSpec | UploadError:
+        """``GET /v1/metrics/<metric>``; the spec is cached as current. The caller holds ``_lock`` and
+        notifies the returned error after releasing it (so ``on_error`` may call back into the Reporter)."""
+        try:
+            resp = self._tx.get_metric(metric)
+        except NETWORK_ERRORS as exc:
+            return UploadError(f"could not fetch the spec of {metric!r}: {exc}", metric=metric)
+        spec = _spec_from_body(resp.json(), metric) if resp.status == 200 else None
+        if spec is None:
+            return UploadError(
+                f"no usable spec for {metric!r} (HTTP {resp.status})", status=resp.status, outcome="no_spec",
+                metric=metric)
+        self._save([spec], current=True)
+        self._want_refresh.discard(metric)
+        return spec
+
+    def _load(self) -> None:
+        with self._conn_lock:
+            stored = self._conn.execute("SELECT metric, version, json FROM specs").fetchall()
+            current = self._conn.execute("SELECT metric, version, fetched FROM current_spec").fetchall()
+        for metric, version, text in stored:
+            try:
+                self._versions[(metric, version)] = MetricSpec.from_json(text)
+            except LdpError:
+                log.warning("ignoring an unreadable cached spec for %s v%d", metric, version)
+        for metric, version, fetched in current:
+            spec = self._versions.get((metric, version))
+            if spec is not None:
+                self._current[metric] = _Current(spec, float(fetched))
+
+    def _save(self, specs: list[MetricSpec], *, current: bool) -> None:
+        """Store ``specs`` (one transaction) and, with ``current``, make each its metric's current spec."""
+        if not specs:
+            return
+        now = self._clock()
+        conn = self._conn
+        with self._conn_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO specs(metric, version, json) VALUES (?, ?, ?)",
+                    [(s.name, s.version, s.to_json()) for s in specs],
+                )
+                if current:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO current_spec(metric, version, fetched) VALUES (?, ?, ?)",
+                        [(s.name, s.version, now) for s in specs],
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        for spec in specs:
+            self._versions[(spec.name, spec.version)] = spec
+            if current:
+                self._current[spec.name] = _Current(spec, now)
+
+
+def pinned_by_name(specs: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None) -> dict[str, MetricSpec]:
+    """The Reporter's ``specs`` argument (a mapping name → spec, or specs) as a dict by spec name, checked."""
+    if specs is None:
+        return {}
+    items = specs.values() if isinstance(specs, Mapping) else specs
+    pinned: dict[str, MetricSpec] = {}
+    for spec in items:
+        if not isinstance(spec, MetricSpec):
+            raise InvalidParameterError("specs", "MetricSpec objects", type(spec).__name__)
+        pinned[spec.name] = spec
+    return pinned
+
+
+def _spec_from_body(data: object, metric: str) -> MetricSpec | None:
+    """The current spec from a registry record (``{"current": {...}, ...}``), a ``{"spec": ...}`` body or a spec."""
+    if not isinstance(data, dict):
+        return None
+    if data.get("status") == "retired":
+        return None
+    candidates = [data.get("current"), data.get("spec"), data.get("current_spec"), data]
+    for cand in candidates:
+        if isinstance(cand, dict) and "params" in cand:
+            try:
+                spec = MetricSpec.from_dict(cand)
+            except LdpError:
+                continue
+            if spec.name == metric:
+                return spec
+    return None
