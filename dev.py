@@ -27,7 +27,7 @@ STAMP = VENV / ".ldptel-installed"
 
 
 def ensure_env() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - dev.py itself must say so on an older Python
         sys.exit(f"ldptel needs Python 3.11 or newer, this is {sys.version.split()[0]}")
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if STAMP.exists() and STAMP.read_text() == digest and PY.exists():

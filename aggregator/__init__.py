@@ -31,10 +31,17 @@ __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from ldptel.aggregator.postprocess import POSTPROCESS_METHODS as POSTPROCESS_METHODS, PostProcess as PostProcess
+    from ldptel.aggregator.postprocess import POSTPROCESS_METHODS as POSTPROCESS_METHODS
+    from ldptel.aggregator.postprocess import PostProcess as PostProcess
     from ldptel.aggregator.query import (
         EmptyRangeError as EmptyRangeError,
+    )
+    from ldptel.aggregator.query import (
         QueryResult as QueryResult,
+    )
+    from ldptel.aggregator.query import (
         estimate_metric as estimate_metric,
     )
-    from ldptel.aggregator.worker import Worker as Worker, WorkerConfig as WorkerConfig, WorkerStats as WorkerStats
+    from ldptel.aggregator.worker import Worker as Worker
+    from ldptel.aggregator.worker import WorkerConfig as WorkerConfig
+    from ldptel.aggregator.worker import WorkerStats as WorkerStats

@@ -21,5 +21,6 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from ldptel.server.app import create_app as create_app
-    from ldptel.server.config import ConfigError as ConfigError, ServerConfig as ServerConfig
+    from ldptel.server.config import ConfigError as ConfigError
+    from ldptel.server.config import ServerConfig as ServerConfig
     from ldptel.server.serve import serve as serve

@@ -29,8 +29,15 @@ from typing import Any
 import redis
 
 from ldptel.client.protocol.wire import decode_header, decode_payload
-
-from ldptel.server.state import RATE_WAIT_KEY, REDIS_UNAVAILABLE, IngestState, append_batch, bearer_digest, cached_record, error_body
+from ldptel.server.state import (
+    RATE_WAIT_KEY,
+    REDIS_UNAVAILABLE,
+    IngestState,
+    append_batch,
+    bearer_digest,
+    cached_record,
+    error_body,
+)
 
 __all__ = ["FastIngest"]
 
@@ -96,7 +103,7 @@ class FastIngest:
             decode_payload(body, header, record.current.params)  # full validation against the current spec
         except redis.RedisError:
             raise
-        except Exception:  # noqa: BLE001 - anything unexpected is Flask's to answer (and count) as usual
+        except Exception:
             return None
         return append_batch(
             state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body

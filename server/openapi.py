@@ -13,7 +13,6 @@ from typing import Any, get_args
 from ldptel.client.mechanisms import mechanisms
 from ldptel.client.protocol.params import EPSILON_RANGE, MAX_CELLS
 from ldptel.client.protocol.specs import MAX_DESCRIPTION_CHARS, MAX_REPORTS_PER_DAY, NAME_RE
-
 from ldptel.storage.registry import MAX_SHARDS, Status
 
 __all__ = ["openapi_document"]

@@ -89,7 +89,7 @@ class Telemetry:
             family("ldptel_http_request_duration_seconds", "histogram", "Request latency by endpoint.")
             for endpoint, counts in sorted(self._latency.items()):
                 cumulative = 0
-                for bound, count in zip(LATENCY_BUCKETS, counts):
+                for bound, count in zip(LATENCY_BUCKETS, counts, strict=False):  # counts[-1] is +Inf, written below
                     cumulative += count
                     out.append(f'ldptel_http_request_duration_seconds_bucket{{endpoint="{endpoint}",le="{bound}"}} {cumulative}')
                 cumulative += counts[-1]

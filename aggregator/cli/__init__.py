@@ -36,9 +36,14 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from ldptel.aggregator.cli.common import UserError as UserError
-    from ldptel.aggregator.cli.entry import build_parser as build_parser, main as main
+    from ldptel.aggregator.cli.entry import build_parser as build_parser
+    from ldptel.aggregator.cli.entry import main as main
     from ldptel.aggregator.cli.output import (
         RESULT_COLUMNS as RESULT_COLUMNS,
+    )
+    from ldptel.aggregator.cli.output import (
         plot_result as plot_result,
+    )
+    from ldptel.aggregator.cli.output import (
         write_result as write_result,
     )

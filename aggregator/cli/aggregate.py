@@ -17,7 +17,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ldptel.aggregator.cli.common import EXIT_OK, SOCKET_TIMEOUT, UserError, connected, positive_int, redis_url_option
+from ldptel.aggregator.cli.common import EXIT_OK, SOCKET_TIMEOUT, UserError, connected, positive_int
 from ldptel.aggregator.cli.output import write_json
 
 if TYPE_CHECKING:

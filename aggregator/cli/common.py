@@ -15,9 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ldptel.client.protocol.validate import check_day
-
 from ldptel.client.errors import LdpError
+from ldptel.client.protocol.validate import check_day
 
 if TYPE_CHECKING:
     import redis

@@ -67,7 +67,7 @@ def table(
     widths = [max(display_width(row[i]) for row in cells) for i in range(len(headers))]
     for idx, row in enumerate(cells):
         parts = []
-        for i, (cell, width) in enumerate(zip(row, widths)):
+        for i, (cell, width) in enumerate(zip(row, widths, strict=True)):
             pad = " " * (width - display_width(cell))
             parts.append(cell + pad if i in left else pad + cell)
         out.write("  ".join(parts).rstrip() + "\n")

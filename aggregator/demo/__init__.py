@@ -54,9 +54,15 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from ldptel.aggregator.demo.config import (
         DemoConfig as DemoConfig,
+    )
+    from ldptel.aggregator.demo.config import (
         build_parser as build_parser,
+    )
+    from ldptel.aggregator.demo.config import (
         parse_config as parse_config,
     )
-    from ldptel.aggregator.demo.distribution import Distribution as Distribution, load_distribution as load_distribution
+    from ldptel.aggregator.demo.distribution import Distribution as Distribution
+    from ldptel.aggregator.demo.distribution import load_distribution as load_distribution
     from ldptel.aggregator.demo.entry import main as main
-    from ldptel.aggregator.demo.errors import DemoFailure as DemoFailure, DemoUserError as DemoUserError
+    from ldptel.aggregator.demo.errors import DemoFailure as DemoFailure
+    from ldptel.aggregator.demo.errors import DemoUserError as DemoUserError

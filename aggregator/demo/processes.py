@@ -57,7 +57,7 @@ class Children:
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: Ctrl-C reaches only the demo, which stops it
-                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
             )
         child = Child(name, proc, log_path)
         self.children.append(child)

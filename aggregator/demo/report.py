@@ -45,7 +45,7 @@ class Report:
         true_rank[order] = np.arange(1, order.size + 1)
         est = self.sketch.estimate
         for label, count, lo, hi, se in zip(est.labels, est.counts.tolist(), est.ci_low.tolist(),
-                                            est.ci_high.tolist(), est.stderr.tolist()):
+                                            est.ci_high.tolist(), est.stderr.tolist(), strict=True):
             j = index[label]
             truth = int(self.true_counts[j])
             self._rows.append({

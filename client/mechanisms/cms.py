@@ -356,7 +356,7 @@ class Unary(Mechanism[UP, UnaryBatch]):
         return merge_by_row(batches, out=out)
 
     def merge_bytes(self, batches: Sequence[UnaryBatch]) -> int:
-        return sum(b.n for b in batches) * batches[0].bits.shape[1]
+        return int(sum(b.n for b in batches) * batches[0].bits.shape[1])
 
     def merge_order(self, batches: Sequence[UnaryBatch]) -> np.ndarray:
         return row_order(concat_rows(batches))

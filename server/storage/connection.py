@@ -148,7 +148,7 @@ class RawConnection:
 
     def stale(self) -> bool:
         """An idle connection with something to read (EOF after the server closed it, or stray bytes)."""
-        sock = self.conn._sock  # noqa: SLF001 - see _RedisPyConnection
+        sock = self.conn._sock
         if sock is None:
             return False
         try:
@@ -229,7 +229,7 @@ class RawConnection:
             grown[: self.end] = self.view[: self.end]
             self.view.release()
             self.buf, self.view = grown, memoryview(grown)
-        sock = self.conn._sock  # noqa: SLF001 - see _RedisPyConnection
+        sock = self.conn._sock
         if sock is None:
             raise ConnectionLostError("the connection closed during a read")
         while self.end < need:

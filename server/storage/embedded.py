@@ -188,7 +188,7 @@ class EmbeddedRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             cwd=self._data_dir,
-            preexec_fn=preexec,  # noqa: PLW1509 - only prctl, no locks taken
+            preexec_fn=preexec,
         )
         try:
             self._wait_ready()

@@ -22,7 +22,6 @@ import redis
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
-
 from ldptel.storage import keys
 
 __all__ = [

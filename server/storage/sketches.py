@@ -18,9 +18,9 @@ from collections.abc import Iterable
 import redis as redis_lib
 
 from ldptel.client import SketchState
-from ldptel.client.protocol.validate import check_day
-from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.errors import LdpError
 from ldptel.client.protocol.specs import Params
+from ldptel.client.protocol.validate import check_day
 from ldptel.storage import keys
 
 StreamId = tuple[int, int]
@@ -114,7 +114,7 @@ def sum_sketches(
         pipe = r.pipeline(transaction=False)
         for name in chunk:
             pipe.get(name)
-        for name, raw in zip(chunk, pipe.execute()):
+        for name, raw in zip(chunk, pipe.execute(), strict=True):
             if raw is None:
                 continue
             try:

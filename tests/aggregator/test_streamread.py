@@ -66,8 +66,8 @@ def test_an_idle_connection_closed_by_the_server_is_replaced(redis: redis_lib.Re
     reader = StreamReader(redis)
     with reader.read("g", "c", "s", ">", count=10) as entries:
         assert len(entries) == 1
-    (idle,) = reader._idle  # noqa: SLF001 - the connection the next read would reuse
-    host, port = idle.conn._sock.getsockname()[:2]  # noqa: SLF001
+    (idle,) = reader._idle
+    host, port = idle.conn._sock.getsockname()[:2]
     redis.client_kill(f"{host}:{port}")  # the server closes it, as a Redis restart would
     redis.xadd("s", {"b": b"2"})
     with reader.read("g", "c", "s", ">", count=10) as entries:  # no error: the stale connection is reopened

@@ -11,13 +11,13 @@ import time
 import numpy as np
 import pytest
 import redis as redis_lib
-from agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
 from flask.testing import FlaskClient
 
 from ldptel.aggregator.worker import LeaseLostError, Worker, WorkerConfig, shard_lag
 from ldptel.client import CmsParams, GrrParams, MetricSpec
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
+from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
 
 
 def _total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]

@@ -30,11 +30,10 @@ import time
 import numpy as np
 import redis as redis_lib
 
-from ldptel.storage import sketches as store
 from ldptel.aggregator.worker import Worker, WorkerConfig
 from ldptel.client import CmsParams, MetricSpec, SketchState, decode_batch, encode_batch, fold, privatize_batch
-from ldptel.storage import registry
-from ldptel.storage import keys
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
 from ldptel.storage.embedded import EmbeddedRedis
 
 METRIC = "bench.cms"

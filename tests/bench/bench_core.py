@@ -62,9 +62,9 @@ def main() -> None:
     #    (uniform float per bit compared with f, then packbits), timed on a tenth of the reports.
     for name, make in (("pcg64", np.random.PCG64), ("sfc64", np.random.SFC64)):
         gen = np.random.Generator(make(1))
-        t = timed(lambda: privatize_batch(values, cms, rng=gen))
+        t = timed(lambda gen=gen: privatize_batch(values, cms, rng=gen))
         base_n = N // 10
-        def naive() -> None:
+        def naive(gen: np.random.Generator = gen, base_n: int = base_n) -> None:
             flips = gen.random((base_n, cms.m)) < cms.flip_probability
             np.packbits(flips, axis=1)
         tb = timed(naive)

@@ -217,7 +217,7 @@ class CpuWindow:
 
     def _sample(self) -> dict[str, float]:
         gunicorn = sum(_proc_cpu(p)[0] for p in self.pids["gunicorn"])
-        redis_own, redis_children = (sum(x) for x in zip((0.0, 0.0), *(_proc_cpu(p) for p in self.pids["redis"])))
+        redis_own, redis_children = (sum(x) for x in zip((0.0, 0.0), *(_proc_cpu(p) for p in self.pids["redis"]), strict=True))
         # a rewrite child still running (or not reaped yet) counts too, so its CPU lands in the window it used
         redis_children += sum(_proc_cpu(child)[0] for p in self.pids["redis"] for child in _children(p))
         return {"gunicorn": gunicorn, "redis": redis_own, "redis_rewrite": redis_children,
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"warning: the bare endpoint answered nothing at batch {size}: no ratio", file=sys.stderr)
                     continue
                 ratio = rps_of[(target, size)] / rps_of[("bare", size)]
-                per_round = [x["rps"] / b["rps"] for b, x in zip(results[("bare", size)], results[(target, size)]) if b["rps"]]
+                per_round = [x["rps"] / b["rps"] for b, x in zip(results[("bare", size)], results[(target, size)], strict=True) if b["rps"]]
                 extra = {"goal": goal, "met": ratio >= goal} if goal else {}
                 emit(figure=figure, batch=size, value=round(ratio, 3), rounds=[round(x, 3) for x in per_round],
                      rounds_median=round(float(statistics.median(per_round)), 3) if per_round else None, **extra)

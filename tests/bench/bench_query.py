@@ -27,11 +27,10 @@ import time
 import numpy as np
 import redis as redis_lib
 
-from ldptel.storage import sketches as store
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client import CmsParams, MetricSpec, SketchState, estimate
-from ldptel.storage import registry
-from ldptel.storage import keys
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
 from ldptel.storage.embedded import EmbeddedRedis
 
 METRIC = "bench.query"

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from ldptel.client import CmsParams, MetricSpec
-
-from .conftest import LiveServer
+from tests.client.conftest import LiveServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,8 +10,7 @@ from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
 from ldptel.client.sdk.ledger import SECONDS_PER_DAY, allows, utc_day
 from ldptel.client.sdk.reporter import Reporter
 from ldptel.client.sdk.store import DB_FILE
-
-from .conftest import FakeClock
+from tests.client.conftest import FakeClock
 
 DEAD = "http://127.0.0.1:9"
 DAY = SECONDS_PER_DAY

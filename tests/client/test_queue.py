@@ -12,8 +12,7 @@ from ldptel.client.protocol.wire import decode_batch
 from ldptel.client.sdk.queue import form_batches, next_batch, pack_report, payload_size, unpack_reports
 from ldptel.client.sdk.reporter import Reporter
 from ldptel.client.sdk.store import DB_FILE, connect, init_schema
-
-from .conftest import FakeClock
+from tests.client.conftest import FakeClock
 
 PARAMS = [
     RrParams(epsilon=1.0),

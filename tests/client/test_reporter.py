@@ -16,8 +16,7 @@ from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.sdk.reporter import MAX_BATCH_SIZE, Reporter, UploadError
 from ldptel.client.sdk.store import DB_FILE
 from ldptel.client.sdk.transport import Backoff, classify, parse_retry_after
-
-from .conftest import FakeClock, LiveServer
+from tests.client.conftest import FakeClock, LiveServer
 
 DAY = 86_400
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 
-from .conftest import LiveServer
+from tests.client.conftest import LiveServer
 
 CHILD = textwrap.dedent(
     """

@@ -8,8 +8,8 @@ import pytest
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from schema_check import check_response
-from srv_helpers import OCTET
+from tests.server.schema_check import check_response
+from tests.server.srv_helpers import OCTET
 
 
 class Api:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from schema_check import SchemaViolation, validate
-from srv_helpers import cms_spec, grr_spec, rr_spec
+from tests.server.schema_check import SchemaViolation, validate
+from tests.server.srv_helpers import cms_spec, grr_spec, rr_spec
 
 PARAMS = {"$ref": "#/components/schemas/Params"}
 SPEC = {"$ref": "#/components/schemas/MetricSpec"}

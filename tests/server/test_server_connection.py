@@ -42,36 +42,36 @@ def test_replies_as_python_values(redis: redis_lib.Redis) -> None:
     assert client.call("LRANGE", "list", "0", "-1") == [b"a", b"", b"\r\n" * 3000]
     assert client.call("XRANGE", "s", "-", "+") == [[entry_id, [b"f", b"v", b"g", b"w"]]]  # nested arrays
     assert client.call("XREAD", "STREAMS", "nostream", "0") is None  # a null array
-    assert len(client._idle) == 1  # noqa: SLF001 - every call reused one connection
+    assert len(client._idle) == 1
     client.close()
 
 
 def test_an_error_reply_keeps_the_connection_and_the_redis_py_class(redis: redis_lib.Redis) -> None:
     client = _Client(redis)
     client.call("PING")
-    (conn,) = client._idle  # noqa: SLF001
-    sock = conn.conn._sock  # noqa: SLF001
+    (conn,) = client._idle
+    sock = conn.conn._sock
     with pytest.raises(redis_lib.exceptions.NoScriptError):
         client.call("EVALSHA", "0" * 40, "0")
     with pytest.raises(redis_lib.ResponseError, match="wrong number of arguments"):
         client.call("GET")
     assert client.call("PING") == b"PONG"
-    assert client._idle == [conn] and conn.conn._sock is sock  # noqa: SLF001 - still the same socket
+    assert client._idle == [conn] and conn.conn._sock is sock
     client.close()
 
 
 def test_a_reply_of_the_wrong_shape_drops_the_connection(redis: redis_lib.Redis) -> None:
     client = _Client(redis)
-    conn = client._checkout()  # noqa: SLF001
+    conn = client._checkout()
     redis.rpush("list", b"a", b"b")
     with pytest.raises(UnexpectedReplyError, match="bytes left") as info:
         conn.call(pack_command("LRANGE", "list", "0", "-1"), RawConnection.array)  # reads the header only
     assert isinstance(info.value, LdpError) and isinstance(info.value, redis_lib.ConnectionError)
-    assert conn.conn._sock is None  # noqa: SLF001 - disconnected: the rest is never read as the next reply
+    assert conn.conn._sock is None
     with pytest.raises(UnexpectedReplyError, match="expected a"):
         conn.call(pack_command("PING"), RawConnection.bulk)
     assert conn.call(pack_command("LRANGE", "list", "0", "-1"), RawConnection.reply) == [b"a", b"b"]  # reconnected
-    client._checkin(conn)  # noqa: SLF001
+    client._checkin(conn)
     client.close()
 
 
@@ -88,10 +88,10 @@ def test_a_timeout_is_a_redis_timeout_and_the_next_call_reconnects(redis_url: st
 def test_a_forked_child_does_not_reuse_the_parents_connections(redis: redis_lib.Redis) -> None:
     client = _Client(redis)
     client.call("PING")
-    (parent_conn,) = client._idle  # noqa: SLF001
-    client._pid = -1  # noqa: SLF001 - as if this process were a child forked after the connection was made
-    conn = client._checkout()  # noqa: SLF001
-    assert conn is not parent_conn and client._idle == []  # noqa: SLF001
-    client._checkin(conn)  # noqa: SLF001
+    (parent_conn,) = client._idle
+    client._pid = -1
+    conn = client._checkout()
+    assert conn is not parent_conn and client._idle == []
+    client._checkin(conn)
     client.close()
     parent_conn.disconnect()

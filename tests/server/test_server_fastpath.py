@@ -10,7 +10,7 @@ from flask import Flask
 from ldptel.client.protocol.wire import decode_header
 from ldptel.server import ServerConfig, create_app
 from ldptel.server.fastpath import FastIngest
-from srv_helpers import OCTET, cms_spec, make_batch, make_json_batch, snapshot, stream_entries
+from tests.server.srv_helpers import OCTET, cms_spec, make_batch, make_json_batch, snapshot, stream_entries
 
 
 def _app(redis_url: str, app_token: str, admin_token: str, **overrides: object) -> Flask:
@@ -133,7 +133,7 @@ def test_odd_lengths_and_chunked_bodies_are_left_to_flask(redis, rng, redis_url,
         environ = {**base, **extra, "wsgi.input": io.BytesIO(good)}
         statuses: list[str] = []
 
-        def start_response(status: str, headers: list, exc_info: object = None) -> None:  # type: ignore[type-arg]
+        def start_response(status: str, headers: list, exc_info: object = None, statuses: list[str] = statuses) -> None:  # type: ignore[type-arg]
             statuses.append(status)
 
         body = b"".join(app.wsgi_app(_environ(environ), start_response))

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ldptel.client.protocol.wire import decode_header
-from schema_check import check_response
-from srv_helpers import AUTH_JSON, OCTET, cms_spec, grr_spec, make_batch, make_json_batch, rr_spec
+from tests.server.schema_check import check_response
+from tests.server.srv_helpers import AUTH_JSON, OCTET, cms_spec, grr_spec, make_batch, make_json_batch, rr_spec
 
 pytestmark = pytest.mark.slow
 

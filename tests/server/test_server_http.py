@@ -21,8 +21,8 @@ import redis as redis_lib
 
 from ldptel.client.protocol.wire import decode_header
 from ldptel.storage.embedded import EmbeddedRedis
-from schema_check import check_response
-from srv_helpers import OCTET, cms_spec, make_batch, stream_entries
+from tests.server.schema_check import check_response
+from tests.server.srv_helpers import OCTET, cms_spec, make_batch, stream_entries
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_TOKEN = "http-app-token-0123456789abcdef"
@@ -179,7 +179,7 @@ def test_redis_killed_and_restarted_mid_run(gunicorn_server) -> None:  # type: i
                     assert status == 503, status
                     retry_after.add(headers.get("retry-after", ""))
                     time.sleep(0.02)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             errors.append(exc)
         finally:
             http.close()

@@ -15,8 +15,8 @@ from ldptel.client.protocol.wire import decode_batch, decode_header
 from ldptel.server import ServerConfig, create_app
 from ldptel.storage import keys
 from ldptel.storage.append import utc_day
-from schema_check import check_response
-from srv_helpers import (
+from tests.server.schema_check import check_response
+from tests.server.srv_helpers import (
     AUTH_JSON,
     OCTET,
     cms_spec,

@@ -20,7 +20,7 @@ from ldptel.storage.registry import (
     retire_metric,
     spec_for,
 )
-from srv_helpers import cms_spec, grr_spec, rr_spec
+from tests.server.srv_helpers import cms_spec, grr_spec, rr_spec
 
 
 def test_create_version_idempotent_and_old_versions_readable(redis) -> None:  # type: ignore[no-untyped-def]

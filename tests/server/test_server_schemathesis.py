@@ -30,11 +30,11 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from ldptel.storage.embedded import EmbeddedRedis
 from ldptel.server.openapi import openapi_document
-from schema_check import SchemaViolation, validate
-from srv_helpers import OCTET, cms_spec, grr_spec, make_batch, rr_spec
-from test_server_http import ADMIN_TOKEN, APP_TOKEN, _free_port, _gunicorn, _stop, _wait_http
+from ldptel.storage.embedded import EmbeddedRedis
+from tests.server.schema_check import SchemaViolation, validate
+from tests.server.srv_helpers import OCTET, cms_spec, grr_spec, make_batch, rr_spec
+from tests.server.test_server_http import ADMIN_TOKEN, APP_TOKEN, _free_port, _gunicorn, _stop, _wait_http
 
 pytestmark = pytest.mark.slow
 
