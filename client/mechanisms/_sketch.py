@@ -6,17 +6,18 @@ A sketch report picks a row j in [k] and encodes h_j(value) in [m]; estimates ar
 from __future__ import annotations
 
 import os
+from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import ReportBatch
-from ldptel.client.mechanisms.state import codes_for
+from ldptel.client.mechanisms.base import Mechanism, ReportBatch
+from ldptel.client.mechanisms.state import Estimate, SketchState, codes_for
 from ldptel.client.protocol.hashing import HashFamily
 from ldptel.client.protocol.params import (
     AUTO_PROB_BITS_LOSS,
@@ -87,6 +88,39 @@ class SketchParams(ParamsBase):
         return self.m.bit_length() - 1
 
 
+SP = TypeVar("SP", bound=SketchParams)
+SB = TypeVar("SB", bound=ReportBatch)
+
+
+class SketchMechanism(Mechanism[SP, SB]):
+    """What the sketch mechanisms share: a k×m integer state, estimates for candidate values, their params."""
+
+    needs_candidates = True
+
+    def state_shape(self, params: SP) -> tuple[tuple[int, int], int]:
+        """counts: k × m (each mechanism says what a cell counts); row_counts[j]: reports in row j."""
+        return (params.k, params.m), params.k
+
+    def estimate(
+        self, params: SP, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
+    ) -> Estimate:
+        if candidates is None:
+            raise InvalidParameterError("candidates", "a non-empty list of values to estimate (sketch metrics)", None)
+        return self.estimate_candidates(params, state, candidates, confidence)
+
+    @abstractmethod
+    def estimate_candidates(
+        self, params: SP, state: SketchState, candidates: Sequence[object], confidence: float
+    ) -> Estimate:
+        """Unbiased counts of ``candidates`` with standard errors."""
+
+    def shape(self, params: SP) -> str:
+        return params.shape
+
+    def params_schema(self) -> tuple[dict[str, Any], list[str]]:
+        return sketch_params_schema()
+
+
 def sketch_params_schema() -> tuple[dict[str, Any], list[str]]:
     """The JSON schema of a sketch's params (every sketch mechanism has the same fields)."""
     ms = [1 << b for b in range(M_RANGE[0].bit_length() - 1, M_RANGE[1].bit_length())]
@@ -98,10 +132,6 @@ def sketch_params_schema() -> tuple[dict[str, Any], list[str]]:
         "prob_bits": {"type": ["integer", "null"], "minimum": 2, "maximum": 32, "description": "null: chosen by the registry"},
     }
     return fields, ["k", "m"]
-
-
-def sketch_state_shape(params: SketchParams) -> tuple[tuple[int, int], int]:
-    return (params.k, params.m), params.k
 
 
 @lru_cache(maxsize=64)

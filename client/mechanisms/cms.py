@@ -29,21 +29,20 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from ldptel.client.errors import EmptyStateError, InvalidParameterError
+from ldptel.client.errors import EmptyStateError
 from ldptel.client.mechanisms._sketch import (
+    SketchMechanism,
     SketchParams,
     candidate_sums,
     concat_rows,
     family_of,
     report_bases,
-    sketch_params_schema,
-    sketch_state_shape,
 )
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.state import Estimate, SketchState, labels_of
 from ldptel.client.protocol.params import flip_epsilon, safe_flip_threshold
 from ldptel.client.protocol.rng import (
@@ -329,11 +328,10 @@ def variance(params: UnaryParams, counts: np.ndarray, n: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------- mechanisms
-class Unary(Mechanism[UP, UnaryBatch]):
+class Unary(SketchMechanism[UP, UnaryBatch]):
     """A count-mean sketch with a unary row (cms, oue-cms): the code they share; subclasses name the params."""
 
     batch_type = UnaryBatch
-    needs_candidates = True
     merges = True
 
     def columns(self, params: UP) -> tuple[Column, ...]:
@@ -344,10 +342,6 @@ class Unary(Mechanism[UP, UnaryBatch]):
 
     def privatize_batch(self, values: Values, params: UP, *, rng: np.random.Generator | None = None) -> UnaryBatch:
         return privatize_batch(values, params, rng=rng)
-
-    def state_shape(self, params: UP) -> tuple[tuple[int, int], int]:
-        """counts[j, a]: reports in row j with bit a set; row_counts[j]: reports in row j."""
-        return sketch_state_shape(params)
 
     def fold(self, params: UP, batches: Sequence[UnaryBatch], state: SketchState) -> SketchState:
         return fold(params, batches, state)
@@ -361,21 +355,13 @@ class Unary(Mechanism[UP, UnaryBatch]):
     def merge_order(self, batches: Sequence[UnaryBatch]) -> np.ndarray:
         return row_order(concat_rows(batches))
 
-    def estimate(
-        self, params: UP, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
+    def estimate_candidates(
+        self, params: UP, state: SketchState, candidates: Sequence[object], confidence: float
     ) -> Estimate:
-        if candidates is None:
-            raise InvalidParameterError("candidates", "a non-empty list of values to estimate (sketch metrics)", None)
         return estimate(params, state, candidates=candidates, confidence=confidence)
 
     def variance(self, params: UP, counts: np.ndarray, n: int) -> np.ndarray:
         return variance(params, counts, n)
-
-    def shape(self, params: UP) -> str:
-        return params.shape
-
-    def params_schema(self) -> tuple[dict[str, Any], list[str]]:
-        return sketch_params_schema()
 
 
 class Cms(Unary[CmsParams]):

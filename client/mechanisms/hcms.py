@@ -16,21 +16,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
-from ldptel.client.errors import EmptyStateError, InvalidParameterError
+from ldptel.client.errors import EmptyStateError
 from ldptel.client.mechanisms._sketch import (
+    SketchMechanism,
     SketchParams,
     candidate_sums,
     concat_rows,
     family_of,
     report_bases,
-    sketch_params_schema,
-    sketch_state_shape,
 )
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.state import Estimate, SketchState, labels_of
 from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, flip_epsilon, safe_flip_threshold
 from ldptel.client.protocol.rng import below_threshold, bernoulli_bytes, check_rng, draw_bytes, int_below, uniform_below
@@ -178,14 +177,13 @@ def variance(params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-class Hcms(Mechanism[HcmsParams, HcmsBatch]):
+class Hcms(SketchMechanism[HcmsParams, HcmsBatch]):
     """Hadamard count-mean sketch: one privatized bit (and its row and column) per report."""
 
     name = "hcms"
     code = 4
     params_type = HcmsParams
     batch_type = HcmsBatch
-    needs_candidates = True
 
     def columns(self, params: HcmsParams) -> tuple[Column, ...]:
         return (
@@ -200,28 +198,16 @@ class Hcms(Mechanism[HcmsParams, HcmsBatch]):
     def privatize_batch(self, values: Values, params: HcmsParams, *, rng: np.random.Generator | None = None) -> HcmsBatch:
         return privatize_batch(values, params, rng=rng)
 
-    def state_shape(self, params: HcmsParams) -> tuple[tuple[int, int], int]:
-        """counts[j, l]: Σ of the ±1 bits reported for (row j, column l); row_counts[j]: reports in row j."""
-        return sketch_state_shape(params)
-
     def fold(self, params: HcmsParams, batches: Sequence[HcmsBatch], state: SketchState) -> SketchState:
         return fold(params, batches, state)
 
-    def estimate(
-        self, params: HcmsParams, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
+    def estimate_candidates(
+        self, params: HcmsParams, state: SketchState, candidates: Sequence[object], confidence: float
     ) -> Estimate:
-        if candidates is None:
-            raise InvalidParameterError("candidates", "a non-empty list of values to estimate (sketch metrics)", None)
         return estimate(params, state, candidates=candidates, confidence=confidence)
 
     def variance(self, params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
         return variance(params, counts, n)
-
-    def shape(self, params: HcmsParams) -> str:
-        return params.shape
-
-    def params_schema(self) -> tuple[dict[str, Any], list[str]]:
-        return sketch_params_schema()
 
 
 HCMS = Hcms()
