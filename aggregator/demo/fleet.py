@@ -43,7 +43,6 @@ class Truth:
 class FleetStats:
     """Totals over the devices that finished (updated under ``lock`` by the device threads)."""
 
-    devices_done: int = 0
     delivered: int = 0
     queued: int = 0
     refused: int = 0
@@ -101,7 +100,6 @@ class Fleet:
         finally:
             rep.close(timeout=0.5)
         with self.stats.lock:
-            self.stats.devices_done += 1
             self.stats.delivered += stats.delivered
             self.stats.queued += queued
             self.stats.refused += refused

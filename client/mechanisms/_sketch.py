@@ -83,9 +83,6 @@ class SketchParams(ParamsBase):
         """``k=… m=…`` for listings."""
         return f"k={self.k} m={self.m}"
 
-    @property
-    def log2_m(self) -> int:
-        return self.m.bit_length() - 1
 
 
 SP = TypeVar("SP", bound=SketchParams)

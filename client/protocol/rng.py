@@ -23,8 +23,6 @@ import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
 
-RandomSource = np.random.Generator | None
-
 _U64_MAX = (1 << 64) - 1
 
 
