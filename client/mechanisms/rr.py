@@ -38,6 +38,7 @@ from ldptel.client.protocol.params import (
     safe_flip_threshold,
 )
 from ldptel.client.protocol.rng import below_threshold, bernoulli_bytes, check_rng, draw_below, draw_bytes
+from ldptel.client.protocol.validate import check_number
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,8 +62,7 @@ class RrParams(ParamsBase):
     @classmethod
     def from_gamma(cls, gamma: float, *, prob_bits: int = SINGLE_DRAW_PROB_BITS) -> RrParams:
         """Params for a given γ ∈ (0, ½): ε = ln((½+γ)/(½−γ)) = 2·artanh(2γ)."""
-        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 < gamma < 0.5:
-            raise InvalidParameterError("gamma", "a number in (0, 0.5)", gamma)
+        gamma = check_number("gamma", gamma, 0, 0.5, open_interval=True)
         return cls(epsilon=math.log((0.5 + gamma) / (0.5 - gamma)), prob_bits=prob_bits)
 
     @property

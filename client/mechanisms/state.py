@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ldptel.client.errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
+from ldptel.client.errors import InvalidValueError, StateMismatchError, WireFormatError
 from ldptel.client.protocol.params import ParamsBase
+from ldptel.client.protocol.validate import check_number
 
 BOOLEAN_LABELS = ("false", "true")  # the labels of a boolean metric's estimate
 _STATE_MAGIC = b"LDPS"
@@ -120,8 +121,7 @@ def _parse_state(data: bytes, params: ParamsBase) -> tuple[np.ndarray, np.ndarra
 
 
 def z_value(confidence: float) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 < confidence < 1:
-        raise InvalidParameterError("confidence", "a number in (0, 1)", confidence)
+    check_number("confidence", confidence, 0, 1, open_interval=True)
     return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 

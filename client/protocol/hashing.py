@@ -23,6 +23,7 @@ import mmh3
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, InvalidValueError
+from ldptel.client.protocol.validate import check_int
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -68,10 +69,8 @@ class HashFamily:
             raise InvalidParameterError("hash_version", "1", version)
         if m < 2 or m & (m - 1):
             raise InvalidParameterError("m", "a power of two >= 2", m)
-        if not 1 <= k <= 1 << 16:
-            raise InvalidParameterError("k", "an integer in [1, 65536]", k)
-        if not 0 <= seed < 1 << 32:
-            raise InvalidParameterError("hash_seed", "an integer in [0, 2**32 - 1]", seed)
+        check_int("k", k, 1, 1 << 16)
+        check_int("hash_seed", seed, 0, (1 << 32) - 1)
         self.k, self.m, self.seed, self.version = k, m, seed, version
         self._shift = 64 - (m.bit_length() - 1)
         self._a, self._b = _row_constants(seed, version, k)
