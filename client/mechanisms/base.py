@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
@@ -184,8 +185,12 @@ class Mechanism(ABC, Generic[P, B]):
     def columns(self, params: P) -> tuple[Column, ...]:
         """The columns of this mechanism's reports, in payload order."""
 
+    def layout(self, params: P) -> Layout:
+        """:meth:`columns` and the numpy record type of one stored report, computed once per params."""
+        return _layout(self, params)
+
     def payload_size(self, params: P, n: int) -> int:
-        return sum(c.nbytes(n) for c in self.columns(params))
+        return sum(c.nbytes(n) for c in self.layout(params).columns)
 
     def report_size(self, params: P) -> int:
         """Bytes of one stored report (the payload of a batch of one)."""
@@ -197,7 +202,7 @@ class Mechanism(ABC, Generic[P, B]):
     def encode_payload(self, batch: ReportBatch, params: P) -> list[bytes]:
         """The payload of ``batch`` as byte strings to concatenate (no validation: the wire decodes it back)."""
         parts = []
-        for col in self.columns(params):
+        for col in self.layout(params).columns:
             arr = getattr(batch, col.attr)
             if arr is None:
                 raise WireFormatError(f"a {self.name} batch needs {col.attr!r}")
@@ -217,7 +222,7 @@ class Mechanism(ABC, Generic[P, B]):
             raise WireFormatError(f"payload is {len(buf)} bytes; {n} {self.name} reports need exactly {expected}")
         arrays: dict[str, np.ndarray] = {}
         off = 0
-        for col in self.columns(params):
+        for col in self.layout(params).columns:
             size = col.nbytes(n)
             part = buf[off : off + size]
             off += size
@@ -245,25 +250,22 @@ class Mechanism(ABC, Generic[P, B]):
 
     def unpack_reports(self, records: Sequence[bytes], params: P) -> B:
         """Many stored one-report payloads of one metric version as one batch (vectorized over reports)."""
-        n = len(records)
-        table = np.frombuffer(b"".join(records), dtype=np.uint8).reshape(n, self.report_size(params))
+        layout = self.layout(params)
+        table = np.frombuffer(b"".join(records), dtype=layout.record)
         arrays: dict[str, np.ndarray] = {}
-        off = 0
-        for col in self.columns(params):
-            width = col.nbytes(1)
-            part = table[:, off : off + width]
-            off += width
+        for col in layout.columns:
+            part = table[col.attr]
             if col.kind == "index":
-                arrays[col.attr] = np.ascontiguousarray(part).view(col.dtype).reshape(n).astype(np.int64)
+                arrays[col.attr] = part.astype(np.int64)
             elif col.kind == "bit":
-                arrays[col.attr] = np.packbits(part[:, 0] != 0)
+                arrays[col.attr] = np.packbits(part != 0)
             else:
                 arrays[col.attr] = np.ascontiguousarray(part)
-        return self._make(n, arrays)
+        return self._make(len(records), arrays)
 
     def reports_from_json(self, reports: list[Any], params: P) -> B:
         """The batch of a JSON ``reports`` list (debugging path; every value checked)."""
-        cols = self.columns(params)
+        cols = self.layout(params).columns
         n = len(reports)
         if len(cols) > 1 and not all(isinstance(r, dict) for r in reports):
             raise WireFormatError(f"{self.name} reports must be objects")
@@ -277,6 +279,28 @@ class Mechanism(ABC, Generic[P, B]):
             ints = _ints(raw, what, col.bound)
             arrays[col.attr] = np.packbits(ints.astype(np.uint8)) if col.kind == "bit" else ints
         return self._make(n, arrays)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A mechanism's columns for one params, and the numpy record type of one stored report (its payload)."""
+
+    columns: tuple[Column, ...]
+    record: np.dtype[np.void]
+
+
+@lru_cache(maxsize=256)
+def _layout(mech: Mechanism[Any, Any], params: ParamsBase) -> Layout:
+    columns = mech.columns(params)
+    fields: list[tuple[str, str] | tuple[str, str, tuple[int]]] = []
+    for col in columns:
+        if col.kind == "index":
+            fields.append((col.attr, col.dtype))
+        elif col.kind == "bit":
+            fields.append((col.attr, "u1"))  # a batch of one: its bit in one byte (MSB first, padding 0)
+        else:
+            fields.append((col.attr, "u1", (col.size,)))
+    return Layout(columns, np.dtype(fields))
 
 
 def reports_to_json(batch: ReportBatch) -> list[Any]:
