@@ -27,7 +27,7 @@ import redis as redis_lib
 from ldptel.aggregator import postprocess as pp
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
-from ldptel.client.mechanisms import BOOLEAN_LABELS, mechanism_of
+from ldptel.client.mechanisms import get_mechanism, mechanism_of
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
@@ -84,11 +84,13 @@ class QueryResult:
 
     @property
     def proportion(self) -> Proportion | None:
-        """rr only: the share of ``true`` reports' underlying values."""
-        if self.estimate.labels != BOOLEAN_LABELS:
+        """The share of the mechanism's :attr:`~ldptel.client.mechanisms.base.Mechanism.proportion_of` label
+        (``true`` of a boolean metric), or None for mechanisms without one."""
+        label = get_mechanism(self.mechanism).proportion_of
+        if label is None:
             return None
         est, n = self.estimate, self.n
-        i = est.labels.index("true")
+        i = est.labels.index(label)
         return Proportion(
             estimate=float(est.counts[i] / n),
             stderr=float(est.stderr[i] / n),
@@ -192,7 +194,7 @@ def estimate_metric(
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not mechanism.needs_candidates)
 
     keep: np.ndarray | None = None
-    if not mechanism.needs_candidates and candidates is not None:  # they pick labels of the domain
+    if mechanism.candidates_pick_labels and candidates is not None:
         position: dict[object, int] = {label: i for i, label in enumerate(est.labels)}
         unknown = [c for c in _unique(candidates) if c not in position]
         if unknown:

@@ -71,8 +71,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         check_int("batch", self.batch, 1, _NO_LIMIT)
         check_int("checkpoint_every", self.checkpoint_every, 1, _NO_LIMIT)
-        check_number("checkpoint_seconds", self.checkpoint_seconds, 0.0, math.inf, open_interval=True)
+        check_number("checkpoint_seconds", self.checkpoint_seconds, 0.0, math.inf, open_interval=True, allow_inf=True)
         check_number("lease_ttl", self.lease_ttl, MIN_LEASE_TTL, math.inf)
         check_number("retention_seconds", self.retention_seconds, 0.0, math.inf)
-        check_number("rescan_seconds", self.rescan_seconds, 0.0, math.inf, open_interval=True)
+        check_number("rescan_seconds", self.rescan_seconds, 0.0, math.inf, open_interval=True, allow_inf=True)
         check_number("block_seconds", self.block_seconds, 0.0, math.inf, open_interval=True)

@@ -26,7 +26,7 @@ from ldptel.client.mechanisms.registry import (
     mechanisms,
 )
 from ldptel.client.mechanisms.rr import RrParams
-from ldptel.client.mechanisms.state import BOOLEAN_LABELS, Estimate, SketchState
+from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import ParamsBase
 
 
@@ -67,7 +67,6 @@ def estimate(
 
 
 __all__ = [
-    "BOOLEAN_LABELS",
     "CmsParams",
     "Estimate",
     "GrrParams",

@@ -10,13 +10,15 @@ The codec. A mechanism declares the columns of its reports (:meth:`Mechanism.col
 * ``bit``: one bit per report, packed MSB first over the batch, padding bits 0;
 * ``bytes``: ``size`` raw bytes per report.
 
-A batch's payload is its columns one after another, each holding all n reports. The same rule gives the
-binary wire payload (:mod:`ldptel.client.protocol.wire`), the record of one queued report on the device (the
-payload of a batch of one), and the JSON debugging form, so a report has exactly one encoding.
+The columns are declared once and give every form of a report: the binary wire payload (its columns one after
+another, each holding all n reports: :mod:`ldptel.client.protocol.wire`), the record of one queued report on
+the device (the same columns side by side, each index as u16 and each bit as a 0/1 byte, a fixed width that
+does not depend on the metric's size), and the JSON debugging form.
 """
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,6 +114,8 @@ class Mechanism(ABC, Generic[P, B]):
     batch_type: ClassVar[type[ReportBatch]]
     needs_candidates: ClassVar[bool] = False  # estimates are asked for candidate values (sketches)
     merges: ClassVar[bool] = False  # the aggregator merges a read's batches (:meth:`merge`) before folding
+    candidates_pick_labels: ClassVar[bool] = False  # a query's candidates select labels of the declared domain
+    proportion_of: ClassVar[str | None] = None  # the label whose share a query reports as the proportion
     permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
 
     # ------------------------------------------------------------------------------------- client half
@@ -186,15 +190,25 @@ class Mechanism(ABC, Generic[P, B]):
         """The columns of this mechanism's reports, in payload order."""
 
     def layout(self, params: P) -> Layout:
-        """:meth:`columns` and the numpy record type of one stored report, computed once per params."""
-        return _layout(self, params)
+        """:meth:`columns` and the numpy record type of one stored report, computed once per params object.
+
+        Cached by object identity (a weak reference), not by value: hashing a grr domain of 65,536 labels on
+        every decode would cost more than the decode.
+        """
+        key = id(params)
+        hit = _LAYOUTS.get(key)
+        if hit is not None and hit[0]() is params:
+            return hit[1]
+        layout = _layout(self.columns(params))
+        _LAYOUTS[key] = (weakref.ref(params, lambda _ref: _LAYOUTS.pop(key, None)), layout)
+        return layout
 
     def payload_size(self, params: P, n: int) -> int:
-        return sum(c.nbytes(n) for c in self.layout(params).columns)
+        return _payload_size(self.layout(params).columns, n)
 
     def report_size(self, params: P) -> int:
-        """Bytes of one stored report (the payload of a batch of one)."""
-        return self.payload_size(params, 1)
+        """Bytes of one stored report."""
+        return int(self.layout(params).record.itemsize)
 
     def _make(self, n: int, arrays: dict[str, np.ndarray]) -> B:
         return self.batch_type(mechanism=self.name, n=n, **arrays)  # type: ignore[return-value]
@@ -217,12 +231,13 @@ class Mechanism(ABC, Generic[P, B]):
 
         Bit and byte columns are views of ``buf`` (no copy); raises WireFormatError for anything else.
         """
-        expected = self.payload_size(params, n)
+        columns = self.layout(params).columns
+        expected = _payload_size(columns, n)
         if len(buf) != expected:
             raise WireFormatError(f"payload is {len(buf)} bytes; {n} {self.name} reports need exactly {expected}")
         arrays: dict[str, np.ndarray] = {}
         off = 0
-        for col in self.layout(params).columns:
+        for col in columns:
             size = col.nbytes(n)
             part = buf[off : off + size]
             off += size
@@ -243,13 +258,20 @@ class Mechanism(ABC, Generic[P, B]):
         return self._make(n, arrays)
 
     def pack_report(self, batch: ReportBatch, params: P) -> bytes:
-        """The stored bytes of a one-report batch: its payload."""
+        """The stored record of a one-report batch (:attr:`Layout.record`)."""
         if batch.n != 1:
             raise InvalidParameterError("batch", "a batch of one report", f"{batch.n} reports")
-        return b"".join(self.encode_payload(batch, params))
+        layout = self.layout(params)
+        record = np.zeros(1, dtype=layout.record)
+        for col in layout.columns:
+            arr = getattr(batch, col.attr)
+            if arr is None:
+                raise WireFormatError(f"a {self.name} batch needs {col.attr!r}")
+            record[col.attr] = batch.bit_values() if col.kind == "bit" else arr
+        return record.tobytes()
 
     def unpack_reports(self, records: Sequence[bytes], params: P) -> B:
-        """Many stored one-report payloads of one metric version as one batch (vectorized over reports)."""
+        """Many stored one-report records of one metric version as one batch (vectorized over reports)."""
         layout = self.layout(params)
         table = np.frombuffer(b"".join(records), dtype=layout.record)
         arrays: dict[str, np.ndarray] = {}
@@ -283,21 +305,33 @@ class Mechanism(ABC, Generic[P, B]):
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """A mechanism's columns for one params, and the numpy record type of one stored report (its payload)."""
+    """A mechanism's columns for one params, and the numpy record type of one stored report.
+
+    The record holds the columns side by side: an index as little-endian u16 (every bound is at most 2¹⁶),
+    a bit as a 0/1 byte, bytes as they are. Its width depends only on the columns' kinds and byte sizes, so
+    reports queued under one metric size stay readable after an upgrade (the device format of ldptel 0.1).
+    """
 
     columns: tuple[Column, ...]
     record: np.dtype[np.void]
 
 
+_LAYOUTS: dict[int, tuple[weakref.ref[ParamsBase], Layout]] = {}
+
+
+def _payload_size(columns: tuple[Column, ...], n: int) -> int:
+    return sum(c.nbytes(n) for c in columns)
+
+
 @lru_cache(maxsize=256)
-def _layout(mech: Mechanism[Any, Any], params: ParamsBase) -> Layout:
-    columns = mech.columns(params)
+def _layout(columns: tuple[Column, ...]) -> Layout:
+    """Keyed on the columns (a few small values), never on the params: a grr domain can hold 65,536 labels."""
     fields: list[tuple[str, str] | tuple[str, str, tuple[int]]] = []
     for col in columns:
         if col.kind == "index":
-            fields.append((col.attr, col.dtype))
+            fields.append((col.attr, "<u2"))
         elif col.kind == "bit":
-            fields.append((col.attr, "u1"))  # a batch of one: its bit in one byte (MSB first, padding 0)
+            fields.append((col.attr, "u1"))
         else:
             fields.append((col.attr, "u1", (col.size,)))
     return Layout(columns, np.dtype(fields))

@@ -237,6 +237,7 @@ class Grr(Mechanism[GrrParams, GrrBatch]):
     params_type = GrrParams
     batch_type = GrrBatch
     permanent = True
+    candidates_pick_labels = True
 
     def columns(self, params: GrrParams) -> tuple[Column, ...]:
         return (Column("cols", "col", "index", 1 if params.d <= 256 else 2, params.d, "grr label index"),)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
 from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
-from ldptel.client.mechanisms.state import BOOLEAN_LABELS, Estimate, SketchState
+from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import (
     SINGLE_DRAW_PROB_BITS,
@@ -39,6 +39,8 @@ from ldptel.client.protocol.params import (
 )
 from ldptel.client.protocol.rng import below_threshold, bernoulli_bytes, check_rng, draw_below, draw_bytes
 from ldptel.client.protocol.validate import check_number
+
+BOOLEAN_LABELS = ("false", "true")  # the labels of a boolean metric's estimate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,6 +181,7 @@ class Rr(Mechanism[RrParams, RrBatch]):
     params_type = RrParams
     batch_type = RrBatch
     permanent = True
+    proportion_of = BOOLEAN_LABELS[1]
 
     def columns(self, params: RrParams) -> tuple[Column, ...]:
         return (Column("bits", "bit", "bit"),)

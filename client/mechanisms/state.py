@@ -14,7 +14,6 @@ from ldptel.client.errors import InvalidValueError, StateMismatchError, WireForm
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_number
 
-BOOLEAN_LABELS = ("false", "true")  # the labels of a boolean metric's estimate
 _STATE_MAGIC = b"LDPS"
 _STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols
 _DTYPES: dict[int, np.dtype[np.signedinteger]] = {1: np.dtype("<i4"), 2: np.dtype("<i8")}

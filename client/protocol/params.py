@@ -66,7 +66,7 @@ def safe_flip_threshold(prob: float, bits: int, epsilon: float, scale: float) ->
 
 
 # ------------------------------------------------------------------------------------------- the base
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class ParamsBase:
     """Fields and behaviour common to every mechanism's params: ε and the JSON form."""
 

@@ -38,7 +38,8 @@ def params_from_dict(data: object) -> Params:
     for key in kwargs:
         if key not in allowed:
             raise InvalidParameterError(key, f"not set: {mech} takes {sorted(allowed)}", kwargs[key])
-    kwargs = {key: tuple(value) if isinstance(value, list) else value for key, value in kwargs.items()}
+    tuples = {field.name for field in fields(cls) if str(field.type).startswith("tuple")}
+    kwargs = {key: tuple(value) if key in tuples and isinstance(value, list) else value for key, value in kwargs.items()}
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required field is missing

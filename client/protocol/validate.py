@@ -20,12 +20,19 @@ def check_int(name: str, value: object, lo: int, hi: int) -> int:
     return value
 
 
-def check_number(name: str, value: object, lo: float, hi: float, *, open_interval: bool = False) -> float:
-    """A finite int or float (not a bool) in [lo, hi], or in (lo, hi) with ``open_interval``."""
+def check_number(
+    name: str, value: object, lo: float, hi: float, *, open_interval: bool = False, allow_inf: bool = False
+) -> float:
+    """A finite int or float (not a bool) in [lo, hi], or in (lo, hi) with ``open_interval``; ``allow_inf``
+    also takes +inf (a duration that means "never")."""
     allowed = f"a number in ({lo}, {hi})" if open_interval else f"a number in [{lo}, {hi}]"
+    if allow_inf:
+        allowed += " or inf"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidParameterError(name, allowed, value)
     x = float(value)
+    if allow_inf and x == math.inf:
+        return x
     inside = lo < x < hi if open_interval else lo <= x <= hi
     if not (math.isfinite(x) and inside):
         raise InvalidParameterError(name, allowed, value)

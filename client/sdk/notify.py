@@ -17,7 +17,7 @@ from ldptel.client.errors import LdpError
 
 __all__ = ["Notifier", "UploadError", "log"]
 
-log = logging.getLogger("ldptel.client.sdk.reporter")
+log = logging.getLogger("ldptel.client.reporter")  # the SDK's one logger; the name apps configure since 0.1
 
 
 class UploadError(LdpError):

@@ -185,9 +185,9 @@ class Reporter:
     ) -> None:
         self._batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
         self._max_queue = check_int("max_queue", max_queue, 1, sys.maxsize)
-        flush_interval = check_number("flush_interval", flush_interval, 0.0, math.inf, open_interval=True)
+        flush_interval = check_number("flush_interval", flush_interval, 0.0, math.inf, open_interval=True, allow_inf=True)
         timeout = check_number("timeout", timeout, 0.0, math.inf, open_interval=True)
-        spec_ttl = check_number("spec_ttl", spec_ttl, 0.0, math.inf, open_interval=True)
+        spec_ttl = check_number("spec_ttl", spec_ttl, 0.0, math.inf, open_interval=True, allow_inf=True)
         backoff_base = check_number("backoff_base", backoff_base, 0.0, math.inf, open_interval=True)
         backoff_cap = check_number("backoff_cap", backoff_cap, 0.0, math.inf, open_interval=True)
         if not isinstance(token, str) or not token:  # never echo a token: only the empty string or a type

@@ -15,11 +15,12 @@ adopted at once (:meth:`SpecCache.adopt`), or else marks the metric for refresh.
 Reports keep the version they were privatized with, so every version ever used is kept:
 :meth:`SpecCache.spec_of` finds it when a batch of that version is encoded.
 
-Threads: ``_lock`` serializes fetches (N threads reporting a new metric fetch it once) and guards the
-negative cache, ``_closed`` and every write to the cache. The dicts are read without it (a dict lookup is
-atomic), and ``_want_refresh`` is only touched by atomic ``set.add``/``set.discard``, so ``report()`` never
-waits for a fetch of another metric. The database is written through the Reporter's connection under the
-lock that guards it, always taken after ``_lock``.
+Threads: ``_lock`` serializes first fetches from ``report()`` over this cache's transport (N threads
+reporting a new metric fetch it once) and guards the negative cache and ``_closed``. Refreshes run on the
+uploader's thread over the uploader's transport and take no lock here, so ``report()`` never waits behind
+one. The dicts are read without a lock (a dict lookup or assignment is atomic), and ``_want_refresh`` is only
+touched by atomic ``set.add``/``set.discard``. The database is written through the Reporter's connection
+under the lock that guards it, always taken after ``_lock``.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class SpecCache:
             now = self._clock()
             if self._closed or now < self._no_spec_until.get(metric, float("-inf")):
                 return None
-            got = self._fetch(metric)
+            got = self._fetch(metric, self._tx)
             if isinstance(got, UploadError):
                 self._no_spec_until[metric] = now + NO_SPEC_RETRY
         if isinstance(got, UploadError):
@@ -125,13 +126,13 @@ class SpecCache:
         return self._versions.get((metric, version))
 
     # --------------------------------------------------------------------------------------- updates
-    def refresh_due(self) -> None:
-        """Fetch again every spec marked for refresh (called by the uploader at the start of a cycle)."""
+    def refresh_due(self, transport: Transport) -> None:
+        """Fetch again every spec marked for refresh, over the caller's ``transport`` (the uploader's, at the
+        start of a cycle). It takes no lock of this cache, so ``report()`` never waits behind a refresh."""
         for metric in list(self._want_refresh):
-            with self._lock:
-                if self._closed:
-                    return
-                got = self._fetch(metric)
+            if self._closed:
+                return
+            got = self._fetch(metric, transport)
             if isinstance(got, UploadError):
                 self._notify(got)
 
@@ -154,11 +155,12 @@ class SpecCache:
             self._tx.close()
 
     # -------------------------------------------------------------------------------------- internals
-    def _fetch(self, metric: str) -> MetricSpec | UploadError:
-        """``GET /v1/metrics/<metric>``; the spec is cached as current. The caller holds ``_lock`` and
-        notifies the returned error after releasing it (so ``on_error`` may call back into the Reporter)."""
+    def _fetch(self, metric: str, transport: Transport) -> MetricSpec | UploadError:
+        """``GET /v1/metrics/<metric>``; the spec is cached as current. The caller owns ``transport`` (a
+        transport is used by one thread at a time) and notifies the returned error itself, holding no lock
+        (so ``on_error`` may call back into the Reporter)."""
         try:
-            resp = self._tx.get_metric(metric)
+            resp = transport.get_metric(metric)
         except NETWORK_ERRORS as exc:
             return UploadError(f"could not fetch the spec of {metric!r}: {exc}", metric=metric)
         spec = _spec_from_body(resp.json(), metric) if resp.status == 200 else None

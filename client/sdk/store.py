@@ -7,8 +7,9 @@ app; only a power loss can roll back the last few commits). The upload connectio
 ledger entry committed before it, *before* any byte of the batch is sent. Hence the server can never hold a
 report whose budget spend or batch id the device could forget, even across a power loss.
 
-Databases created by earlier SDKs may have an extra ``batches.attempts`` column (``DEFAULT 0``, never read):
-it is left in place, as every statement names the columns it writes and reads.
+Schema versions: 1 (SDK 0.1) had a ``batches.attempts`` column that nothing read; 2 drops it. This SDK opens
+both (the column is left in place: every statement names the columns it writes and reads) and creates 2, so
+an SDK that only knows 1, and would write that column, refuses a new database with a clear error.
 
 Nothing in the file is a raw value: reports are stored privatized, memo rows are keyed by an HMAC of the
 value, the ledger holds counts per metric and day. (grr labels do appear, as part of the cached public
@@ -23,7 +24,8 @@ from pathlib import Path
 from ldptel.client.errors import LdpError
 
 DB_FILE = "ldptel.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # what new databases get
+SUPPORTED_SCHEMAS = (1, 2)
 BUSY_TIMEOUT_MS = 10_000
 
 _SCHEMA = """
@@ -111,8 +113,8 @@ def init_schema(conn: sqlite3.Connection) -> None:
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
             conn.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))
-        elif row[0] != SCHEMA_VERSION:
-            raise StoreError(f"storage schema {row[0]} is not supported by this SDK (expects {SCHEMA_VERSION})")
+        elif row[0] not in SUPPORTED_SCHEMAS:
+            raise StoreError(f"storage schema {row[0]} is not supported by this SDK (it reads {list(SUPPORTED_SCHEMAS)})")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -166,7 +166,7 @@ class Uploader:
             now = self._clock()
             if now < self._retry_at:
                 return self._retry_at - now
-            self._specs.refresh_due()
+            self._specs.refresh_due(self._tx)
             due = force or now >= self._next_flush_at
             if due:
                 self._next_flush_at = now + self._flush_interval

@@ -7,3 +7,6 @@
 private Redis server for laptops, tests and the demo). Needs redis-py, never Flask, and imports nothing from
 :mod:`ldptel.server` or :mod:`ldptel.aggregator`.
 """
+
+if __name__ != "ldptel.storage":  # its folder sits inside server/: never load a second copy under that name
+    raise ImportError(f"the storage layer is ldptel.storage; import it by that name, not {__name__}")

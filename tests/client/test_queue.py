@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, privatize
-from ldptel.client.protocol.wire import decode_batch
+from ldptel.client.protocol.wire import decode_batch, encode_batch
 from ldptel.client.sdk.queue import form_batches, next_batch, pack_report, payload_size, unpack_reports
 from ldptel.client.sdk.reporter import Reporter
 from ldptel.client.sdk.store import DB_FILE, connect, init_schema
@@ -126,3 +126,33 @@ def test_no_raw_value_in_the_database_files(tmp_path) -> None:
     conn = sqlite3.connect(tmp_path / DB_FILE)
     assert conn.execute("SELECT COUNT(*) FROM batches").fetchone()[0] > 0
     conn.close()
+
+
+def _record_of_sdk_0_1(batch, params) -> bytes:
+    """How ldptel 0.1 stored one report on the device (before the mechanism codec existed)."""
+    import struct
+
+    if isinstance(params, RrParams):
+        return bytes([int(batch.bits[0]) >> 7])
+    if isinstance(params, GrrParams):
+        return struct.pack("<H", int(batch.cols[0]))
+    if isinstance(params, HcmsParams):
+        return struct.pack("<HHB", int(batch.rows[0]), int(batch.cols[0]), int(batch.bits[0]) >> 7)
+    return struct.pack("<H", int(batch.rows[0])) + batch.bits[0].tobytes()
+
+
+@pytest.mark.parametrize("params", PARAMS + [GrrParams(epsilon=2.0, domain=("a", "b", "c"))], ids=lambda p: p.mechanism)
+def test_the_device_record_format_is_the_one_queues_already_hold(params) -> None:
+    # A device upgraded with reports still queued must batch them as they are (and a downgrade read ours).
+    rng = np.random.default_rng(5)
+    singles = [privatize(_value(params, i), params, rng=rng) for i in range(20)]
+    old = [_record_of_sdk_0_1(b, params) for b in singles]
+    assert [pack_report(b, params) for b in singles] == old
+    batch = unpack_reports(old, params)
+    body = encode_batch(metric="m", version=1, batch_id=b"\x02" * 16, batch=batch, params=params)
+    _, decoded = decode_batch(body, params)
+    for field in ("rows", "cols"):
+        if getattr(singles[0], field) is not None:
+            assert getattr(decoded, field).tolist() == [int(getattr(b, field)[0]) for b in singles]
+    if decoded.bits is not None and decoded.bits.ndim == 1:
+        assert decoded.bit_values().tolist() == [int(b.bit_values()[0]) for b in singles]
