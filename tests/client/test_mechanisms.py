@@ -1,7 +1,7 @@
 """Every mechanism through privatize_batch → fold → estimate, against closed forms.
 
 * Means: within z = 6 standard errors of the exact expectation. For sketches that is the expectation
-  *given the fixed hash family* (the collision bias of ldp-math §1.4 accounted for):
+  *given the fixed hash family* (the collision bias of a fixed family accounted for):
   E[f̂(d) | h] = m/(m−1)·(Σ_v f(v)·P_vd − n/m), P_vd = fraction of rows where h_j(v) = h_j(d).
   This catches a wrong debias constant (the hcms ε/2 bug is a 1.27–1.89× scale error).
 * Variances: within ±10% of the exact closed form given the hash family, over 7,500 repetitions
@@ -83,7 +83,7 @@ def test_rr_mean_and_variance() -> None:
     var = f * (1 - f) / ((1 - 2 * f) ** 2 * n)
     assert_close_normal(est.mean(), p_true, math.sqrt(var / REPS), n=REPS, what="rr p̂")
     assert_variance_ratio(est, var, band=0.10, what="rr var")
-    # With values drawn from a population with proportion p (ldp-math §7, §9.7.5) the variance is
+    # With values drawn from a population with proportion p (the sampling variance of the population proportion added) the variance is
     # P(1−P)/(4γ²n), P = ½ − γ + 2γp: the extra P(1−P) − f(1−f) = (1−2f)²·p(1−p) is the sampling variance.
     big_p = f + (1 - 2 * f) * p_true
     gamma = params.effective_gamma

@@ -52,7 +52,7 @@ def test_grr_prr_then_irr_is_exactly_the_spec_channel(params: GrrParams) -> None
 
 @pytest.mark.parametrize("params", RR_CASES[:12], ids=lambda p: f"eps{p.epsilon}-B{p.prob_bits}")
 def test_rr_guarantees_match_the_rappor_formulas(params: RrParams) -> None:
-    """ldp-math.md §2.2 with RAPPOR's f = 2f₁, p = f₂, q = 1 − f₂ and one bit (h·(2 bits) → 1 bit)."""
+    """RAPPOR's privacy bound (Erlingsson et al., CCS 2014) with its f = 2f₁, p = f₂, q = 1 − f₂ and one bit (h·(2 bits) → 1 bit)."""
     s = rr_split(params)
     f_r = 2 * s.prr_threshold / (1 << s.bits)
     p = s.irr_num / s.irr_den

@@ -1,4 +1,4 @@
-"""Metric specs: constants pinned to ldp-math.md table 9.1, validation errors, JSON round trips."""
+"""Metric specs: constants pinned to the published closed forms (to 6 decimals), validation errors, JSON round trips."""
 
 import json
 import math
@@ -11,7 +11,7 @@ from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsPa
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.specs import params_from_dict
 
-# ε: (CMS flip, CMS c_ε, HCMS flip, HCMS c^H, RR γ, RR keep)  — ldp-math.md §9.1, 6 decimals.
+# ε: (CMS flip, CMS c_ε, HCMS flip, HCMS c^H, RR γ, RR keep)  — closed forms, 6 decimals.
 TABLE_9_1 = {
     0.5: (0.437823, 8.041623, 0.377541, 4.082988, 0.122459, 0.622459),
     1: (0.377541, 4.082988, 0.268941, 2.163953, 0.231059, 0.731059),
@@ -44,7 +44,7 @@ def test_grr_probabilities_match_table_9_1(eps: float, p: float, q: float) -> No
 
 
 def test_hcms_constant_is_not_the_cms_constant() -> None:
-    """The shipped bug (ldp-math §1.5): debiasing hcms with (e^(ε/2)+1)/(e^(ε/2)−1)."""
+    """The bug two public implementations shipped: debiasing hcms with (e^(ε/2)+1)/(e^(ε/2)−1)."""
     for eps in (1, 2, 4):
         h = HcmsParams(epsilon=eps, k=4, m=8)
         assert h.effective_c == pytest.approx((math.exp(eps) + 1) / (math.exp(eps) - 1), rel=1e-8)
