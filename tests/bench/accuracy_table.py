@@ -53,7 +53,7 @@ def rare_table() -> list[str]:
     binary = plan(domain_size=2, reports_per_day=N, error=0.01, epsilon=(1, 4), k=2048, m=1024)
     keep += _pick(binary, lambda r: r.k is None and r.bits_per_report == 1)
     headers = ("mechanism", "d", "k × m", "ε", "effective ε", "bits/report", "memory/shard-day",
-               f"± rare at n = 10⁶", "reports for ±1%")  # fmt: skip
+               "± rare at n = 10⁶", "reports for ±1%")  # fmt: skip
     lines = []
     for row in keep:
         d = D if row.k is not None else 2
