@@ -150,6 +150,9 @@ def write_table(result: Plan, rows: tuple[PlanRow, ...], out: TextIO) -> None:
             _bytes(row.memory_per_shard_day), needed, last,
         ])  # fmt: skip
     table(headers, cells, out)
-    picks = ", ".join(f"ε = {eps:g}: {name}" for eps, name in result.recommended.items())
+    by_name: dict[str, list[str]] = {}
+    for eps, name in result.recommended.items():
+        by_name.setdefault(name, []).append(f"{eps:g}")
+    picks = "; ".join(f"{name} at ε = {', '.join(eps)}" for name, eps in by_name.items())
     out.write(f"* recommended for d = {result.model.d:,} (recommend_mechanism): {picks}. "
               "± floor: a sketch's ± as reports → ∞ (collisions)\n")
