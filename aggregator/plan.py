@@ -14,8 +14,8 @@ F2 = Σ_d f(d)² = n²·H(2s, d)/H(s, d)², the rarest value holds n·d^(−s)/H
 
 Variance of one estimated count f̂ of a value with true count f out of n reports:
 
-* the mechanism's own (randomization) variance, ``Mechanism.variance(params, counts, n)``, evaluated at the
-  model's counts (for sketches it includes which row each report picked);
+* the mechanism's variance as ``Mechanism.variance(params, counts, n)`` gives it, evaluated at the model's
+  counts (for sketches it includes which row each report picked);
 * for sketches (k rows × m columns over a fixed hash family), plus the hash-collision variance
   (F2 − f²)/(k(m − 1)) (:func:`collision_variance`): averaged over hash families, the other values'
   counts that collide with the value (Apple, "Learning with Privacy at Scale", 2017, the count-mean-sketch
