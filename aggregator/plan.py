@@ -18,8 +18,8 @@ Variance of one estimated count f̂ of a value with true count f out of n report
   counts (for sketches it includes which row each report picked);
 * for sketches (k rows × m columns over a fixed hash family), plus the hash-collision variance
   (F2 − f²)/(k(m − 1)) (:func:`collision_variance`): averaged over hash families, the other values'
-  counts that collide with the value (Apple, "Learning with Privacy at Scale", 2017, the count-mean-sketch
-  variance; Cormode, Muthukrishnan 2005 for the count-min-sketch analogue). For one fixed family it is a bias
+  counts that collide with the value (the collision term of the count-mean-sketch variance; Apple, "Learning
+  with Privacy at Scale", 2017). For one fixed family it is a bias
   that stays put however many reports arrive, so a sketch's frequency error has a floor,
   z·√((F2/n² − (f/n)²)/(k(m − 1))), that more reports never remove: a target below the floor is unreachable.
 
