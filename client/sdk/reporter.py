@@ -58,7 +58,7 @@ batch is dropped and counted in :attr:`ReporterStats.dropped_stale`, and its bud
 
 The queue holds at most ``max_queue`` unacknowledged reports; past that ``report()`` returns
 ``"queue_full"`` (nothing spent, nothing privatized) and logs once. The app is never blocked on the
-network: ``report()`` only touches the local database (plus the one-time spec fetch of a new metric).
+network: ``report()`` only touches the local database (specs are fetched in the background).
 
 Testing: ``start=False`` runs no thread; :meth:`Reporter.flush` then uploads in the calling thread and waits
 out backoffs with the injected ``sleep`` against the injected ``clock`` (no wall-clock time needed).
