@@ -4,8 +4,9 @@ Each step of the loop heartbeats and renews the leases (every third of a TTL), r
 ``rescan_seconds``), then polls every owned shard once without blocking: read a batch
 (:mod:`~ldptel.aggregator.worker.reading`), fold it (:mod:`~ldptel.aggregator.worker.folding`) and commit the
 shard when due (:mod:`~ldptel.aggregator.worker.commit`). When no shard had anything, the worker blocks on one
-shard (rotating) so that it sleeps in Redis. A follow worker outlives a Redis restart; a ``once`` worker stops
-when every shard it could claim is drained.
+shard (rotating) so that it sleeps in Redis. A follow worker outlives a Redis restart and a Redis that refuses
+writes for a while (maxmemory, read-only, failed save: it logs one line, backs off and resumes); a ``once``
+worker stops when every shard it could claim is drained, and raises on either.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import InvalidParameterError
 from ldptel.storage import sketches as store
+from ldptel.storage.connection import refused_write
 from ldptel.storage.leases import LeaseLostError, Leases
 from ldptel.storage.sketches import format_id
 
@@ -121,6 +123,7 @@ class Worker:
         log.info("worker starting", extra={"event": "start", "worker": cfg.worker_id, "once": cfg.once})
         last_progress = time.monotonic()
         backoff = 0.1
+        refused = False  # in an episode of refused writes (logged once)
         try:
             while not self._stop.is_set():
                 try:
@@ -129,22 +132,39 @@ class Worker:
                     if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
                         last_progress = time.monotonic()
                     backoff = 0.1
+                    refused = False
                 except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
                     if cfg.once:
                         raise
                     # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
                     # pending in Redis), wait, and claim again once Redis answers.
                     log.error("lost Redis; retrying", extra={"event": "redis_error", "error": str(exc), "retry_in": backoff})
-                    for sh in list(self._owned.values()):
-                        self._drop(sh, "Redis connection lost")
-                    self._last_scan = self._last_heartbeat = -1e18
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, cfg.lease_ttl / 2)
+                    backoff = self._back_off(backoff, "Redis connection lost")
+                except redis_lib.ResponseError as exc:
+                    reason = refused_write(exc)
+                    if cfg.once or reason is None:
+                        raise
+                    # Nothing can be committed (nor a lease renewed) until Redis accepts writes again: the same
+                    # as a lost connection, logged once per episode (it is polled every backoff).
+                    if not refused:
+                        log.error("Redis refuses writes; waiting for it to accept them",
+                                  extra={"event": "redis_refuses_writes", "error": reason})
+                    refused = True
+                    backoff = self._back_off(backoff, "Redis refuses writes")
         finally:
             self._shutdown()
         stats = self.stats()
         log.info("worker stopped", extra={"event": "stop", "worker": cfg.worker_id, **stats.to_dict()})
         return stats
+
+    def _back_off(self, backoff: float, why: str) -> float:
+        """Forget every shard (uncommitted work stays pending in Redis), wait ``backoff`` seconds and make the
+        next step heartbeat and claim again; returns the next, doubled backoff."""
+        for sh in list(self._owned.values()):
+            self._drop(sh, why)
+        self._last_scan = self._last_heartbeat = -1e18
+        self._stop.wait(backoff)
+        return min(backoff * 2, self.config.lease_ttl / 2)
 
     def _step(self, on_progress: Callable[[Worker], None] | None, progress_seconds: float, last_progress: float) -> bool:
         """One pass of the loop; False when a ``once`` worker has nothing left to claim (the loop ends)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from ldptel.client import CmsParams, GrrParams, MetricSpec
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
+from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
 
 
 def _total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]
@@ -175,6 +177,61 @@ def test_a_following_worker_survives_a_redis_crash_and_restart(rng: np.random.Ge
         assert _total(r, "color").equals(expected)
         for client in clients:
             client.close()
+
+
+@pytest.mark.slow
+def test_a_following_worker_waits_while_redis_refuses_writes_and_resumes(
+        rng: np.random.Generator, tmp_path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from ldptel.storage.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
+        r, wr = server.client(), server.client()
+        record = create(r, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+        first = append_reports(r, record, ["a"] * 300, rng, day="2026-03-01", batch_size=50)
+        worker = Worker(wr, WorkerConfig(lease_ttl=1, rescan_seconds=0.1, block_seconds=0.1, checkpoint_seconds=0.05))
+        caplog.set_level(logging.INFO, logger="ldptel.aggregator")
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            _wait(lambda: _total(r, "color").n == first.n, timeout=20, what="the first fold")
+            second = append_reports(r, record, ["b"] * 300, rng, day="2026-03-01", batch_size=50)
+            fill_to_maxmemory(r)  # heartbeats, leases and commits are refused from now on
+            time.sleep(2.5)  # several lease TTLs
+            assert thread.is_alive()
+            refusals = [rec for rec in caplog.records if getattr(rec, "event", None) == "redis_refuses_writes"]
+            assert len(refusals) == 1 and str(getattr(refusals[0], "error", "")).startswith("OOM command not allowed")
+            lift_maxmemory(r)
+            _wait(lambda: _total(r, "color").n == first.n + second.n, timeout=30, what="the fold after the limit was lifted")
+        finally:
+            worker.stop()
+            thread.join(timeout=20)
+        assert not thread.is_alive()
+        expected = first.expected_state()
+        expected.add_inplace(second.expected_state())
+        assert _total(r, "color").equals(expected)  # exactly once across the refusals
+        r.close()
+        wr.close()
+
+
+@pytest.mark.slow
+def test_aggregate_once_says_in_one_line_that_redis_refuses_writes(rng: np.random.Generator, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ldptel.storage.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
+        r = server.client()
+        record = create(r, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+        append_reports(r, record, ["a"] * 100, rng, day="2026-03-01", batch_size=50)
+        fill_to_maxmemory(r)
+        proc = ldptel("aggregate", "--once", redis_url=server.url)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("ldptel: error:")]
+        assert len(lines) == 1 and "Redis refuses writes" in lines[0] and "OOM command not allowed" in lines[0], proc.stderr
+        lift_maxmemory(r)
+        assert json.loads(ldptel("aggregate", "--once", redis_url=server.url, check=True).stdout)["reports"] == 100
+        r.close()
 
 
 def test_the_worker_package_loads_neither_flask_nor_sqlite() -> None:
