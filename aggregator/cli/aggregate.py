@@ -154,4 +154,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write("\n")
     if args.once:
         write_json(stats.to_dict(), out, indent=None)
+        if stats.unclaimed:  # drain and exit promised everything: say what was not folded, and why
+            raise UserError(
+                f"{len(stats.unclaimed)} shard(s) not folded ({', '.join(stats.unclaimed)}): other workers still "
+                f"held their leases after waiting for them to expire (a live worker folds them; else retry)")
     return EXIT_OK

@@ -117,11 +117,60 @@ def test_a_leased_shard_is_taken_over_only_after_the_lease_expires(redis: redis_
     sent = append_reports(redis, record, ["a", "b"] * 200, rng, day="2026-03-01", batch_size=20)
     for s in range(2):
         redis.set(keys.lease("color", s), "a-dead-worker", px=600)
-    assert drain(redis).entries == 0  # both shards are someone else's
-    time.sleep(0.7)
-    stats = drain(redis)
-    assert stats.reports == sent.n
+    t0 = time.monotonic()
+    stats = drain(redis)  # both shards are someone else's: --once waits for the leases to expire
+    assert time.monotonic() - t0 >= 0.5
+    assert stats.reports == sent.n and stats.unclaimed == ()
     assert _total(redis, "color").equals(sent.expected_state())
+
+
+@pytest.mark.slow
+def test_aggregate_once_waits_for_a_dead_workers_leases_with_progress(
+        redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    sent = append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)
+    for s in range(2):  # what a SIGKILLed worker leaves behind: its leases, expiring
+        redis.set(keys.lease("color", s), "a-dead-worker", px=1500)
+    t0 = time.monotonic()
+    proc = ldptel("aggregate", "--once", redis_url=redis_url)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 >= 1.4
+    stats = json.loads(proc.stdout)
+    assert stats["reports"] == sent.n and stats["unclaimed"] == []
+    waits = [json.loads(line) for line in proc.stderr.splitlines() if '"wait_leases"' in line]
+    assert waits and waits[0]["shards"] == 2 and waits[0]["holders"] == ["a-dead-worker"]
+    assert _total(redis, "color").equals(sent.expected_state())
+
+
+@pytest.mark.slow
+def test_aggregate_once_says_which_shards_a_live_worker_kept_and_exits_2(
+        redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
+    import threading
+
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)
+    in_shard_1 = sum(int(fields[b"n"]) for _, fields in redis.xrange(keys.stream("color", 1)))
+    lease = keys.lease("color", 0)
+    redis.set(lease, "a-live-worker", px=1000)
+    done = threading.Event()
+
+    def renew() -> None:  # a live worker renews its lease long before it expires
+        while not done.wait(0.2):
+            redis.pexpire(lease, 1000)
+
+    thread = threading.Thread(target=renew, daemon=True)
+    thread.start()
+    try:
+        proc = ldptel("aggregate", "--once", redis_url=redis_url)
+    finally:
+        done.set()
+        thread.join(5)
+    assert proc.returncode == 2, proc.stderr
+    stats = json.loads(proc.stdout)
+    assert stats["unclaimed"] == ["color:0"] and stats["reports"] == in_shard_1 > 0
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("ldptel: error: 1 shard(s) not folded (color:0)"), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_worker_that_lost_its_lease_cannot_commit(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
