@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from flask import request
@@ -11,6 +12,8 @@ from ldptel.server.errors import fail
 from ldptel.server.state import current_state
 
 __all__ = ["read_body", "parse_json"]
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]", re.ASCII)  # a \uD800-\uDFFF escape (maybe one of a pair)
 
 
 def read_body(*, kinds: tuple[str, ...]) -> tuple[str, bytes]:
@@ -26,8 +29,16 @@ def read_body(*, kinds: tuple[str, ...]) -> tuple[str, bytes]:
 
 
 def parse_json(body: bytes) -> Any:
-    """The JSON value of ``body`` (400 ``malformed_body`` when it is not JSON)."""
+    """The JSON value of ``body`` (400 ``malformed_body`` when it is not JSON).
+
+    The body must be UTF-8 (RFC 8259 §8.1) and no string in it may hold a lone surrogate: ``json.loads``
+    would accept both (``"\\ud800"``, or the bytes ``ED A0 80``), and such a string cannot be encoded to reach
+    Redis, a log or a response, so it is refused here, where every JSON body enters."""
     try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        fail(400, "malformed_body", "body is not valid JSON")
+        text = body.decode("utf-8")
+        value = json.loads(text)
+        if _SURROGATE_ESCAPE.search(text):  # rare: only then look for an unpaired one in the decoded strings
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):  # UnicodeError is a ValueError
+        fail(400, "malformed_body", "body is not valid JSON (UTF-8, no lone surrogates)")
+    return value

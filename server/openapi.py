@@ -194,9 +194,9 @@ _PATHS: dict[str, Any] = {
     },
     "/readyz": {
         "get": {
-            "summary": "Redis is reachable",
+            "summary": "A write to Redis would succeed now",
             "security": [],
-            "responses": {"200": _json("ready", "Status"), "503": _error("Redis unreachable")},
+            "responses": {"200": _json("ready", "Status"), "503": _error("Redis unreachable or refusing writes")},
         }
     },
     "/metrics": {

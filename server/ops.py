@@ -1,6 +1,6 @@
 """The ``ops`` blueprint: liveness, readiness, Prometheus metrics, the OpenAPI document, and request timing.
 
-``/healthz`` (the process is up), ``/readyz`` (Redis answers PING; 503 otherwise), ``/metrics`` (the
+``/healthz`` (the process is up), ``/readyz`` (a write to Redis would succeed now; 503 otherwise), ``/metrics`` (the
 counters and latency histogram of ``prom.py``), ``/v1/openapi.json`` (``openapi.py``). No token needed. Every
 request that reaches Flask is timed here, by its URL rule (the fast path times its own).
 """
@@ -14,8 +14,11 @@ from flask import Blueprint, Response, g, request
 from ldptel.server.errors import json_response
 from ldptel.server.openapi import openapi_document
 from ldptel.server.state import current_state
+from ldptel.storage import keys
 
 __all__ = ["bp"]
+
+READY_PROBE_TTL_MS = 60_000  # the probe key expires by itself
 
 bp = Blueprint("ops", __name__)
 
@@ -42,7 +45,10 @@ def healthz() -> Response:
 
 @bp.get("/readyz")
 def readyz() -> Response:
-    current_state().redis.ping()  # RedisError -> 503
+    """Ready means "a write would succeed now": one small SET, refused by Redis exactly when it refuses the
+    appends (maxmemory under ``noeviction``, a read-only replica, writes stopped after a failed save) as
+    well as when it is unreachable. RedisError -> 503 (``errors.py``). As cheap as a PING: one round trip."""
+    current_state().redis.set(keys.ready_probe(), b"1", px=READY_PROBE_TTL_MS)
     return json_response({"status": "ready"}, 200)
 
 

@@ -72,10 +72,11 @@ def digest(token: str | bytes) -> bytes:
 
 
 def bearer_digest(header: str) -> bytes | None:
-    """The digest of the token in an ``Authorization: Bearer <token>`` header, or None if it is not one."""
+    """The digest of the token in an ``Authorization: Bearer <token>`` header, or None if it is not one (or
+    not ASCII: every configured token is printable ASCII, and a lone surrogate could not even be hashed)."""
     scheme, _, token = header.partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token:
+    if scheme.lower() != "bearer" or not token or not token.isascii():
         return None
     return digest(token)
 

@@ -118,8 +118,11 @@ def _setup_logging(level: str, stream: TextIO) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import redis
+
     from ldptel.aggregator.worker import Worker, WorkerConfig
     from ldptel.storage import registry
+    from ldptel.storage.connection import refused_write
 
     tty = err.isatty() if args.progress is None else args.progress
     _setup_logging(args.log_level or ("warning" if tty else "info"), err)
@@ -139,6 +142,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             stats = worker.run(on_progress=_Progress(err) if tty else None)
+        except redis.ResponseError as exc:
+            reason = refused_write(exc)
+            if reason is None:
+                raise
+            raise UserError(f"Redis refuses writes, nothing more can be folded: {reason}") from None
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -146,4 +154,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write("\n")
     if args.once:
         write_json(stats.to_dict(), out, indent=None)
+        if stats.unclaimed:  # drain and exit promised everything: say what was not folded, and why
+            raise UserError(
+                f"{len(stats.unclaimed)} shard(s) not folded ({', '.join(stats.unclaimed)}): other workers still "
+                f"held their leases after waiting for them to expire (a live worker folds them; else retry)")
     return EXIT_OK

@@ -4,8 +4,11 @@ Each step of the loop heartbeats and renews the leases (every third of a TTL), r
 ``rescan_seconds``), then polls every owned shard once without blocking: read a batch
 (:mod:`~ldptel.aggregator.worker.reading`), fold it (:mod:`~ldptel.aggregator.worker.folding`) and commit the
 shard when due (:mod:`~ldptel.aggregator.worker.commit`). When no shard had anything, the worker blocks on one
-shard (rotating) so that it sleeps in Redis. A follow worker outlives a Redis restart; a ``once`` worker stops
-when every shard it could claim is drained.
+shard (rotating) so that it sleeps in Redis. A follow worker outlives a Redis restart and a Redis that refuses
+writes for a while (maxmemory, read-only, failed save: it logs one line, backs off and resumes); a ``once``
+worker stops when every shard is drained, waiting (up to the longest time-to-live they had when first seen) for shards
+leased by other workers: a dead worker's leases expire within that time; shards a live worker keeps are
+named in :attr:`WorkerStats.unclaimed`. It raises on a lost or refusing Redis.
 """
 
 from __future__ import annotations
@@ -28,12 +31,17 @@ from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import InvalidParameterError
 from ldptel.storage import sketches as store
+from ldptel.storage.connection import refused_write
 from ldptel.storage.leases import LeaseLostError, Leases
 from ldptel.storage.sketches import format_id
 
 __all__ = ["Worker", "WorkerStats"]
 
 log = logging.getLogger(__name__)
+
+LEASE_POLL = 0.2  # seconds between two looks at the leases a ``once`` worker waits for
+LEASE_WAIT_MARGIN = 0.1  # seconds a ``once`` worker waits past the longest lease time-to-live it saw
+WAIT_PROGRESS = 1.0  # seconds between two progress lines while it waits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +56,7 @@ class WorkerStats:
     shards: tuple[str, ...]
     lag: int | None
     elapsed: float
+    unclaimed: tuple[str, ...] = ()  # ``once``: shards other workers still held when it gave up waiting
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +67,7 @@ class WorkerStats:
             "commits": self.commits,
             "shards": list(self.shards),
             "lag": self.lag,
+            "unclaimed": list(self.unclaimed),
             "elapsed": round(self.elapsed, 3),
         }
 
@@ -76,6 +86,9 @@ class Worker:
         self._stop = threading.Event()
         self._owned: dict[tuple[str, int], OwnedShard] = {}
         self._finished: set[tuple[str, int]] = set()  # --once: shards drained in this run
+        self._lease_wait_until: float | None = None  # --once: until when it waits for other workers' leases
+        self._last_wait_log = -1e18
+        self._unclaimed: tuple[str, ...] = ()
         self._started = time.monotonic()
         self._entries = self._reports = self._skipped = self._dead = self._commits = 0
         self._last_scan = -1e18
@@ -100,6 +113,7 @@ class Worker:
             shards=tuple(self.owned()),
             lag=self.lag() if with_lag else None,
             elapsed=time.monotonic() - self._started,
+            unclaimed=self._unclaimed,
         )
 
     def lag(self) -> int:
@@ -121,6 +135,7 @@ class Worker:
         log.info("worker starting", extra={"event": "start", "worker": cfg.worker_id, "once": cfg.once})
         last_progress = time.monotonic()
         backoff = 0.1
+        refused = False  # in an episode of refused writes (logged once)
         try:
             while not self._stop.is_set():
                 try:
@@ -129,22 +144,39 @@ class Worker:
                     if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
                         last_progress = time.monotonic()
                     backoff = 0.1
+                    refused = False
                 except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
                     if cfg.once:
                         raise
                     # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
                     # pending in Redis), wait, and claim again once Redis answers.
                     log.error("lost Redis; retrying", extra={"event": "redis_error", "error": str(exc), "retry_in": backoff})
-                    for sh in list(self._owned.values()):
-                        self._drop(sh, "Redis connection lost")
-                    self._last_scan = self._last_heartbeat = -1e18
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, cfg.lease_ttl / 2)
+                    backoff = self._back_off(backoff, "Redis connection lost")
+                except redis_lib.ResponseError as exc:
+                    reason = refused_write(exc)
+                    if cfg.once or reason is None:
+                        raise
+                    # Nothing can be committed (nor a lease renewed) until Redis accepts writes again: the same
+                    # as a lost connection, logged once per episode (it is polled every backoff).
+                    if not refused:
+                        log.error("Redis refuses writes; waiting for it to accept them",
+                                  extra={"event": "redis_refuses_writes", "error": reason})
+                    refused = True
+                    backoff = self._back_off(backoff, "Redis refuses writes")
         finally:
             self._shutdown()
         stats = self.stats()
         log.info("worker stopped", extra={"event": "stop", "worker": cfg.worker_id, **stats.to_dict()})
         return stats
+
+    def _back_off(self, backoff: float, why: str) -> float:
+        """Forget every shard (uncommitted work stays pending in Redis), wait ``backoff`` seconds and make the
+        next step heartbeat and claim again; returns the next, doubled backoff."""
+        for sh in list(self._owned.values()):
+            self._drop(sh, why)
+        self._last_scan = self._last_heartbeat = -1e18
+        self._stop.wait(backoff)
+        return min(backoff * 2, self.config.lease_ttl / 2)
 
     def _step(self, on_progress: Callable[[Worker], None] | None, progress_seconds: float, last_progress: float) -> bool:
         """One pass of the loop; False when a ``once`` worker has nothing left to claim (the loop ends)."""
@@ -156,7 +188,7 @@ class Worker:
         if now - self._last_scan >= cfg.rescan_seconds or (cfg.once and not self._owned):
             self._rebalance()
         if cfg.once and not self._owned:
-            return False
+            return self._wait_for_leases()
         worked = self._round()
         if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
             on_progress(self)
@@ -164,6 +196,37 @@ class Worker:
             self._idle_wait()
         elif not self._owned and not cfg.once and not self._stop.is_set():
             self._stop.wait(min(cfg.rescan_seconds, cfg.lease_ttl / 3))
+        return True
+
+    def _wait_for_leases(self) -> bool:
+        """A ``once`` worker that owns nothing: True (keep looping) while shards it has not drained are leased
+        by other workers and the wait has not run out; False when it is done."""
+        pending = [s for s in self._all_shards() if s not in self._finished]
+        held = self._leases.held_elsewhere(pending)
+        now = time.monotonic()
+        if not held:
+            self._unclaimed = ()
+            return False
+        holders = sorted({holder for holder, _ in held.values()})
+        if self._lease_wait_until is None:
+            wait = max(left for _, left in held.values()) / 1000 + LEASE_WAIT_MARGIN
+            self._lease_wait_until = now + wait
+            self._last_wait_log = now
+            log.warning(
+                f"waiting up to {wait:.1f} s for {len(held)} shard(s) leased by other workers",
+                extra={"event": "wait_leases", "shards": len(held), "holders": holders, "wait": round(wait, 1)},
+            )
+        if now >= self._lease_wait_until or self._stop.is_set():
+            self._unclaimed = tuple(sorted(f"{metric}:{shard}" for metric, shard in held))
+            log.warning("shards still leased by other workers were not folded",
+                        extra={"event": "unclaimed", "shards": list(self._unclaimed), "holders": holders})
+            return False
+        if now - self._last_wait_log >= WAIT_PROGRESS:
+            self._last_wait_log = now
+            log.info("waiting for leased shards", extra={
+                "event": "wait_leases", "shards": len(held), "holders": holders,
+                "left": round(self._lease_wait_until - now, 1)})
+        self._stop.wait(min(LEASE_POLL, self._lease_wait_until - now))
         return True
 
     def _round(self) -> bool:

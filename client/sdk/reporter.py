@@ -9,10 +9,14 @@ Quick start::
 
 What happens on ``report(metric, value)``
 =========================================
-1. The metric's spec is taken from the pinned ``specs``, else the on-disk cache, else fetched once from
-   ``GET /v1/metrics/<name>`` (a failed fetch is not retried for a minute; the report is then refused with
-   status ``"no_spec"``). Cached specs are refreshed in the background after ``spec_ttl`` seconds and
-   whenever the server answers 409.
+1. The metric's spec is taken from the pinned ``specs``, else the on-disk cache. ``report()`` never waits on
+   the network: a metric whose spec is not known yet is refused with status ``"no_spec"`` (nothing
+   privatized, nothing spent, the value dropped) and its spec is fetched from ``GET /v1/metrics/<name>`` in
+   the background (a failed fetch is not tried again for a minute). The value cannot be kept until the spec
+   arrives: it would have to be stored raw, and the raw value is never stored. Declare the metrics with
+   ``metrics=[...]`` so their specs are fetched at start-up, and :meth:`Reporter.wait_for_specs` if the first
+   reports matter. Cached specs are refreshed in the background after ``spec_ttl`` seconds and whenever the
+   server answers 409.
 2. The privacy-budget ledger (:mod:`ldptel.client.sdk.ledger`) is checked: past the metric's daily policy the
    call returns status ``"budget_exceeded"`` **without privatizing or queueing anything** (no exception:
    the SDK never breaks the app's control flow for a policy decision). The budget day is the UTC day, but
@@ -54,7 +58,7 @@ batch is dropped and counted in :attr:`ReporterStats.dropped_stale`, and its bud
 
 The queue holds at most ``max_queue`` unacknowledged reports; past that ``report()`` returns
 ``"queue_full"`` (nothing spent, nothing privatized) and logs once. The app is never blocked on the
-network: ``report()`` only touches the local database (plus the one-time spec fetch of a new metric).
+network: ``report()`` only touches the local database (specs are fetched in the background).
 
 Testing: ``start=False`` runs no thread; :meth:`Reporter.flush` then uploads in the calling thread and waits
 out backoffs with the injected ``sleep`` against the injected ``clock`` (no wall-clock time needed).
@@ -85,7 +89,7 @@ from pathlib import Path
 from typing import Literal
 
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.protocol.specs import MetricSpec
+from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
 from ldptel.client.protocol.validate import check_int, check_number
 from ldptel.client.protocol.wire import ReportBatch
 from ldptel.client.sdk import ledger as _ledger
@@ -141,6 +145,8 @@ class Reporter:
     :param max_queue: most unacknowledged reports kept on disk; more are dropped and counted.
     :param specs: pinned specs (offline use): a mapping name → :class:`MetricSpec` or an iterable of specs.
         Pinned metrics are never fetched.
+    :param metrics: names of the metrics the app reports: their specs (unless pinned or cached) are fetched
+        in the background at start-up (by the upload thread, else by :meth:`flush`/:meth:`wait_for_specs`).
     :param on_error: called with an :class:`UploadError` for every delivery problem; exceptions it raises
         are logged and swallowed.
     :param clock: wall-clock seconds since the epoch (budget days, backoff deadlines); ``time.time``.
@@ -151,13 +157,13 @@ class Reporter:
     :param backoff_base: first retry delay scale in seconds; :param backoff_cap: largest delay.
 
     Parts: the spec cache (:class:`~ldptel.client.sdk.spec_cache.SpecCache`) and the uploader
-    (:class:`~ldptel.client.sdk.uploader.Uploader`), each with its own transport; the uploader also has
-    its own sqlite connection. The Reporter keeps the connection ``report()`` writes through.
+    (:class:`~ldptel.client.sdk.uploader.Uploader`), which owns the one transport (uploads and spec fetches)
+    and its own sqlite connection. The Reporter keeps the connection ``report()`` writes through.
 
     Locks, always taken in this order (each may be held while taking a later one, never an earlier one):
 
     1. the uploader's cycle lock: one upload cycle at a time (its connection, transport, backoff);
-    2. the spec cache's lock: one spec fetch at a time (its transport, the cache's writes);
+    2. the spec cache's lock: its negative cache and requested metrics (fetches run under the cycle lock);
     3. ``_state``, a condition over a plain lock: guards the ``report()`` connection (the spec cache
        writes through it too), ``_closed``, ``_full_logged``, the
        :class:`~ldptel.client.sdk.counters.Counters` and the uploader's wake-up flags; the upload thread
@@ -174,6 +180,7 @@ class Reporter:
         flush_interval: float = 30.0,
         max_queue: int = 10_000,
         specs: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None = None,
+        metrics: Iterable[str] = (),
         on_error: Callable[[UploadError], None] | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None,
@@ -193,11 +200,16 @@ class Reporter:
         if not isinstance(token, str) or not token:  # never echo a token: only the empty string or a type
             raise InvalidParameterError("token", "a non-empty string", token if isinstance(token, str) else type(token))
         pinned = pinned_by_name(specs)
+        if isinstance(metrics, str):  # a name is an iterable of one-letter names: refuse it
+            raise InvalidParameterError("metrics", "an iterable of metric names", metrics)
+        declared = list(metrics)
+        for name in declared:
+            if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+                raise InvalidParameterError("metrics", f"metric names ({NAME_RULE})", name)
         self._clock = clock or time.time
         self._timeout = timeout
         self._notify = Notifier(on_error)
         upload_tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)
-        fetch_tx = Transport(endpoint, token, timeout=timeout, clock=self._clock)
 
         storage = Path(storage_dir)
         storage.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -212,8 +224,9 @@ class Reporter:
             self._counters = Counters(
                 pending=_queue.pending_count(self._db), unbatched=_queue.unbatched_count(self._db))
             self._specs = SpecCache(
-                self._db, self._state, pinned=pinned, transport=fetch_tx, clock=self._clock, ttl=spec_ttl,
-                notify=self._notify)
+                self._db, self._state, pinned=pinned, clock=self._clock, ttl=spec_ttl, notify=self._notify)
+            for name in declared:
+                self._specs.request(name)
             self._uploader = Uploader(
                 storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
                 clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size,
@@ -229,14 +242,18 @@ class Reporter:
     def report(self, metric: str, value: object) -> ReportResult:
         """Privatize ``value`` for ``metric`` now and queue the privatized report (see the module docs).
 
-        Never blocks on the network except for the first fetch of an unknown, unpinned metric.
+        Never waits on the network: a metric whose spec is not known yet answers ``"no_spec"`` at once and
+        its spec is fetched in the background.
         """
         if self._closed:
             return ReportResult("closed", metric)
         spec = self._specs.spec_for(metric)
         if spec is None:
+            requested = self._specs.request(metric)
             with self._state:
                 self._counters.no_spec += 1
+                if requested:
+                    self._uploader.wake()
             return ReportResult("no_spec", metric)
         eps_one, daily = self._budget_of(spec)
         now = self._clock()
@@ -282,6 +299,17 @@ class Reporter:
         if self._closed:
             return self.stats().pending == 0
         return self._uploader.flush(timeout)
+
+    def wait_for_specs(self, timeout: float = 10.0) -> bool:
+        """Wait (up to ``timeout`` s) until the spec of every declared metric, and of every metric reported
+        before its spec was known, has been fetched or has failed; True when all of them are known now.
+
+        With the background thread this waits for it; without one (``start=False``) the fetches run in the
+        calling thread. After :meth:`close` nothing is fetched.
+        """
+        if self._closed:
+            return self._specs.all_known()
+        return self._uploader.fetch_specs(timeout)
 
     def close(self, timeout: float = 10.0) -> None:
         """Try to deliver what is queued (up to ``timeout`` s), stop the thread, close the database.

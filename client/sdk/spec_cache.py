@@ -5,8 +5,10 @@ Where the spec of a metric comes from, in order:
 1. the pinned specs given to the Reporter (offline use; never fetched, never refreshed);
 2. the current spec cached on disk (tables ``specs`` and ``current_spec`` of the on-device database,
    :mod:`ldptel.client.sdk.store`), with the time it was fetched;
-3. a fetch of ``GET /v1/metrics/<name>``. A failed first fetch is not retried for :data:`NO_SPEC_RETRY`
-   seconds: ``report()`` answers ``"no_spec"`` meanwhile.
+3. a fetch of ``GET /v1/metrics/<name>`` in the background, by the uploader (:meth:`SpecCache.fetch_due`),
+   never by ``report()``: a metric reported before its spec is known is requested (:meth:`SpecCache.request`)
+   and ``report()`` answers ``"no_spec"`` until the spec arrives. Metrics the app declares are requested at
+   start-up. A failed first fetch is not tried again for :data:`NO_SPEC_RETRY` seconds.
 
 Refreshing: a cached spec older than ``ttl`` seconds is marked when ``report()`` uses it and fetched again by
 the uploader (:meth:`SpecCache.refresh_due`); a 409 answer to an upload carries the current spec, which is
@@ -15,12 +17,12 @@ adopted at once (:meth:`SpecCache.adopt`), or else marks the metric for refresh.
 Reports keep the version they were privatized with, so every version ever used is kept:
 :meth:`SpecCache.spec_of` finds it when a batch of that version is encoded.
 
-Threads: ``_lock`` serializes first fetches from ``report()`` over this cache's transport (N threads
-reporting a new metric fetch it once) and guards the negative cache and ``_closed``. Refreshes run on the
-uploader's thread over the uploader's transport and take no lock here, so ``report()`` never waits behind
-one. The dicts are read without a lock (a dict lookup or assignment is atomic), and ``_want_refresh`` is only
-touched by atomic ``set.add``/``set.discard``. The database is written through the Reporter's connection
-under the lock that guards it, always taken after ``_lock``.
+Threads: every fetch runs on the uploader's thread (or in the thread calling ``flush()``/``wait_for_specs()``
+without one) over the uploader's transport, holding no lock here, so ``report()`` never waits on the network.
+``_lock`` guards the negative cache, ``_asked`` and ``_closed``. The dicts are read without a lock (a dict
+lookup or assignment is atomic), and ``_want_fetch``/``_want_refresh`` are only touched by atomic
+``set.add``/``set.discard``. The database is written through the Reporter's connection under the lock that
+guards it, always taken after ``_lock``.
 """
 
 from __future__ import annotations
@@ -32,13 +34,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from ldptel.client.errors import InvalidParameterError, LdpError
-from ldptel.client.protocol.specs import MetricSpec
+from ldptel.client.protocol.specs import NAME_RE, MetricSpec
 from ldptel.client.sdk.notify import Notifier, UploadError, log
 from ldptel.client.sdk.transport import NETWORK_ERRORS, Transport
 
 __all__ = ["NO_SPEC_RETRY", "SpecCache", "pinned_by_name"]
 
-NO_SPEC_RETRY = 60.0  # seconds before a failed first fetch of a spec is tried again from report()
+NO_SPEC_RETRY = 60.0  # seconds before a failed first fetch of a spec is requested again by report()
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,6 @@ class SpecCache:
 
     :param conn: the Reporter's connection, and :param conn_lock: the lock that guards it.
     :param pinned: specs that are never fetched, by name (see :func:`pinned_by_name`).
-    :param transport: used for ``GET /v1/metrics/<name>`` only.
     """
 
     def __init__(
@@ -61,7 +62,6 @@ class SpecCache:
         conn_lock: contextlib.AbstractContextManager[object],
         *,
         pinned: Mapping[str, MetricSpec],
-        transport: Transport,
         clock: Callable[[], float],
         ttl: float,
         notify: Notifier,
@@ -69,7 +69,6 @@ class SpecCache:
         self._pinned = dict(pinned)
         self._conn = conn
         self._conn_lock = conn_lock
-        self._tx = transport
         self._clock = clock
         self._ttl = ttl
         self._notify = notify
@@ -78,6 +77,8 @@ class SpecCache:
         self._versions: dict[tuple[str, int], MetricSpec] = {}  # every (name, version) seen
         self._current: dict[str, _Current] = {}  # the current spec of each fetched metric
         self._no_spec_until: dict[str, float] = {}
+        self._asked: set[str] = set()  # every metric requested before its spec was known
+        self._want_fetch: set[str] = set()  # requested, not fetched yet
         self._want_refresh: set[str] = set()
         with self._lock:
             self._load()
@@ -85,30 +86,38 @@ class SpecCache:
 
     # ---------------------------------------------------------------------------------------- lookups
     def spec_for(self, metric: str) -> MetricSpec | None:
-        """The spec to privatize ``metric`` with now: pinned, cached (marked for refresh when older than the
-        TTL), or fetched once (the calling thread waits for that first fetch)."""
+        """The spec to privatize ``metric`` with now: pinned or cached (marked for refresh when older than the
+        TTL); None when it is not known yet (never fetched here: see :meth:`request`)."""
         pinned = self._pinned.get(metric)
         if pinned is not None:
             return pinned
         entry = self._current.get(metric)
-        if entry is not None:
-            if self._clock() - entry.fetched > self._ttl:
-                self._want_refresh.add(metric)
-            return entry.spec
-        with self._lock:
-            entry = self._current.get(metric)
-            if entry is not None:
-                return entry.spec
-            now = self._clock()
-            if self._closed or now < self._no_spec_until.get(metric, float("-inf")):
-                return None
-            got = self._fetch(metric, self._tx)
-            if isinstance(got, UploadError):
-                self._no_spec_until[metric] = now + NO_SPEC_RETRY
-        if isinstance(got, UploadError):
-            self._notify(got)
+        if entry is None:
             return None
-        return got
+        if self._clock() - entry.fetched > self._ttl:
+            self._want_refresh.add(metric)
+        return entry.spec
+
+    def request(self, metric: str) -> bool:
+        """Ask for a background fetch of an unknown ``metric``; True when newly requested (the caller wakes the
+        uploader). Not while a failed fetch's :data:`NO_SPEC_RETRY` runs, nor for a name no spec can have."""
+        if not NAME_RE.fullmatch(metric) or self.known(metric) is not None or metric in self._want_fetch:
+            return False
+        with self._lock:
+            if self._closed or self._clock() < self._no_spec_until.get(metric, float("-inf")):
+                return False
+            self._asked.add(metric)
+            self._want_fetch.add(metric)
+        return True
+
+    def fetching(self) -> bool:
+        """A requested first fetch has not been tried yet."""
+        return bool(self._want_fetch)
+
+    def all_known(self) -> bool:
+        """Every metric ever requested has a spec now."""
+        with self._lock:
+            return all(self.known(metric) is not None for metric in self._asked)
 
     def known(self, metric: str) -> MetricSpec | None:
         """The pinned or cached current spec of ``metric``, without fetching or marking anything."""
@@ -126,6 +135,20 @@ class SpecCache:
         return self._versions.get((metric, version))
 
     # --------------------------------------------------------------------------------------- updates
+    def fetch_due(self, transport: Transport) -> None:
+        """Fetch the spec of every requested metric over the caller's ``transport`` (the uploader's, at the
+        start of every cycle, backoff or not: a failed first fetch is not tried again for
+        :data:`NO_SPEC_RETRY` seconds anyway)."""
+        for metric in list(self._want_fetch):
+            if self._closed:
+                return
+            got = self._fetch(metric, transport)
+            if isinstance(got, UploadError):
+                with self._lock:
+                    self._no_spec_until[metric] = self._clock() + NO_SPEC_RETRY
+                self._notify(got)
+            self._want_fetch.discard(metric)
+
     def refresh_due(self, transport: Transport) -> None:
         """Fetch again every spec marked for refresh, over the caller's ``transport`` (the uploader's, at the
         start of a cycle). It takes no lock of this cache, so ``report()`` never waits behind a refresh."""
@@ -149,10 +172,9 @@ class SpecCache:
                 self._save([spec], current=True)
 
     def close(self) -> None:
-        """Stop fetching and writing (waits for a fetch in progress) and close the transport."""
+        """Stop fetching, requesting and adopting (the uploader, stopped first, owns the transport)."""
         with self._lock:
             self._closed = True
-            self._tx.close()
 
     # -------------------------------------------------------------------------------------- internals
     def _fetch(self, metric: str, transport: Transport) -> MetricSpec | UploadError:

@@ -13,6 +13,12 @@ other 4xx (400, 413..)  rejected   the batch itself is bad and never will be acc
 network error           retry      connection refused/reset, timeout, malformed response
 ======================  =========  ==================================================================
 
+A reused keep-alive connection the server has closed meanwhile (gunicorn closes idle ones after its
+``keepalive`` seconds) fails on the next request with a reset, a broken pipe or no status line at all. Such
+a request is sent once more on a fresh connection (:data:`PEER_CLOSED`): every request of the SDK is
+idempotent (``GET`` of a spec; a batch ``POST`` carries its batch id, so the server counts it once). A
+failure on a fresh connection, or a timeout, is a network error as above.
+
 :data:`MAX_BATCH_SIZE` is the largest batch (in reports) the SDK forms: the wire format's
 ``DEFAULT_MAX_BATCH_REPORTS``, which is also the ingest service's default limit (a larger batch is refused
 with 413).
@@ -40,6 +46,9 @@ USER_AGENT = "ldptel-client/0.1"
 MAX_RETRY_AFTER = 3600.0
 _MAX_RESPONSE = 1 << 20
 _ENDPOINT = "an http:// or https:// URL"
+# How a reused connection fails when the server closed it while idle (RemoteDisconnected is a
+# ConnectionResetError): retried once on a fresh connection.
+PEER_CLOSED: tuple[type[BaseException], ...] = (ConnectionError,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,7 @@ class Transport:
         self._timeout = timeout
         self._clock = clock
         self._conn: http.client.HTTPConnection | None = None
+        self._reused = False  # the connection has carried a complete exchange (the server may have closed it)
 
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
@@ -120,10 +130,20 @@ class Transport:
         return self._conn
 
     def request(self, method: str, path: str, body: bytes | None = None) -> Response:
-        """Send one request; raises :class:`OSError` / :class:`http.client.HTTPException` on network failure."""
+        """Send one (idempotent) request; raises :class:`OSError` / :class:`http.client.HTTPException` on
+        network failure. A reused connection the peer closed is replaced once (see the module docs)."""
         headers = {"Authorization": f"Bearer {self._token}", "User-Agent": USER_AGENT, "Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
+        reused = self._conn is not None and self._reused
+        try:
+            return self._exchange(method, path, body, headers)
+        except PEER_CLOSED:
+            if not reused:
+                raise
+        return self._exchange(method, path, body, headers)  # the stale connection is closed: a fresh one
+
+    def _exchange(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> Response:
         conn = self._connection()
         try:
             conn.request(method, self._prefix + path, body=body, headers=headers)
@@ -132,6 +152,8 @@ class Transport:
             retry_after = parse_retry_after(resp.getheader("Retry-After"), self._clock())
             if resp.will_close:
                 self.close()
+            else:
+                self._reused = True
         except BaseException:
             self.close()
             raise
@@ -150,6 +172,7 @@ class Transport:
             except OSError:
                 pass
             self._conn = None
+            self._reused = False
 
 
 NETWORK_ERRORS: tuple[type[BaseException], ...] = (OSError, http.client.HTTPException)  # timeouts are OSError

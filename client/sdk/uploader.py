@@ -2,20 +2,23 @@
 
 One cycle (:meth:`Uploader.cycle`):
 
-1. nothing while a backoff runs (a server's ``Retry-After`` included);
-2. refresh the specs marked for refresh (:meth:`~ldptel.client.sdk.spec_cache.SpecCache.refresh_due`);
-3. form batches (:func:`ldptel.client.sdk.queue.form_batches`): full ones as soon as ``batch_size`` reports
+1. fetch the specs of metrics requested before their spec was known
+   (:meth:`~ldptel.client.sdk.spec_cache.SpecCache.fetch_due`), even while a backoff runs;
+2. nothing more while a backoff runs (a server's ``Retry-After`` included);
+3. refresh the specs marked for refresh (:meth:`~ldptel.client.sdk.spec_cache.SpecCache.refresh_due`);
+4. form batches (:func:`ldptel.client.sdk.queue.form_batches`): full ones as soon as ``batch_size`` reports
    of one version are queued, partial ones every ``flush_interval`` seconds or when flushing. Each batch gets
    its random id and exact bytes once, on disk, so every retry resends the same batch;
-4. send the stored batches in order and settle each by the server's answer
+5. send the stored batches in order and settle each by the server's answer
    (:func:`ldptel.client.sdk.transport.classify`): acknowledged → delivered; 409 → dropped as stale and the
    spec the answer carries adopted; another 4xx → dropped as rejected; 401/403, 408/425/429, 5xx or a
    network error → kept, and the uploader backs off (:class:`~ldptel.client.sdk.transport.Backoff`);
-5. checkpoint the WAL (the ``report()`` connection leaves checkpoints to this one).
+6. checkpoint the WAL (the ``report()`` connection leaves checkpoints to this one).
 
 It runs on a background thread (``ldptel-uploader``) that sleeps until the next cycle is due or it is woken,
 or, without that thread, in the thread that calls :meth:`Uploader.flush`. Its sqlite connection commits with
-``synchronous=FULL`` (see :mod:`ldptel.client.sdk.store` for why) and its transport is used for uploads only.
+``synchronous=FULL`` (see :mod:`ldptel.client.sdk.store` for why); its transport carries the uploads and
+every spec fetch.
 
 Threads: ``_lock`` lets one cycle run at a time and guards the connection, the transport, the backoff and
 the schedule (``_retry_at``, ``_next_flush_at``). The Reporter's state condition guards the shared
@@ -47,7 +50,7 @@ class Uploader:
     """Batches, sends and settles the queued reports of one storage directory (see the module docs).
 
     :param state: the Reporter's state condition, which guards ``counters``.
-    :param transport: used for ``POST /v1/reports`` only.
+    :param transport: used for ``POST /v1/reports`` and ``GET /v1/metrics/<name>``.
     """
 
     def __init__(
@@ -122,6 +125,18 @@ class Uploader:
             elif left == before:  # nothing moved and no backoff to wait for: another cycle would not help
                 return False
 
+    def fetch_specs(self, timeout: float) -> bool:
+        """Wait until every requested spec fetch has been tried (up to ``timeout`` s); True when every metric
+        requested so far has a spec. Without the background thread the fetches run in the calling thread."""
+        if self._thread is not None and self._thread.is_alive():
+            with self._state:
+                self.wake()
+                self._state.wait_for(lambda: not self._specs.fetching(), timeout)
+        else:
+            with self._lock:
+                self._specs.fetch_due(self._tx)
+        return self._specs.all_known()
+
     def stop(self, timeout: float) -> None:
         """Stop the thread (waiting up to ``timeout`` s for it), then close the connection and the transport."""
         with self._state:
@@ -163,6 +178,7 @@ class Uploader:
                 stopping = self._stopping
             if stopping:
                 return self._flush_interval
+            self._specs.fetch_due(self._tx)
             now = self._clock()
             if now < self._retry_at:
                 return self._retry_at - now

@@ -55,6 +55,7 @@ __all__ = [
     "ReplyTimeoutError",
     "UnexpectedReplyError",
     "pack_command",
+    "refused_write",
     "reply_error",
 ]
 
@@ -88,6 +89,19 @@ class _RedisPyConnection(Protocol):
     def send_packed_command(self, command: list[bytes], check_health: bool = ...) -> None: ...
 
     def disconnect(self) -> None: ...
+
+
+def refused_write(exc: BaseException) -> str | None:
+    """Why Redis refuses writes for now, when ``exc`` says so: ``OOM`` (maxmemory under ``noeviction``),
+    ``READONLY`` (a replica) or ``MISCONF`` (writes stopped after a failed save); a script or MULTI/EXEC
+    refused for one of these raises the same error. None for any other error. The reason is Redis's own
+    message, one line, without the command (and its arguments) redis-py quotes in a pipeline's error."""
+    message = str(exc).splitlines()[0].rsplit("caused error: ", 1)[-1] if str(exc) else ""
+    if isinstance(exc, redis.exceptions.OutOfMemoryError):  # redis-py strips the error code from these two
+        return f"OOM {message}"
+    if isinstance(exc, redis.exceptions.ReadOnlyError):
+        return f"READONLY {message}"
+    return message if isinstance(exc, redis.ResponseError) and message.startswith("MISCONF") else None
 
 
 def reply_error(message: str) -> redis.RedisError:

@@ -59,6 +59,11 @@ def dead_letters(metric: str, shard: int) -> str:
     return f"{PREFIX}{tag(metric, shard)}:dead"
 
 
+def ready_probe() -> str:
+    """String the ingest service's ``/readyz`` writes (with an expiry) to learn that Redis accepts writes."""
+    return f"{PREFIX}ready-probe"
+
+
 def aggregators() -> str:
     """Sorted set of live aggregator workers (score: heartbeat expiry, ms), used to share shards fairly."""
     return f"{PREFIX}aggregators"

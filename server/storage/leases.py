@@ -58,6 +58,20 @@ class Leases:
         """Extend the lease by a full TTL if this worker still holds it; False if it does not."""
         return bool(self._renew(keys=[keys.lease(metric, shard)], args=[self.owner, self.ttl_ms]))
 
+    def held_elsewhere(self, shards: list[tuple[str, int]]) -> dict[tuple[str, int], tuple[str, int]]:
+        """The shards among ``shards`` whose lease another worker holds now: (holder, milliseconds left)."""
+        pipe = self.r.pipeline(transaction=False)
+        for metric, shard in shards:
+            pipe.get(keys.lease(metric, shard))
+            pipe.pttl(keys.lease(metric, shard))
+        replies = pipe.execute()
+        held: dict[tuple[str, int], tuple[str, int]] = {}
+        for key, holder, left in zip(shards, replies[::2], replies[1::2], strict=True):
+            name = holder.decode("utf-8", "replace") if isinstance(holder, bytes) else holder
+            if name is not None and name != self.owner and int(left) > 0:
+                held[key] = (name, int(left))
+        return held
+
     def release(self, metric: str, shard: int) -> None:
         """Delete the lease if this worker still holds it (another worker's lease is left alone)."""
         self._release(keys=[keys.lease(metric, shard)], args=[self.owner])

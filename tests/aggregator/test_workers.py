@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from ldptel.client import CmsParams, GrrParams, MetricSpec
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
+from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
 
 
 def _total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]
@@ -115,11 +117,60 @@ def test_a_leased_shard_is_taken_over_only_after_the_lease_expires(redis: redis_
     sent = append_reports(redis, record, ["a", "b"] * 200, rng, day="2026-03-01", batch_size=20)
     for s in range(2):
         redis.set(keys.lease("color", s), "a-dead-worker", px=600)
-    assert drain(redis).entries == 0  # both shards are someone else's
-    time.sleep(0.7)
-    stats = drain(redis)
-    assert stats.reports == sent.n
+    t0 = time.monotonic()
+    stats = drain(redis)  # both shards are someone else's: --once waits for the leases to expire
+    assert time.monotonic() - t0 >= 0.5
+    assert stats.reports == sent.n and stats.unclaimed == ()
     assert _total(redis, "color").equals(sent.expected_state())
+
+
+@pytest.mark.slow
+def test_aggregate_once_waits_for_a_dead_workers_leases_with_progress(
+        redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    sent = append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)
+    for s in range(2):  # what a SIGKILLed worker leaves behind: its leases, expiring
+        redis.set(keys.lease("color", s), "a-dead-worker", px=1500)
+    t0 = time.monotonic()
+    proc = ldptel("aggregate", "--once", redis_url=redis_url)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 >= 1.4
+    stats = json.loads(proc.stdout)
+    assert stats["reports"] == sent.n and stats["unclaimed"] == []
+    waits = [json.loads(line) for line in proc.stderr.splitlines() if '"wait_leases"' in line]
+    assert waits and waits[0]["shards"] == 2 and waits[0]["holders"] == ["a-dead-worker"]
+    assert _total(redis, "color").equals(sent.expected_state())
+
+
+@pytest.mark.slow
+def test_aggregate_once_says_which_shards_a_live_worker_kept_and_exits_2(
+        redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
+    import threading
+
+    record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+    append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)
+    in_shard_1 = sum(int(fields[b"n"]) for _, fields in redis.xrange(keys.stream("color", 1)))
+    lease = keys.lease("color", 0)
+    redis.set(lease, "a-live-worker", px=1000)
+    done = threading.Event()
+
+    def renew() -> None:  # a live worker renews its lease long before it expires
+        while not done.wait(0.2):
+            redis.pexpire(lease, 1000)
+
+    thread = threading.Thread(target=renew, daemon=True)
+    thread.start()
+    try:
+        proc = ldptel("aggregate", "--once", redis_url=redis_url)
+    finally:
+        done.set()
+        thread.join(5)
+    assert proc.returncode == 2, proc.stderr
+    stats = json.loads(proc.stdout)
+    assert stats["unclaimed"] == ["color:0"] and stats["reports"] == in_shard_1 > 0
+    error = proc.stderr.splitlines()[-1]
+    assert error.startswith("ldptel: error: 1 shard(s) not folded (color:0)"), proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_a_worker_that_lost_its_lease_cannot_commit(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
@@ -175,6 +226,61 @@ def test_a_following_worker_survives_a_redis_crash_and_restart(rng: np.random.Ge
         assert _total(r, "color").equals(expected)
         for client in clients:
             client.close()
+
+
+@pytest.mark.slow
+def test_a_following_worker_waits_while_redis_refuses_writes_and_resumes(
+        rng: np.random.Generator, tmp_path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    from ldptel.storage.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
+        r, wr = server.client(), server.client()
+        record = create(r, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+        first = append_reports(r, record, ["a"] * 300, rng, day="2026-03-01", batch_size=50)
+        worker = Worker(wr, WorkerConfig(lease_ttl=1, rescan_seconds=0.1, block_seconds=0.1, checkpoint_seconds=0.05))
+        caplog.set_level(logging.INFO, logger="ldptel.aggregator")
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        try:
+            _wait(lambda: _total(r, "color").n == first.n, timeout=20, what="the first fold")
+            second = append_reports(r, record, ["b"] * 300, rng, day="2026-03-01", batch_size=50)
+            fill_to_maxmemory(r)  # heartbeats, leases and commits are refused from now on
+            time.sleep(2.5)  # several lease TTLs
+            assert thread.is_alive()
+            refusals = [rec for rec in caplog.records if getattr(rec, "event", None) == "redis_refuses_writes"]
+            assert len(refusals) == 1 and str(getattr(refusals[0], "error", "")).startswith("OOM command not allowed")
+            lift_maxmemory(r)
+            _wait(lambda: _total(r, "color").n == first.n + second.n, timeout=30, what="the fold after the limit was lifted")
+        finally:
+            worker.stop()
+            thread.join(timeout=20)
+        assert not thread.is_alive()
+        expected = first.expected_state()
+        expected.add_inplace(second.expected_state())
+        assert _total(r, "color").equals(expected)  # exactly once across the refusals
+        r.close()
+        wr.close()
+
+
+@pytest.mark.slow
+def test_aggregate_once_says_in_one_line_that_redis_refuses_writes(rng: np.random.Generator, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ldptel.storage.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
+        r = server.client()
+        record = create(r, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
+        append_reports(r, record, ["a"] * 100, rng, day="2026-03-01", batch_size=50)
+        fill_to_maxmemory(r)
+        proc = ldptel("aggregate", "--once", redis_url=server.url)
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+        lines = [line for line in proc.stderr.splitlines() if line.startswith("ldptel: error:")]
+        assert len(lines) == 1 and "Redis refuses writes" in lines[0] and "OOM command not allowed" in lines[0], proc.stderr
+        lift_maxmemory(r)
+        assert json.loads(ldptel("aggregate", "--once", redis_url=server.url, check=True).stdout)["reports"] == 100
+        r.close()
 
 
 def test_the_worker_package_loads_neither_flask_nor_sqlite() -> None:

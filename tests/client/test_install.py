@@ -27,7 +27,9 @@ SCRIPT = textwrap.dedent(
     absent = [m for m in ("flask", "werkzeug", "redis", "gunicorn", "matplotlib") if importlib.util.find_spec(m)]
     from ldptel.client import Reporter
     with tempfile.TemporaryDirectory() as storage:
-        with Reporter(sys.argv[1], token=sys.argv[2], storage_dir=storage, batch_size=20) as rep:
+        with Reporter(sys.argv[1], token=sys.argv[2], storage_dir=storage, batch_size=20,
+                      metrics=["install.check"]) as rep:
+            assert rep.wait_for_specs(30)
             statuses = [rep.report("install.check", f"value-{i % 7}").status for i in range(50)]
             delivered = rep.flush(timeout=30)
             stats = rep.stats()

@@ -39,7 +39,8 @@ def test_reports_are_delivered_once_with_the_spec_fetched_from_the_server(live: 
         live.create(MetricSpec(name="a.oue", params=OueCmsParams(epsilon=2.0, k=8, m=64), reports_per_day=100)),
     ]
     values = {"a.cms": "p", "a.rr": True, "a.grr": "y", "a.hcms": "h", "a.oue": "o"}
-    rep = _sync(live.url, app_token, tmp_path, clock, batch_size=7)
+    rep = _sync(live.url, app_token, tmp_path, clock, batch_size=7, metrics=[s.name for s in specs])
+    assert rep.wait_for_specs(10)
     for spec in specs:
         for i in range(20):
             v = values[spec.name]
@@ -123,7 +124,8 @@ def test_retried_batch_is_counted_once_when_the_ack_is_lost(proxy, live: LiveSer
 def test_409_refreshes_the_spec_and_drops_the_stale_batch(live: LiveServer, app_token, tmp_path, clock) -> None:
     live.create(cms())
     errors: list[UploadError] = []
-    rep = _sync(live.url, app_token, tmp_path, clock, on_error=errors.append)
+    rep = _sync(live.url, app_token, tmp_path, clock, on_error=errors.append, metrics=["app.page"])
+    assert rep.wait_for_specs(10)
     assert rep.report("app.page", "a").version == 1
     assert rep.report("app.page", "b").queued
     v2 = live.create(MetricSpec(name="app.page", params=CmsParams(epsilon=2.0, k=16, m=1024), reports_per_day=1000))
@@ -164,12 +166,19 @@ def test_permanent_4xx_drops_and_counts_auth_errors_keep_the_batch(live: LiveSer
 
 
 def test_unknown_metric_and_unreachable_server_return_no_spec(live: LiveServer, app_token, tmp_path, clock) -> None:
-    rep = _sync(live.url, app_token, tmp_path, clock)
-    assert rep.report("nope", "x").status == "no_spec"
+    errors: list[UploadError] = []
+    rep = _sync(live.url, app_token, tmp_path, clock, on_error=errors.append)
+    assert rep.report("nope", "x").status == "no_spec"  # at once; the fetch is requested
+    assert not rep.wait_for_specs(10)  # fetched: 404
+    assert [(e.outcome, e.status) for e in errors] == [("no_spec", 404)]
     live.create(cms("nope"))
     assert rep.report("nope", "x").status == "no_spec"  # negative cache: no refetch for a minute
+    assert not rep.wait_for_specs(10) and len(errors) == 1
     clock.t += 61
+    assert rep.report("nope", "x").status == "no_spec"  # requested again
+    assert rep.wait_for_specs(10)
     assert rep.report("nope", "x").queued
+    assert rep.stats().no_spec == 3
     rep.close()
 
 
@@ -293,7 +302,9 @@ def test_rr_repeats_share_one_permanent_response(tmp_path) -> None:
 # --------------------------------------------------------------------------------------------- thread
 def test_background_thread_uploads_reports_from_many_threads(live: LiveServer, app_token, tmp_path) -> None:
     spec = live.create(cms(rpd=10_000))
-    with Reporter(live.url, app_token, tmp_path, batch_size=25, flush_interval=3600.0) as rep:
+    with Reporter(live.url, app_token, tmp_path, batch_size=25, flush_interval=3600.0, metrics=[spec.name]) as rep:
+        assert rep.wait_for_specs(10)
+
         def work(t: int) -> None:
             for i in range(50):
                 assert rep.report(spec.name, f"t{t}-{i % 10}").queued
@@ -321,7 +332,8 @@ def test_no_random_module_or_numpy_random_in_the_runtime(live: LiveServer, app_t
             monkeypatch.setattr(np.random, name, boom)
     specs = [live.create(cms()), live.create(MetricSpec(name="a.rr", params=RrParams(epsilon=1.0), reports_per_day=9)),
              live.create(MetricSpec(name="a.grr", params=GrrParams(epsilon=1.0, domain=("a", "b", "c")), reports_per_day=9))]
-    rep = _sync(live.url, app_token, tmp_path, clock)
+    rep = _sync(live.url, app_token, tmp_path, clock, metrics=[s.name for s in specs])
+    assert rep.wait_for_specs(10)
     for spec, v in zip(specs, ("x", True, "b"), strict=True):
         assert rep.report(spec.name, v).queued
     assert rep.flush(timeout=10)
@@ -331,7 +343,8 @@ def test_no_random_module_or_numpy_random_in_the_runtime(live: LiveServer, app_t
 @pytest.mark.parametrize("bad", [
     {"batch_size": 0}, {"batch_size": MAX_BATCH_SIZE + 1}, {"batch_size": 2.0}, {"max_queue": 0},
     {"flush_interval": 0}, {"timeout": -1.0}, {"spec_ttl": float("nan")}, {"backoff_base": True},
-    {"backoff_cap": float("inf")}, {"specs": ["not a spec"]}, {"token": ""}, {"endpoint": "ftp://example.com"},
+    {"backoff_cap": float("inf")}, {"specs": ["not a spec"]}, {"metrics": "app.page"}, {"metrics": ["Bad Name"]},
+    {"token": ""}, {"endpoint": "ftp://example.com"},
     {"endpoint": "http://127.0.0.1:port"},
 ], ids=lambda kw: next(iter(kw)))
 def test_constructor_arguments_are_checked_before_anything_is_created(tmp_path, bad: dict[str, object]) -> None:

@@ -18,7 +18,8 @@ CHILD = textwrap.dedent(
 
     mode, url, token, storage, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
     if mode == "fill":
-        rep = Reporter(url, token, storage, start=False, batch_size=50)
+        rep = Reporter(url, token, storage, start=False, batch_size=50, metrics=["crash.metric"])
+        assert rep.wait_for_specs(30)
         for i in range(n):
             assert rep.report("crash.metric", f"value-{i % 17}").queued
         print("queued", flush=True)

@@ -73,3 +73,23 @@ def stream_entries(r: redis.Redis, metric: str, shards: int) -> list[tuple[int, 
         for entry_id, fields in r.xrange(keys.stream(metric, shard)):
             out.append((shard, entry_id, fields))
     return out
+
+
+def fill_to_maxmemory(r: redis.Redis, headroom: int = 256 * 1024) -> None:
+    """Give ``r`` (a private server) a tiny ``maxmemory`` with ``noeviction`` and fill it until it refuses
+    writes ("OOM command not allowed"), then lower the limit to half the memory in use so that what a client
+    frees meanwhile (a worker trimming a stream) cannot let writes through; :func:`lift_maxmemory` undoes it."""
+    r.config_set("maxmemory-policy", "noeviction")
+    r.config_set("maxmemory", int(r.info("memory")["used_memory"]) + headroom)
+    filler = b"x" * 16_384
+    for i in range(10_000):
+        try:
+            r.set(f"test:fill:{i}", filler)
+        except redis.exceptions.OutOfMemoryError:
+            r.config_set("maxmemory", int(r.info("memory")["used_memory"]) // 2)
+            return
+    raise AssertionError("maxmemory was never reached")
+
+
+def lift_maxmemory(r: redis.Redis) -> None:
+    r.config_set("maxmemory", 0)

@@ -20,7 +20,9 @@ from tests.server.srv_helpers import (
     AUTH_JSON,
     OCTET,
     cms_spec,
+    fill_to_maxmemory,
     grr_spec,
+    lift_maxmemory,
     make_batch,
     make_json_batch,
     rr_spec,
@@ -350,3 +352,30 @@ def test_registry_changes_made_elsewhere_are_seen(redis, rng, redis_url, app_tok
     assert response.status_code == 409 and response.json["error"] == "metric_retired"
     assert snapshot(redis) == before
     app.extensions["redis"].close()
+
+
+def test_readyz_is_503_while_redis_refuses_writes_at_maxmemory(rng, tmp_path, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
+    from ldptel.storage.embedded import EmbeddedRedis
+
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server:
+        app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token=admin_token, redis_url=server.url, rate_limit=None))
+        client = app.test_client()
+        spec = cms_spec()
+        assert client.post("/v1/metrics", json=spec.to_dict(), headers={"Authorization": f"Bearer {admin_token}"}).status_code == 201
+        headers = {"Authorization": f"Bearer {app_token}"}
+        assert client.get("/readyz").status_code == 200
+        r = server.client()
+        fill_to_maxmemory(r)
+        data, _ = make_batch(spec, 10, rng)
+        assert client.post("/v1/reports", data=data, content_type=OCTET, headers=headers).status_code == 503
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json["error"] == "redis_unavailable"
+        check_response("GET", "/readyz", 503, ready.content_type, ready.get_data())
+        assert client.get("/healthz").status_code == 200  # alive, not ready
+        lift_maxmemory(r)
+        ready = client.get("/readyz")
+        assert ready.status_code == 200 and ready.json == {"status": "ready"}
+        assert client.post("/v1/reports", data=data, content_type=OCTET, headers=headers).status_code == 202
+        assert r.pttl(keys.ready_probe()) > 0  # the probe never outlives a minute
+        r.close()
+        app.extensions["redis"].close()
