@@ -1,8 +1,19 @@
 """The ingest service's configuration: one frozen, validated dataclass, built from ``LDPTEL_*`` variables.
 
-There are no insecure fallbacks: the app tokens and the admin token must be set (at least
-:data:`MIN_TOKEN_LENGTH` characters, admin distinct from every app token). A demo builds its config in code
-with :meth:`ServerConfig.demo`, which generates random tokens.
+There are no insecure fallbacks: the app tokens and the admin token must be set, the admin token distinct
+from every app token, and every token must look random (:func:`token_problem`):
+
+* its estimated entropy is at least :data:`MIN_TOKEN_BITS` (128) bits. The estimate is
+  ``length × log2(alphabet)``, where the alphabet is the union of the character classes the token uses:
+  a–z (26), A–Z (26), 0–9 (10), other printable ASCII except the comma (31). ``secrets.token_urlsafe(32)``
+  (43 characters, ~256 bits) and ``secrets.token_hex(16)`` pass; 16 lowercase letters (~75 bits) do not;
+* it uses at least :data:`MIN_DISTINCT_CHARS` distinct characters (``"t" * 40`` is not random; a random
+  128-bit hex token has fewer with probability below 1e-7);
+* it contains none of the :data:`PLACEHOLDERS` (``replace-with`` of ``deploy/ldptel.env.example``,
+  ``changeme``, ...), case-insensitively: a copied example file must not run with published tokens.
+
+Generate tokens with ``python3 -c "import secrets; print(secrets.token_urlsafe(32))"``. A demo builds its
+config in code with :meth:`ServerConfig.demo`, which generates such tokens.
 
 Environment variables (all optional except the tokens):
 
@@ -36,10 +47,22 @@ from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS, MAX_REPORTS
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
-__all__ = ["ConfigError", "ServerConfig", "MIN_TOKEN_LENGTH"]
+__all__ = ["ConfigError", "MIN_DISTINCT_CHARS", "MIN_TOKEN_BITS", "PLACEHOLDERS", "ServerConfig", "token_problem"]
 
 PREFIX = "LDPTEL_"
-MIN_TOKEN_LENGTH = 16
+MIN_TOKEN_BITS = 128
+MIN_DISTINCT_CHARS = 8
+TOKEN_BYTES = 32  # what generated tokens carry: secrets.token_urlsafe(TOKEN_BYTES)
+# lowercase so the check can be case-insensitive
+PLACEHOLDERS = ("replace-with", "replace_with", "replaceme", "replace-me", "changeme", "change-me", "change_me",
+                "placeholder", "example", "your-token", "your_token", "secret-token", "xxxxxxxx")
+_CLASSES = (
+    (str.islower, 26),
+    (str.isupper, 26),
+    (str.isdigit, 10),
+    (lambda c: True, 31),  # other printable ASCII: the 32 punctuation characters but the comma
+)
+_GENERATE = "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
 class ConfigError(LdpError, ValueError):
@@ -143,8 +166,8 @@ class ServerConfig:
     def demo(cls, *, redis_url: str | None = None, **overrides: object) -> ServerConfig:
         """A config with freshly generated random tokens (read them back from the returned object)."""
         return cls(
-            app_tokens=frozenset({secrets.token_urlsafe(24)}),
-            admin_token=secrets.token_urlsafe(24),
+            app_tokens=frozenset({secrets.token_urlsafe(TOKEN_BYTES)}),
+            admin_token=secrets.token_urlsafe(TOKEN_BYTES),
             redis_url=redis_url,
             **overrides,  # type: ignore[arg-type]
         )
@@ -153,11 +176,41 @@ class ServerConfig:
         return replace(self, redis_url=url)
 
 
-def _check_token(name: str, token: str) -> None:
-    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
-        raise ConfigError(f"{name}: every token must be at least {MIN_TOKEN_LENGTH} characters")
+def token_bits(token: str) -> float:
+    """The entropy estimate of a token: ``len(token) × log2(alphabet of the character classes it uses)``."""
+    alphabet = 0
+    rest = set(token)
+    for member, size in _CLASSES:
+        used = {c for c in rest if member(c)}
+        if used:
+            alphabet += size
+            rest -= used
+    return len(token) * math.log2(alphabet) if alphabet else 0.0
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` must not be used (one line, never the token itself), or None when it is acceptable."""
     if any(c.isspace() or c == "," for c in token) or not token.isprintable() or not token.isascii():
-        raise ConfigError(f"{name}: tokens are printable ASCII without spaces or commas")
+        return "tokens are printable ASCII without spaces or commas"
+    lowered = token.lower()
+    for word in PLACEHOLDERS:
+        if word in lowered:
+            return f"a token contains the placeholder {word!r}; {_GENERATE}"
+    bits = token_bits(token)
+    if bits < MIN_TOKEN_BITS:
+        return (
+            f"a token has ~{bits:.0f} bits of entropy, at least {MIN_TOKEN_BITS} are required (estimate: length x "
+            f"log2 of the alphabet of its character classes: a-z 26, A-Z 26, 0-9 10, other 31); {_GENERATE}"
+        )
+    if len(set(token)) < MIN_DISTINCT_CHARS:
+        return f"a token uses fewer than {MIN_DISTINCT_CHARS} distinct characters; {_GENERATE}"
+    return None
+
+
+def _check_token(name: str, token: str) -> None:
+    problem = "a token must be a string" if not isinstance(token, str) else token_problem(token)
+    if problem is not None:
+        raise ConfigError(f"{name}: {problem}")
 
 
 def _check_range(name: str, value: object, lo: int, hi: int) -> None:

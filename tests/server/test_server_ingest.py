@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import secrets
 
 import numpy as np
 import pytest
@@ -130,7 +131,7 @@ def test_metric_endpoints(api, cms) -> None:  # type: ignore[no-untyped-def]
 
 def test_new_metrics_get_the_configured_shard_count(redis, redis_url, admin_token) -> None:  # type: ignore[no-untyped-def]
     """LDPTEL_SHARDS (ServerConfig.shards) is the shard count of a metric created without "shards"."""
-    config = ServerConfig(app_tokens=frozenset({"t" * 32}), admin_token=admin_token, redis_url=redis_url, rate_limit=None, shards=8)
+    config = ServerConfig(app_tokens=frozenset({"test-ingest-token-0123456789abcdef"}), admin_token=admin_token, redis_url=redis_url, rate_limit=None, shards=8)
     app = create_app(config)
     admin = {"Authorization": f"Bearer {admin_token}"}
     created = app.test_client().post("/v1/metrics", json=cms_spec("sharded").to_dict(), headers=admin)
@@ -330,7 +331,7 @@ def test_registry_changes_made_elsewhere_are_seen(redis, rng, redis_url, app_tok
     record that would reject a batch is re-read first); a retirement is seen within registry_ttl."""
     from ldptel.storage.registry import create_metric, retire_metric
 
-    app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token="x" * 20, redis_url=redis_url,
+    app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token=secrets.token_urlsafe(32), redis_url=redis_url,
                                   rate_limit=None, registry_ttl=0.3))
     client = app.test_client()
     headers = {"Authorization": f"Bearer {app_token}"}
