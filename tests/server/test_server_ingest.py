@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import secrets
+import struct
 
 import numpy as np
 import pytest
