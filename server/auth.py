@@ -1,4 +1,7 @@
-"""Who may call an endpoint: bearer tokens (app or admin) and the per-token rate limit of the Flask routes.
+"""Who may call an endpoint: bearer tokens (app, admin, metrics) and the per-token rate limit of the Flask routes.
+
+Roles: ``app`` (``LDPTEL_APP_TOKENS``: send reports, read specs), ``admin`` (``LDPTEL_ADMIN_TOKEN``: change the
+registry, read ``/metrics``) and ``metrics`` (``LDPTEL_METRICS_TOKEN``, optional: read ``/metrics`` only).
 
 Tokens are compared by their SHA-256 digest (:func:`ldptel.server.state.bearer_digest`), in constant time
 (:func:`ldptel.server.state.digest_in`, ``hmac.compare_digest`` against every known digest); the WSGI fast path
@@ -17,7 +20,7 @@ from ldptel.server.state import RATE_WAIT_KEY, bearer_digest, current_state, dig
 
 __all__ = ["Role", "authenticate"]
 
-Role = Literal["app", "admin"]
+Role = Literal["app", "admin", "metrics"]
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
@@ -33,6 +36,8 @@ def authenticate(*allowed: Role) -> Role:
     role: Role
     if digest_in(token_digest, (state.admin_digest,)):
         role = "admin"
+    elif state.metrics_digest is not None and digest_in(token_digest, (state.metrics_digest,)):
+        role = "metrics"
     elif digest_in(token_digest, state.app_digests):
         role = "app"
     else:

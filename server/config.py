@@ -20,7 +20,8 @@ Environment variables (all optional except the tokens):
 =============================  ==========================================================================
 ``LDPTEL_REDIS_URL``           ``redis://host:port/db``; unset: a private embedded server is started
 ``LDPTEL_APP_TOKENS``          comma-separated bearer tokens for apps (``POST /v1/reports``, reading specs)
-``LDPTEL_ADMIN_TOKEN``         bearer token for metric changes
+``LDPTEL_ADMIN_TOKEN``         bearer token for metric changes (and ``GET /metrics``)
+``LDPTEL_METRICS_TOKEN``       optional bearer token that may only read ``GET /metrics`` (for Prometheus)
 ``LDPTEL_MAX_BATCH_REPORTS``   most reports in one batch (default 10000)
 ``LDPTEL_MAX_BODY_BYTES``      largest request body (default 4 MiB)
 ``LDPTEL_RATE_LIMIT``          ``RATE[:BURST]`` requests/s per token and process, or ``off`` (default 1000:2000)
@@ -80,6 +81,7 @@ class ServerConfig:
 
     app_tokens: frozenset[str] = field(repr=False)
     admin_token: str = field(repr=False)
+    metrics_token: str | None = field(default=None, repr=False)
     redis_url: str | None = None
     max_batch_reports: int = DEFAULT_MAX_BATCH_REPORTS
     max_body_bytes: int = 4 * 1024 * 1024
@@ -104,6 +106,10 @@ class ServerConfig:
         _check_token(f"{PREFIX}ADMIN_TOKEN", self.admin_token)
         if self.admin_token in self.app_tokens:
             raise ConfigError(f"{PREFIX}ADMIN_TOKEN must differ from every app token")
+        if self.metrics_token is not None:
+            _check_token(f"{PREFIX}METRICS_TOKEN", self.metrics_token)
+            if self.metrics_token in self.app_tokens or self.metrics_token == self.admin_token:
+                raise ConfigError(f"{PREFIX}METRICS_TOKEN must differ from the admin token and every app token")
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://")
         _check_range("MAX_BATCH_REPORTS", self.max_batch_reports, 1, MAX_REPORTS)
@@ -138,6 +144,7 @@ class ServerConfig:
         kwargs: dict[str, object] = {
             "app_tokens": frozenset(t.strip() for t in tokens.split(",") if t.strip()),
             "admin_token": admin,
+            "metrics_token": get("METRICS_TOKEN"),
             "redis_url": get("REDIS_URL"),
         }
         for name, attr in (

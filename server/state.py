@@ -58,6 +58,7 @@ class IngestState:
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes
+    metrics_digest: bytes | None  # LDPTEL_METRICS_TOKEN's, when set
     records: dict[bytes | str, MetricRecord]  # parsed records by their exact registry JSON
     recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
     records_lock: threading.Lock
