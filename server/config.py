@@ -6,7 +6,8 @@ from every app token, and every token must look random (:func:`token_problem`):
 * its estimated entropy is at least :data:`MIN_TOKEN_BITS` (128) bits. The estimate is
   ``length × log2(alphabet)``, where the alphabet is the union of the character classes the token uses:
   a–z (26), A–Z (26), 0–9 (10), other printable ASCII except the comma (31). ``secrets.token_urlsafe(32)``
-  (43 characters, ~256 bits) and ``secrets.token_hex(16)`` pass; 16 lowercase letters (~75 bits) do not;
+  (43 characters, ~256 bits) passes, so does ``secrets.token_hex(16)`` unless all its 32 characters happen
+  to be digits (probability 3e-7); 16 lowercase letters (~75 bits) do not;
 * it uses at least :data:`MIN_DISTINCT_CHARS` distinct characters (``"t" * 40`` is not random; a random
   128-bit hex token has fewer with probability below 1e-7);
 * it contains none of the :data:`PLACEHOLDERS` (``replace-with`` of ``deploy/ldptel.env.example``,
@@ -63,7 +64,7 @@ _CLASSES = (
     (str.isdigit, 10),
     (lambda c: True, 31),  # other printable ASCII: the 32 punctuation characters but the comma
 )
-_GENERATE = "generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+_GENERATE = f"generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe({TOKEN_BYTES}))'"
 
 
 class ConfigError(LdpError, ValueError):
