@@ -24,6 +24,9 @@ graceful_timeout = 20
 limit_request_line = 4094
 limit_request_fields = 50
 limit_request_field_size = 8190
+# No client address in any log line, at any level: gunicorn's own "Invalid request from ip=..." warnings
+# and every access-log atom included (ldptel.server.gunicorn_logger).
+logger_class = "ldptel.server.gunicorn_logger.AnonymousLogger"
 # Access log without the client address, user agent, referer or query string: no identifiers in logs.
 accesslog = os.environ.get("LDPTEL_ACCESS_LOG", "-") or None
 access_log_format = '"%(m)s %(U)s" %(s)s %(B)s %(M)sms'

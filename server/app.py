@@ -62,6 +62,7 @@ def create_app(config: ServerConfig | None = None) -> Flask:
         telemetry=Telemetry(),
         app_digests=frozenset(digest(t) for t in cfg.app_tokens),
         admin_digest=digest(cfg.admin_token),
+        metrics_digest=None if cfg.metrics_token is None else digest(cfg.metrics_token),
         records={},
         recent={},
         records_lock=threading.Lock(),

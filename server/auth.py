@@ -1,6 +1,10 @@
-"""Who may call an endpoint: bearer tokens (app or admin) and the per-token rate limit of the Flask routes.
+"""Who may call an endpoint: bearer tokens (app, admin, metrics) and the per-token rate limit of the Flask routes.
 
-Tokens are compared by their SHA-256 digest (:func:`ldptel.server.state.bearer_digest`); the WSGI fast path
+Roles: ``app`` (``LDPTEL_APP_TOKENS``: send reports, read specs), ``admin`` (``LDPTEL_ADMIN_TOKEN``: change the
+registry, read ``/metrics``) and ``metrics`` (``LDPTEL_METRICS_TOKEN``, optional: read ``/metrics`` only).
+
+Tokens are compared by their SHA-256 digest (:func:`ldptel.server.state.bearer_digest`), in constant time
+(:func:`ldptel.server.state.digest_in`, ``hmac.compare_digest`` against every known digest); the WSGI fast path
 (``fastpath.py``) accepts app tokens the same way and leaves its rate-limit result in the request environ, so
 a request it hands over is not charged twice.
 """
@@ -12,11 +16,11 @@ from typing import Literal
 from flask import request
 
 from ldptel.server.errors import ApiError
-from ldptel.server.state import RATE_WAIT_KEY, bearer_digest, current_state
+from ldptel.server.state import RATE_WAIT_KEY, bearer_digest, current_state, digest_in
 
 __all__ = ["Role", "authenticate"]
 
-Role = Literal["app", "admin"]
+Role = Literal["app", "admin", "metrics"]
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
@@ -30,9 +34,11 @@ def authenticate(*allowed: Role) -> Role:
         raise ApiError(401, "unauthorized", "Authorization must be 'Bearer <token>'", headers=_CHALLENGE)
     state = current_state()
     role: Role
-    if token_digest == state.admin_digest:
+    if digest_in(token_digest, (state.admin_digest,)):
         role = "admin"
-    elif token_digest in state.app_digests:
+    elif state.metrics_digest is not None and digest_in(token_digest, (state.metrics_digest,)):
+        role = "metrics"
+    elif digest_in(token_digest, state.app_digests):
         role = "app"
     else:
         raise ApiError(

@@ -1,15 +1,28 @@
 """The ingest service's configuration: one frozen, validated dataclass, built from ``LDPTEL_*`` variables.
 
-There are no insecure fallbacks: the app tokens and the admin token must be set (at least
-:data:`MIN_TOKEN_LENGTH` characters, admin distinct from every app token). A demo builds its config in code
-with :meth:`ServerConfig.demo`, which generates random tokens.
+There are no insecure fallbacks: the app tokens and the admin token must be set, the admin token distinct
+from every app token, and every token must look random (:func:`token_problem`):
+
+* its estimated entropy is at least :data:`MIN_TOKEN_BITS` (128) bits. The estimate is
+  ``length × log2(alphabet)``, where the alphabet is the union of the character classes the token uses:
+  a–z (26), A–Z (26), 0–9 (10), other printable ASCII except the comma (31). ``secrets.token_urlsafe(32)``
+  (43 characters, ~256 bits) passes, so does ``secrets.token_hex(16)`` unless all its 32 characters happen
+  to be digits (probability 3e-7); 16 lowercase letters (~75 bits) do not;
+* it uses at least :data:`MIN_DISTINCT_CHARS` distinct characters (``"t" * 40`` is not random; a random
+  128-bit hex token has fewer with probability below 1e-7);
+* it contains none of the :data:`PLACEHOLDERS` (``replace-with`` of ``deploy/ldptel.env.example``,
+  ``changeme``, ...), case-insensitively: a copied example file must not run with published tokens.
+
+Generate tokens with ``python3 -c "import secrets; print(secrets.token_urlsafe(32))"``. A demo builds its
+config in code with :meth:`ServerConfig.demo`, which generates such tokens.
 
 Environment variables (all optional except the tokens):
 
 =============================  ==========================================================================
 ``LDPTEL_REDIS_URL``           ``redis://host:port/db``; unset: a private embedded server is started
 ``LDPTEL_APP_TOKENS``          comma-separated bearer tokens for apps (``POST /v1/reports``, reading specs)
-``LDPTEL_ADMIN_TOKEN``         bearer token for metric changes
+``LDPTEL_ADMIN_TOKEN``         bearer token for metric changes (and ``GET /metrics``)
+``LDPTEL_METRICS_TOKEN``       optional bearer token that may only read ``GET /metrics`` (for Prometheus)
 ``LDPTEL_MAX_BATCH_REPORTS``   most reports in one batch (default 10000)
 ``LDPTEL_MAX_BODY_BYTES``      largest request body (default 4 MiB)
 ``LDPTEL_RATE_LIMIT``          ``RATE[:BURST]`` requests/s per token and process, or ``off`` (default 1000:2000)
@@ -36,10 +49,22 @@ from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS, MAX_REPORTS
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
-__all__ = ["ConfigError", "ServerConfig", "MIN_TOKEN_LENGTH"]
+__all__ = ["ConfigError", "MIN_DISTINCT_CHARS", "MIN_TOKEN_BITS", "PLACEHOLDERS", "ServerConfig", "token_problem"]
 
 PREFIX = "LDPTEL_"
-MIN_TOKEN_LENGTH = 16
+MIN_TOKEN_BITS = 128
+MIN_DISTINCT_CHARS = 8
+TOKEN_BYTES = 32  # what generated tokens carry: secrets.token_urlsafe(TOKEN_BYTES)
+# lowercase so the check can be case-insensitive
+PLACEHOLDERS = ("replace-with", "replace_with", "replaceme", "replace-me", "changeme", "change-me", "change_me",
+                "placeholder", "example", "your-token", "your_token", "secret-token", "xxxxxxxx")
+_CLASSES = (
+    (str.islower, 26),
+    (str.isupper, 26),
+    (str.isdigit, 10),
+    (lambda c: True, 31),  # other printable ASCII: the 32 punctuation characters but the comma
+)
+_GENERATE = f"generate one with: python3 -c 'import secrets; print(secrets.token_urlsafe({TOKEN_BYTES}))'"
 
 
 class ConfigError(LdpError, ValueError):
@@ -57,6 +82,7 @@ class ServerConfig:
 
     app_tokens: frozenset[str] = field(repr=False)
     admin_token: str = field(repr=False)
+    metrics_token: str | None = field(default=None, repr=False)
     redis_url: str | None = None
     max_batch_reports: int = DEFAULT_MAX_BATCH_REPORTS
     max_body_bytes: int = 4 * 1024 * 1024
@@ -81,6 +107,10 @@ class ServerConfig:
         _check_token(f"{PREFIX}ADMIN_TOKEN", self.admin_token)
         if self.admin_token in self.app_tokens:
             raise ConfigError(f"{PREFIX}ADMIN_TOKEN must differ from every app token")
+        if self.metrics_token is not None:
+            _check_token(f"{PREFIX}METRICS_TOKEN", self.metrics_token)
+            if self.metrics_token in self.app_tokens or self.metrics_token == self.admin_token:
+                raise ConfigError(f"{PREFIX}METRICS_TOKEN must differ from the admin token and every app token")
         if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
             raise ConfigError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://")
         _check_range("MAX_BATCH_REPORTS", self.max_batch_reports, 1, MAX_REPORTS)
@@ -115,6 +145,7 @@ class ServerConfig:
         kwargs: dict[str, object] = {
             "app_tokens": frozenset(t.strip() for t in tokens.split(",") if t.strip()),
             "admin_token": admin,
+            "metrics_token": get("METRICS_TOKEN"),
             "redis_url": get("REDIS_URL"),
         }
         for name, attr in (
@@ -143,8 +174,8 @@ class ServerConfig:
     def demo(cls, *, redis_url: str | None = None, **overrides: object) -> ServerConfig:
         """A config with freshly generated random tokens (read them back from the returned object)."""
         return cls(
-            app_tokens=frozenset({secrets.token_urlsafe(24)}),
-            admin_token=secrets.token_urlsafe(24),
+            app_tokens=frozenset({secrets.token_urlsafe(TOKEN_BYTES)}),
+            admin_token=secrets.token_urlsafe(TOKEN_BYTES),
             redis_url=redis_url,
             **overrides,  # type: ignore[arg-type]
         )
@@ -153,11 +184,41 @@ class ServerConfig:
         return replace(self, redis_url=url)
 
 
-def _check_token(name: str, token: str) -> None:
-    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH:
-        raise ConfigError(f"{name}: every token must be at least {MIN_TOKEN_LENGTH} characters")
+def token_bits(token: str) -> float:
+    """The entropy estimate of a token: ``len(token) × log2(alphabet of the character classes it uses)``."""
+    alphabet = 0
+    rest = set(token)
+    for member, size in _CLASSES:
+        used = {c for c in rest if member(c)}
+        if used:
+            alphabet += size
+            rest -= used
+    return len(token) * math.log2(alphabet) if alphabet else 0.0
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` must not be used (one line, never the token itself), or None when it is acceptable."""
     if any(c.isspace() or c == "," for c in token) or not token.isprintable() or not token.isascii():
-        raise ConfigError(f"{name}: tokens are printable ASCII without spaces or commas")
+        return "tokens are printable ASCII without spaces or commas"
+    lowered = token.lower()
+    for word in PLACEHOLDERS:
+        if word in lowered:
+            return f"a token contains the placeholder {word!r}; {_GENERATE}"
+    bits = token_bits(token)
+    if bits < MIN_TOKEN_BITS:
+        return (
+            f"a token has ~{bits:.0f} bits of entropy, at least {MIN_TOKEN_BITS} are required (estimate: length x "
+            f"log2 of the alphabet of its character classes: a-z 26, A-Z 26, 0-9 10, other 31); {_GENERATE}"
+        )
+    if len(set(token)) < MIN_DISTINCT_CHARS:
+        return f"a token uses fewer than {MIN_DISTINCT_CHARS} distinct characters; {_GENERATE}"
+    return None
+
+
+def _check_token(name: str, token: str) -> None:
+    problem = "a token must be a string" if not isinstance(token, str) else token_problem(token)
+    if problem is not None:
+        raise ConfigError(f"{name}: {problem}")
 
 
 def _check_range(name: str, value: object, lo: int, hi: int) -> None:

@@ -36,6 +36,7 @@ from ldptel.server.state import (
     append_batch,
     bearer_digest,
     cached_record,
+    digest_in,
     error_body,
 )
 
@@ -87,7 +88,7 @@ class FastIngest:
         state = self.state
         header_text = environ.get("HTTP_AUTHORIZATION")
         token_digest = None if header_text is None else bearer_digest(header_text)
-        if token_digest is None or token_digest not in state.app_digests:
+        if token_digest is None or not digest_in(token_digest, state.app_digests):
             return None
         if state.limiter is not None:
             wait = environ[RATE_WAIT_KEY] = state.limiter.acquire(token_digest)

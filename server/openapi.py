@@ -201,9 +201,11 @@ _PATHS: dict[str, Any] = {
     },
     "/metrics": {
         "get": {
-            "summary": "Prometheus metrics (text format 0.0.4)",
-            "security": [],
-            "responses": {"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+            "summary": "Prometheus metrics (text format 0.0.4; admin or metrics token)",
+            "responses": {
+                "200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                **{code: _AUTH_ERRORS[code] for code in ("401", "403", "429")},
+            },
         }
     },
     "/v1/openapi.json": {

@@ -1,8 +1,11 @@
 """The ``ops`` blueprint: liveness, readiness, Prometheus metrics, the OpenAPI document, and request timing.
 
-``/healthz`` (the process is up), ``/readyz`` (a write to Redis would succeed now; 503 otherwise), ``/metrics`` (the
-counters and latency histogram of ``prom.py``), ``/v1/openapi.json`` (``openapi.py``). No token needed. Every
-request that reaches Flask is timed here, by its URL rule (the fast path times its own).
+``/healthz`` (the process is up), ``/readyz`` (a write to Redis would succeed now; 503 otherwise),
+``/v1/openapi.json`` (``openapi.py``): no token needed. ``/metrics`` (the counters and latency histogram of
+``prom.py``, live report counts per metric) is for operators only: it needs the admin token or
+``LDPTEL_METRICS_TOKEN`` (401 without a token, 403 with an app token; see ``deploy/SCALING.md`` for the
+Prometheus scrape config). Every request that reaches Flask is timed here, by its URL rule (the fast path
+times its own).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import time
 
 from flask import Blueprint, Response, g, request
 
+from ldptel.server.auth import authenticate
 from ldptel.server.errors import json_response
 from ldptel.server.openapi import openapi_document
 from ldptel.server.state import current_state
@@ -54,6 +58,7 @@ def readyz() -> Response:
 
 @bp.get("/metrics")
 def prometheus() -> Response:
+    authenticate("admin", "metrics")
     return Response(
         current_state().telemetry.render(),
         mimetype="text/plain",

@@ -8,8 +8,10 @@ the same way on either path. The Flask routes find the state with :func:`current
 from __future__ import annotations
 
 import hashlib
+import hmac
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "REDIS_UNAVAILABLE",
     "append_batch",
     "bearer_digest",
+    "digest_in",
     "cached_record",
     "current_state",
     "digest",
@@ -55,6 +58,7 @@ class IngestState:
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes
+    metrics_digest: bytes | None  # LDPTEL_METRICS_TOKEN's, when set
     records: dict[bytes | str, MetricRecord]  # parsed records by their exact registry JSON
     recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
     records_lock: threading.Lock
@@ -69,6 +73,14 @@ def current_state() -> IngestState:
 
 def digest(token: str | bytes) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogateescape") if isinstance(token, str) else token).digest()
+
+
+def digest_in(token_digest: bytes, digests: Iterable[bytes]) -> bool:
+    """Whether ``token_digest`` is one of ``digests``: :func:`hmac.compare_digest` against every one, no early exit."""
+    found = False
+    for candidate in digests:
+        found |= hmac.compare_digest(token_digest, candidate)
+    return found
 
 
 def bearer_digest(header: str) -> bytes | None:

@@ -85,6 +85,7 @@ def _server_argv(kind: str, *, port: int, workers: int) -> tuple[str, list[str]]
             "--graceful-timeout", "3",
             "--log-level", "warning",
             "--access-logfile", "/dev/null",
+            "--logger-class", "ldptel.server.gunicorn_logger.AnonymousLogger",
             "ldptel.server:create_app()",
         ]  # fmt: skip
     return "ldptel serve", [sys.executable, "-m", CLI_MODULE, "serve", "--host", "127.0.0.1", "--port", str(port)]

@@ -33,6 +33,7 @@ from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import ReportBatch, mechanism_of
 from ldptel.client.protocol.keyed import memo_key
 from ldptel.client.protocol.specs import MetricSpec
+from ldptel.client.sdk.store import FILE_MODE, restrict_mode
 
 SECRET_BYTES = 32
 SECRET_FILE = "device_secret"
@@ -54,13 +55,14 @@ class SecretError(LdpError, RuntimeError):
 
 # ----------------------------------------------------------------------------------------- device secret
 def load_or_create_secret(storage_dir: Path) -> bytes:
-    """The device secret in ``storage_dir`` (created atomically, mode 0600, on first use)."""
+    """The device secret in ``storage_dir`` (created atomically, mode 0600, on first use; made 0600 if it is not)."""
     path = storage_dir / SECRET_FILE
     try:
         data = path.read_bytes()
+        restrict_mode(path)
     except FileNotFoundError:
         tmp = storage_dir / f".{SECRET_FILE}.{os.getpid()}.{os.urandom(4).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         try:
             os.write(fd, os.urandom(SECRET_BYTES))
             os.fsync(fd)

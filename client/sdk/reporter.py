@@ -99,7 +99,7 @@ from ldptel.client.sdk.counters import Counters, ReporterStats
 from ldptel.client.sdk.memo import load_or_create_secret, longitudinal_epsilon, privatize_for_device
 from ldptel.client.sdk.notify import Notifier, UploadError, log
 from ldptel.client.sdk.spec_cache import SpecCache, pinned_by_name
-from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema
+from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema, truncate_wal
 from ldptel.client.sdk.transport import MAX_BATCH_SIZE, Backoff, Transport
 from ldptel.client.sdk.uploader import Uploader
 
@@ -218,6 +218,7 @@ class Reporter:
         self._state = threading.Condition(threading.Lock())
         self._closed = False
         self._full_logged = False  # the queue-full warning was logged since the queue was last below the limit
+        self._pruned_in_wal = False  # the WAL may still hold memo rows of past days (until truncate_wal succeeds)
         self._eps_cache: dict[tuple[str, int, int], tuple[float, float]] = {}
         try:
             init_schema(self._db)
@@ -373,7 +374,20 @@ class Reporter:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if day > high or self._pruned_in_wal:
+            self._forget_pruned_rows()
         return batch, memoized
+
+    def _forget_pruned_rows(self) -> None:
+        """Empty the WAL after the memo of past days was deleted (secure_delete zeroed them in the database).
+
+        The caller holds ``_state``. A WAL kept busy by the uploader is emptied on a later report.
+        """
+        try:
+            self._pruned_in_wal = not truncate_wal(self._db)
+        except sqlite3.Error as exc:
+            self._pruned_in_wal = True
+            log.debug("ldptel WAL truncation deferred: %s", exc)
 
     def _budget_of(self, spec: MetricSpec) -> tuple[float, float]:
         """(effective ε of one report, daily ε) of a spec, computed once (the properties are not cached)."""

@@ -14,11 +14,22 @@ an SDK that only knows 1, and would write that column, refuses a new database wi
 Nothing in the file is a raw value: reports are stored privatized, memo rows are keyed by an HMAC of the
 value, the ledger holds counts per metric and day. (grr labels do appear, as part of the cached public
 spec.)
+
+At rest. The database, its ``-wal`` and ``-shm`` files are mode 0600 whatever the umask and the mode of the
+storage directory: :func:`connect` creates the database file 0600 before sqlite opens it (sqlite gives the
+WAL and the shared-memory index the mode of the database) and takes group/other access away from any of the
+three that an older SDK left readable. Every connection runs with ``secure_delete`` (deleted rows and freed
+pages are overwritten with zeros) and ``journal_size_limit=0`` (a WAL that restarts after a complete
+checkpoint is cut to what the new transaction wrote). :func:`truncate_wal` empties the WAL entirely; the
+Reporter calls it when the day change has deleted the memo rows of earlier days, so no memo key of a past
+day stays in the database file or in the WAL.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
 from ldptel.client.errors import LdpError
@@ -27,6 +38,8 @@ DB_FILE = "ldptel.sqlite3"
 SCHEMA_VERSION = 2  # what new databases get
 SUPPORTED_SCHEMAS = (1, 2)
 BUSY_TIMEOUT_MS = 10_000
+FILE_MODE = 0o600  # the database, its WAL and its shared-memory index
+_SIDE_FILES = ("-wal", "-shm")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(
@@ -87,8 +100,10 @@ def connect(storage_dir: Path, *, synchronous: str, autocheckpoint: int | None =
     report() connection uses a large value so that checkpoints (and their fsync) run on the upload thread,
     which checkpoints passively after every cycle.
     """
+    path = storage_dir / DB_FILE
+    _make_private(path)
     conn = sqlite3.connect(
-        storage_dir / DB_FILE,
+        path,
         timeout=BUSY_TIMEOUT_MS / 1000,
         isolation_level=None,
         check_same_thread=False,
@@ -98,9 +113,37 @@ def connect(storage_dir: Path, *, synchronous: str, autocheckpoint: int | None =
     if str(mode).lower() != "wal":
         raise StoreError(f"could not put {storage_dir / DB_FILE} in WAL mode (got {mode!r})")
     conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA secure_delete=ON")
+    conn.execute("PRAGMA journal_size_limit=0")
     if autocheckpoint is not None:
         conn.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint)}")
     return conn
+
+
+def _make_private(path: Path) -> None:
+    """Create the database file with :data:`FILE_MODE` if it is missing; make it and its WAL/shm files private."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE))  # the umask can only remove bits from 0600
+    for file in (path, *(path.with_name(path.name + suffix) for suffix in _SIDE_FILES)):
+        try:
+            restrict_mode(file)
+        except FileNotFoundError:
+            pass
+
+
+def restrict_mode(file: Path) -> None:
+    """Take away from ``file`` every permission bit outside :data:`FILE_MODE` (group and other access)."""
+    mode = stat.S_IMODE(os.stat(file).st_mode)
+    if mode & ~FILE_MODE:
+        os.chmod(file, mode & FILE_MODE)
+
+
+def truncate_wal(conn: sqlite3.Connection) -> bool:
+    """Copy the whole WAL into the database and cut it to zero bytes; False when other connections kept it busy.
+
+    Call it outside a transaction. Waits up to the busy timeout for the other connections' transactions.
+    """
+    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    return not busy
 
 
 def init_schema(conn: sqlite3.Connection) -> None:

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import secrets
+from pathlib import Path
+
 import pytest
 
 from ldptel.server import ConfigError, ServerConfig
+from ldptel.server.config import MIN_TOKEN_BITS, token_problem
+from tests.conftest import ADMIN_TOKEN, APP_TOKEN
 
-APP = "a" * 20
-ADMIN = "b" * 20
+APP = secrets.token_urlsafe(32)
+ADMIN = secrets.token_urlsafe(32)
+OTHER = "9f86d081884c7d659a2feaa0c55ad015"  # 128 bits in hex pass (token_hex(16); all digits: p = 3e-7, refused)
+EXAMPLE_ENV = Path(__file__).resolve().parents[2] / "deploy" / "ldptel.env.example"
 
 
 def test_from_env_full() -> None:
     config = ServerConfig.from_env(
         {
-            "LDPTEL_APP_TOKENS": f"{APP}, {'c' * 16}",
+            "LDPTEL_APP_TOKENS": f"{APP}, {OTHER}",
             "LDPTEL_ADMIN_TOKEN": ADMIN,
             "LDPTEL_REDIS_URL": "redis://127.0.0.1:6379/2",
             "LDPTEL_MAX_BATCH_REPORTS": "500",
@@ -23,7 +30,7 @@ def test_from_env_full() -> None:
             "LDPTEL_DEDUPE_TTL": "3600",
         }
     )
-    assert config.app_tokens == {APP, "c" * 16}
+    assert config.app_tokens == {APP, OTHER}
     assert (config.max_batch_reports, config.max_body_bytes, config.shards, config.dedupe_ttl) == (500, 100000, 8, 3600)
     assert (config.rate_limit, config.rate_burst) == (50.0, 80)
     assert APP not in repr(config) and ADMIN not in repr(config)  # secrets stay out of logs
@@ -42,9 +49,12 @@ def test_defaults_and_rate_forms() -> None:
     [
         ({}, "APP_TOKENS is not set"),
         ({"LDPTEL_APP_TOKENS": APP}, "ADMIN_TOKEN is not set"),
-        ({"LDPTEL_APP_TOKENS": "short", "LDPTEL_ADMIN_TOKEN": ADMIN}, "at least 16"),
+        ({"LDPTEL_APP_TOKENS": "short", "LDPTEL_ADMIN_TOKEN": ADMIN}, "at least 128"),
         ({"LDPTEL_APP_TOKENS": ",", "LDPTEL_ADMIN_TOKEN": ADMIN}, "at least one token"),
         ({"LDPTEL_APP_TOKENS": APP, "LDPTEL_ADMIN_TOKEN": APP}, "differ"),
+        ({"LDPTEL_APP_TOKENS": APP, "LDPTEL_ADMIN_TOKEN": ADMIN, "LDPTEL_METRICS_TOKEN": ADMIN}, "METRICS_TOKEN must differ"),
+        ({"LDPTEL_APP_TOKENS": APP, "LDPTEL_ADMIN_TOKEN": ADMIN, "LDPTEL_METRICS_TOKEN": "replace-with-metrics-token"},
+         "METRICS_TOKEN: a token contains the placeholder"),
         ({"LDPTEL_APP_TOKENS": APP, "LDPTEL_ADMIN_TOKEN": ADMIN, "LDPTEL_SHARDS": "0"}, "SHARDS"),
         ({"LDPTEL_APP_TOKENS": APP, "LDPTEL_ADMIN_TOKEN": ADMIN, "LDPTEL_SHARDS": "four"}, "SHARDS must be an integer"),
         ({"LDPTEL_APP_TOKENS": APP, "LDPTEL_ADMIN_TOKEN": ADMIN, "LDPTEL_RATE_LIMIT": "-1"}, "RATE_LIMIT"),
@@ -60,4 +70,60 @@ def test_invalid_config_is_rejected(env: dict[str, str], match: str) -> None:
 def test_demo_generates_tokens() -> None:
     a, b = ServerConfig.demo(), ServerConfig.demo()
     assert a.app_tokens != b.app_tokens and len(a.admin_token) >= 16
+    assert all(token_problem(t) is None for t in (*a.app_tokens, a.admin_token))
     assert ServerConfig.demo(redis_url="redis://127.0.0.1:1/0", shards=2).shards == 2
+
+
+# ------------------------------------------------------------------------------------------------- tokens
+def _example_tokens() -> list[tuple[str, str]]:
+    """(variable, token) of every token the example env file ships."""
+    out = []
+    for line in EXAMPLE_ENV.read_text().splitlines():
+        name, _, value = line.partition("=")
+        if name in ("LDPTEL_APP_TOKENS", "LDPTEL_ADMIN_TOKEN", "LDPTEL_METRICS_TOKEN"):
+            out += [(name, t.strip()) for t in value.split(",") if t.strip()]
+    return out
+
+
+def test_the_example_file_as_is_does_not_start() -> None:
+    env = dict(line.split("=", 1) for line in EXAMPLE_ENV.read_text().splitlines() if "=" in line and line[0] != "#")
+    with pytest.raises(ConfigError):
+        ServerConfig.from_env(env)
+
+
+@pytest.mark.parametrize(("name", "placeholder"), _example_tokens())
+def test_every_placeholder_of_the_example_file_is_refused(name: str, placeholder: str) -> None:
+    env = {"LDPTEL_APP_TOKENS": APP, "LDPTEL_ADMIN_TOKEN": ADMIN, name: placeholder}
+    with pytest.raises(ConfigError) as exc:
+        ServerConfig.from_env(env)
+    message = str(exc.value)
+    assert message.startswith(name) and "placeholder" in message and "\n" not in message
+    assert placeholder not in message  # a refused token is never echoed
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("a" * 20, "bits of entropy"),  # 20 × log2(26) ≈ 94 bits
+        ("0123456789" * 3, "bits of entropy"),  # 30 digits ≈ 100 bits
+        ("Ab1-" * 5, "distinct characters"),  # 20 × log2(93) ≈ 131 bits by the estimate, 4 distinct characters
+        ("t" * 40, "distinct characters"),  # 188 bits by length, one character
+        ("abcdabcdabcdabcdabcdabcdabcdabcd", "distinct characters"),
+        ("CHANGEME-" + secrets.token_urlsafe(32), "placeholder"),
+        ("has space " + secrets.token_urlsafe(32), "printable ASCII"),
+    ],
+)
+def test_short_or_low_entropy_tokens_are_refused(token: str, reason: str) -> None:
+    problem = token_problem(token)
+    assert problem is not None and reason in problem and token not in problem
+    with pytest.raises(ConfigError, match=reason):
+        ServerConfig(app_tokens=frozenset({APP}), admin_token=token)
+
+
+def test_generated_tokens_pass() -> None:
+    """What the README, the demo, compose's instructions and the tests generate or use."""
+    for _ in range(200):
+        assert token_problem(secrets.token_urlsafe(32)) is None
+        assert token_problem(secrets.token_urlsafe(24)) is None  # the demo's
+    assert token_problem(APP_TOKEN) is None and token_problem(ADMIN_TOKEN) is None
+    assert MIN_TOKEN_BITS == 128

@@ -87,7 +87,7 @@ def test_fast_path_and_flask_route_answer_and_store_the_same(redis, rng, redis_u
         retry = app.test_client().post("/v1/reports", data=data, content_type=OCTET, headers=headers)
         assert retry.status_code == 202 and retry.json["duplicate"] is True
     assert snapshot(redis) == before
-    text = fast.test_client().get("/metrics").get_data(as_text=True)
+    text = fast.test_client().get("/metrics", headers={"Authorization": f"Bearer {admin_token}"}).get_data(as_text=True)
     assert f'ldptel_reports_accepted_total{{metric="{spec.name}"}} 50' in text
     assert f'ldptel_batches_duplicate_total{{metric="{spec.name}"}} 1' in text
     assert 'ldptel_http_request_duration_seconds_count{endpoint="/v1/reports"} 2' in text

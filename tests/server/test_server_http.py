@@ -272,3 +272,85 @@ def test_serve_starts_and_stops_its_embedded_redis(tmp_path: Path) -> None:
     with pytest.raises(redis_lib.ConnectionError):
         redis_lib.Redis.from_url(url, socket_connect_timeout=0.5).ping()
     assert "127.0.0.1 -" not in log.read_text()  # the request log carries no client address
+
+
+# ----------------------------------------------------------------------------------- no client address in logs
+MALFORMED = [
+    b"GARBAGE\r\n\r\n",  # no method/target/version
+    b"GET / HTTP/9.9\r\nHost: x\r\n\r\n",  # unsupported HTTP version
+    b"G@T / HTTP/1.1\r\nHost: x\r\n\r\n",  # invalid method
+    b"GET / HTTP/1.1\r\nBad Header: x\r\nHost: x\r\n\r\n",  # invalid header name
+    b"GET / HTTP/1.1\r\nHost: x\r\nX: a\r\n  folded\r\n\r\n",  # obsolete line folding
+    b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",  # request line over limit_request_line
+    b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(60)) + b"\r\n",  # over limit_request_fields
+    b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nZZ\r\n",  # invalid chunk size
+    b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n",  # invalid Content-Length
+    b"\x00\x01\x02\x03\r\n\r\n",
+]
+
+
+def _raw_exchange(server: tuple[str, int], data: bytes) -> tuple[int, bytes]:
+    """Send ``data`` from 127.0.0.1 (the server listens on 127.0.0.2); (the client port, the answer)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(10)
+        sock.connect(server)
+        port = int(sock.getsockname()[1])
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return port, answer
+
+
+def test_gunicorn_logs_carry_no_client_address(private_redis: EmbeddedRedis, tmp_path: Path) -> None:
+    """The shipped config, every log at debug level, malformed requests from 127.0.0.1: no address, no port."""
+    host, port = "127.0.0.2", _free_port()
+    out, access, errors = tmp_path / "stdout.log", tmp_path / "access.log", tmp_path / "error.log"
+    env = {**_env(private_redis.url), "LDPTEL_LOG_LEVEL": "debug", "LDPTEL_ACCESS_LOG": str(access)}
+    cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "-w", "1",
+           "-b", f"{host}:{port}", "--error-logfile", str(errors),
+           "--access-logformat", '%(h)s %({remote_addr}e)s %({remote_port}e)s "%(r)s" %(s)s']  # the worst format
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
+    clients = []
+    try:
+        deadline = time.monotonic() + 20
+        while not errors.exists() or "Booting worker" not in errors.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text() + errors.read_text()
+            time.sleep(0.05)
+        for data in MALFORMED:
+            client_port, answer = _raw_exchange((host, port), data)
+            clients.append(client_port)
+            assert answer.startswith(b"HTTP/1.1 4") or answer.startswith(b"HTTP/1.1 5"), (data[:40], answer[:80])
+        client_port, answer = _raw_exchange((host, port), b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        clients.append(client_port)
+        assert answer.startswith(b"HTTP/1.1 200")
+    finally:
+        _stop(proc)
+    logs = {path.name: path.read_text(errors="replace") for path in (out, access, errors)}
+    text = "\n".join(logs.values())
+    assert "Invalid request from ip=<addr>" in logs["error.log"]  # the warnings are kept, without the address
+    assert logs["error.log"].count("Invalid request") >= 5
+    assert "/healthz" in logs["access.log"] and f"{host}:{port}" in logs["error.log"]  # useful lines kept
+    assert "127.0.0.1" not in text
+    for client_port in clients:
+        assert not re.search(rf"(?<!\d){client_port}(?!\d)", text), (client_port, text[-3000:])
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("Invalid request from ip=10.1.2.3: Invalid HTTP Version", "Invalid request from ip=<addr>: Invalid HTTP Version"),
+        ("Invalid request from ip=::1: x", "Invalid request from ip=<addr>: x"),
+        ("peer [2001:db8::7]:51234 and fe80::1%eth0 and ::ffff:192.0.2.1", "peer <addr> and <addr> and <addr>"),
+        ("203.0.113.9:40000 and 203.0.113.9", "<addr> and <addr>"),
+        ("[2026-11-23 12:41:34 +0000] [1234] gunicorn 27.0.1 Listening at: http://10.0.0.5:8000 (1234)",
+         "[2026-11-23 12:41:34 +0000] [1234] gunicorn 27.0.1 Listening at: http://10.0.0.5:8000 (1234)"),
+    ],
+)
+def test_addresses_are_scrubbed_but_not_times_versions_or_the_listen_address(line: str, expected: str) -> None:
+    from ldptel.server.gunicorn_logger import scrub_addresses
+
+    assert scrub_addresses(line, frozenset({"10.0.0.5"})) == expected

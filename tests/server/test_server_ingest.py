@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import struct
 
 import numpy as np
@@ -132,7 +133,7 @@ def test_metric_endpoints(api, cms) -> None:  # type: ignore[no-untyped-def]
 
 def test_new_metrics_get_the_configured_shard_count(redis, redis_url, admin_token) -> None:  # type: ignore[no-untyped-def]
     """LDPTEL_SHARDS (ServerConfig.shards) is the shard count of a metric created without "shards"."""
-    config = ServerConfig(app_tokens=frozenset({"t" * 32}), admin_token=admin_token, redis_url=redis_url, rate_limit=None, shards=8)
+    config = ServerConfig(app_tokens=frozenset({"test-ingest-token-0123456789abcdef"}), admin_token=admin_token, redis_url=redis_url, rate_limit=None, shards=8)
     app = create_app(config)
     admin = {"Authorization": f"Bearer {admin_token}"}
     created = app.test_client().post("/v1/metrics", json=cms_spec("sharded").to_dict(), headers=admin)
@@ -151,13 +152,33 @@ def test_health_ready_metrics_openapi(api, rng, cms) -> None:  # type: ignore[no
     api.post_batch(data)
     api.post_batch(data)
     api.post_batch(data[:-1])
-    text = api.request("GET", "/metrics").get_data(as_text=True)
+    text = api.admin("GET", "/metrics").get_data(as_text=True)
     assert f'ldptel_reports_accepted_total{{metric="{cms.name}"}} 30' in text
     assert f'ldptel_batches_duplicate_total{{metric="{cms.name}"}} 1' in text
     assert f'ldptel_reports_rejected_total{{metric="{cms.name}",reason="invalid_batch"}} 30' in text
     assert 'ldptel_http_request_duration_seconds_count{endpoint="/v1/reports"} 3' in text
     doc = api.request("GET", "/v1/openapi.json").json
     assert doc["openapi"].startswith("3.") and "/v1/reports" in doc["paths"]
+
+
+def test_prometheus_metrics_are_for_operators_only(api, redis_url, admin_token, app_token) -> None:  # type: ignore[no-untyped-def]
+    """/metrics shows live per-metric report counts: 401 without a token, 403 for an app token."""
+    missing = api.request("GET", "/metrics")
+    assert missing.status_code == 401 and "ldptel_" not in missing.get_data(as_text=True)
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert api.request("GET", "/metrics", token="z" * 40).status_code == 401
+    assert api.app("GET", "/metrics").status_code == 403
+    assert api.admin("GET", "/metrics").status_code == 200
+    scrape = secrets.token_urlsafe(32)
+    config = ServerConfig(app_tokens=frozenset({app_token}), admin_token=admin_token, metrics_token=scrape,
+                          redis_url=redis_url, rate_limit=None)
+    app = create_app(config)
+    client = app.test_client()
+    with_scrape = client.get("/metrics", headers={"Authorization": f"Bearer {scrape}"})
+    assert with_scrape.status_code == 200 and "ldptel_http_requests_total" in with_scrape.get_data(as_text=True)
+    assert client.get("/v1/metrics", headers={"Authorization": f"Bearer {scrape}"}).status_code == 403  # nothing else
+    assert client.get("/metrics").status_code == 401
+    app.extensions["redis"].close()
 
 
 # ------------------------------------------------------------------------------------------ rejections
@@ -332,7 +353,7 @@ def test_registry_changes_made_elsewhere_are_seen(redis, rng, redis_url, app_tok
     record that would reject a batch is re-read first); a retirement is seen within registry_ttl."""
     from ldptel.storage.registry import create_metric, retire_metric
 
-    app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token="x" * 20, redis_url=redis_url,
+    app = create_app(ServerConfig(app_tokens=frozenset({app_token}), admin_token=secrets.token_urlsafe(32), redis_url=redis_url,
                                   rate_limit=None, registry_ttl=0.3))
     client = app.test_client()
     headers = {"Authorization": f"Bearer {app_token}"}
