@@ -60,6 +60,7 @@ from ldptel.client.mechanisms import Estimate, SketchState, mechanism_names, mec
 from ldptel.client.mechanisms._sketch import Cells, SketchMechanism, SketchParams, family_of
 from ldptel.client.mechanisms.state import labels_of
 from ldptel.client.protocol.hashing import HashFamily
+from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_number
 
 if TYPE_CHECKING:
@@ -211,7 +212,7 @@ def solve(design: Design, cells: Cells, *, start: np.ndarray, noise: np.ndarray,
 
 
 def corrected_estimate(
-    params: SketchParams,
+    params: ParamsBase,
     state: SketchState,
     *,
     candidates: Sequence[object],
@@ -229,7 +230,7 @@ def corrected_estimate(
     caller has it (it starts the solver and gives each candidate's cell sums S_c; computed otherwise).
     """
     mech = mechanism_of(params)
-    if not isinstance(mech, SketchMechanism):
+    if not isinstance(mech, SketchMechanism) or not isinstance(params, SketchParams):
         raise InvalidParameterError("params", f"params of a sketch mechanism ({', '.join(mechanism_names(candidates=True))})", params)
     check_number("confidence", confidence, 0, 1, open_interval=True)
     if isinstance(candidates, (str, bytes)) or len(candidates) == 0:
