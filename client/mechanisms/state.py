@@ -136,11 +136,11 @@ class Estimate:
     ``counts`` may be negative or exceed n: they are the raw estimates. Post-processing is a separate, named
     step (``ldptel.aggregator.postprocess``) that keeps these beside its output.
 
-    ``stderr`` means the same for every mechanism: the standard deviation of the count estimate over the
-    randomness of the reports (the privacy noise and, for sketches, which row each report picked), given the
-    values of the devices that reported; for sketches it also includes the hash-collision term, the spread of
-    a value's collision bias over the draw of the hash family. It does not include the sampling of those
-    devices from a larger population.
+    ``stderr`` means the same for every mechanism: the randomization standard deviation of the count
+    estimate, i.e. its spread over the randomness of the reports (the privacy noise and, for sketches, which
+    row each report picked), given the values of the devices that reported; for sketches it also includes
+    the hash-collision term, the spread of a value's collision bias over the draw of the hash family. It does
+    not include the sampling of those devices from a larger population.
 
     ``estimator``: ``"plain"`` is each mechanism's own unbiased estimator (for sketches Apple's count-mean
     sketch estimate); ``"corrected"`` is the collision-corrected least-squares estimate over a candidate list
