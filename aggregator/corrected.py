@@ -25,20 +25,25 @@ slowly with |C|/(k·m), not with k or m alone. γ must stay below :data:`MAX_GAM
 Variance of f̂_c (the randomization variance, as for every estimate, plus the uncovered collisions). With
 S_c = Σ_j y_{j,h_j(c)} and the cells' noise model Var(y_ja | rows) = α·n_j + β·F_j(a):
 
-    Var(f̂_c) ≈ [ α·n·ρ + β·S_c⁺ + (1 − 1/k)·(S_c − f̂_c)⁺ ] / (1 − γ) + (F̂2 − Σ_C f̂²)⁺ / (k(m−1)),
+    Var(f̂_c) ≈ [ α·n·ρ + β·S_c⁺ + (1 − 1/k)·(S_c − f̂_c)⁺ ] / (1 − γ) + F̂2_out / (k(m−1)),
 
-* α·n·ρ + β·S_c: the privacy noise of c's k cells (ρ = n·Σ_j d_j²n_j/(Σ_j d_j²)² / n ≈ 1, d_j = n_j/n, the
+* α·n·ρ + β·S_c: the privacy noise of c's k cells (ρ = Σ_j d_j²n_j/((Σ_j d_j²)²·n) ≈ 1, d_j = n_j/n, for the
   weights least squares gives the rows; S_c⁺ = S_c clipped to [0, n]);
 * (1 − 1/k)·(S_c − f̂_c): which row the reports of the values colliding with c picked (the model uses their
   expected share n_j/n; the candidate's own reports sum to f(c) over its rows exactly, so they add nothing);
 * 1/(1 − γ): the diagonal of (ÃᵀÃ)⁻¹·s under Marchenko–Pastur, the noise of the other candidates' estimates
   that deflating them adds;
-* (F̂2 − Σ_C f̂²)⁺/(k(m−1)): the collision term of the values outside C, F̂2 the plug-in of every value's Σf²
-  (:meth:`~ldptel.client.mechanisms._sketch.Cells.f2`).
+* F̂2_out/(k(m−1)): the collision term of the values outside C, F2_out = Σ_{d∉C} f(d)². It is estimated from
+  the fit's residual r = ỹ − Ãf̂, which holds the outside values' collisions and the noise, less the part
+  of both that the candidates' columns absorb: E‖r‖² ≈ (1 − γ)·s·F2_out + tr(Σ̃) − tr(PΣ̃), with
+  tr(Σ̃) = (1 − 1/m)·Σ_{j,a} V̂_ja, tr(PΣ̃) ≈ Σ_c V̂_c/k, V̂_ja = α·n_j + (β + 1 − 1/k)·y_ja (noise and row
+  choice) and V̂_c = Σ_j V̂_{j,h_j(c)}; clipped at 0. (F̂2 − Σ_C f̂² would do in expectation, but F̂2's noise
+  from the heavy values' cells, 4F²V each, swamps a small F2_out; the residual has the heavy values removed.)
 
 Values outside C (``outside``) are estimated by deflation: subtract A_C·f̂_C from y, then the plain estimator
-with R̂ for n: f̂_o = m/(m−1)·(Σ_j y'_{j,h_j(o)} − R̂/m), with variance (m/(m−1))² times the bracket above
-(divided by 1 − γ) plus the same residual collision term.
+with R̂ for n: f̂_o = m/(m−1)·(Σ_j y'_{j,h_j(o)} − R̂/m). y' is the least-squares residual, the projection of
+the noise off the candidates' columns, so its noise along o's cells is (1 − γ) of the original: the variance
+is (m/(m−1))² times the bracket above *times* (1 − γ), plus the same residual collision term.
 
 scipy is imported when a corrected estimate is asked for, never at import time (it is a dependency of the
 ``aggregator`` extra only).
@@ -85,6 +90,7 @@ class Fit:
     iterations: int
     gamma: float  # |C|/(k(m−1))
     error: float  # a bound on the RMS distance of ``counts`` from the exact least-squares solution
+    residual: float  # ‖ỹ − Ã·counts‖²
 
 
 class Design:
@@ -207,7 +213,7 @@ def solve(design: Design, cells: Cells, *, start: np.ndarray, noise: np.ndarray,
         x, used = np.asarray(result[0], dtype=np.float64), used + int(result[2])
         bound = float(result[7]) / low
         if bound <= target or used >= ITERATION_LIMIT or result[2] < steps:
-            return Fit(x, used, gamma, bound / math.sqrt(size))
+            return Fit(x, used, gamma, bound / math.sqrt(size), float(result[3]) ** 2)
         error = bound
 
 
@@ -269,11 +275,16 @@ def corrected_estimate(
     def randomization(sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
         noise = cells.alpha * n * rho + cells.beta * np.clip(sums, 0.0, n)
         rows = one * np.maximum(sums - counts, 0.0)
-        out: np.ndarray = np.maximum(noise + rows, 0.0) / (1.0 - fit.gamma)
+        out: np.ndarray = np.maximum(noise + rows, 0.0)
         return out
 
-    residual = max(f2 - float(f @ f), 0.0) / (k * (m - 1))
-    var = randomization(s, f) + residual
+    # The values outside C: Σ_{d∉C} f(d)² from what the fit leaves (module docstring).
+    grow = cells.beta + one
+    left = (1 - 1 / m) * (cells.alpha * m * n + grow * float(cells.y.sum())) - (f.size * cells.alpha * n + grow * float(s.sum())) / k
+    spread = float(w2.sum()) * (1 - 1 / m)
+    uncovered = (fit.residual - left) / ((1.0 - fit.gamma) * spread)
+    residual = max(uncovered, 0.0) / (k * (m - 1))
+    var = randomization(s, f) / (1.0 - fit.gamma) + residual
 
     counts, variances = f, var
     if len(extra):
@@ -283,7 +294,7 @@ def corrected_estimate(
         rest = n - float(f.sum())
         scale = m / (m - 1)
         fo = scale * (outer.gather(deflated) - rest / m)
-        vo = scale * scale * randomization(outer.gather(cells.y), fo) + residual
+        vo = scale * scale * randomization(outer.gather(cells.y), fo) * (1.0 - fit.gamma) + residual
         counts, variances = np.concatenate([f, fo]), np.concatenate([var, vo])
 
     position = {v: i for i, v in enumerate(unique)}
