@@ -35,9 +35,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, for tests.client helpers
 
-from ldptel.aggregator import corrected as corr  # noqa: E402
-from ldptel.client import OueCmsParams, estimate  # noqa: E402
-from tests.client.test_collision import simulate_state, value_names, zipf_counts  # noqa: E402
+from ldptel.aggregator import corrected as corr
+from ldptel.client import OueCmsParams, estimate
+from tests.client.test_collision import simulate_state, value_names, zipf_counts
 
 N = 1_450_000
 GOALS = {71_000: 2.0, 100_000: 3.0}
