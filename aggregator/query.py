@@ -9,6 +9,13 @@ asked range, sums them with pipelined GETs and calls the mechanism's own estimat
 * grr: every label of the domain (or the ``candidates`` among them).
 * cms, oue-cms, hcms: the ``candidates`` (required); ``top`` keeps the largest raw estimates.
 
+``estimator`` (sketches): ``"plain"`` (the default) is Apple's count-mean-sketch estimate, whose stderr
+includes the hash-collision term; ``"corrected"`` is the collision-corrected least-squares estimate over the
+candidates (:mod:`~ldptel.aggregator.corrected`: use it when the candidates cover most of the reported
+mass); ``"both"`` returns the two side by side. Each :class:`~ldptel.client.Estimate` and each row says
+which estimator made it. Every stderr is the randomization spread of the count among the devices that
+reported (plus, for sketches, the collision term), not the sampling of those devices from a population.
+
 Post-processing (:mod:`~ldptel.aggregator.postprocess`) runs over the whole domain (rr, grr) or over all the
 candidates (sketches, with Σ ≤ n), before ``top``; the raw unbiased estimates and their intervals are
 always kept beside the post-processed values.
@@ -19,7 +26,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import redis as redis_lib
@@ -31,6 +38,9 @@ from ldptel.client.mechanisms import get_mechanism, mechanism_of
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
+
+EstimatorChoice = Literal["plain", "corrected", "both"]
+ESTIMATOR_CHOICES: tuple[EstimatorChoice, ...] = ("plain", "corrected", "both")
 
 
 class EmptyRangeError(LdpError, ValueError):
@@ -59,7 +69,12 @@ class Proportion:
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class QueryResult:
-    """Raw estimates (``estimate``: counts, stderr, intervals) and post-processed counts (``adjusted``)."""
+    """Raw estimates (``estimate``: counts, stderr, intervals) and post-processed counts (``adjusted``).
+
+    ``estimate`` is the plain estimate, or the corrected one when only that was asked for
+    (``estimator="corrected"``); with ``estimator="both"``, ``corrected`` and ``corrected_adjusted`` hold
+    the corrected estimate of the same values beside it.
+    """
 
     metric: str
     version: int
@@ -69,6 +84,17 @@ class QueryResult:
     estimate: Estimate
     postprocess: pp.PostProcess
     adjusted: np.ndarray
+    estimator: EstimatorChoice = "plain"
+    corrected: Estimate | None = None
+    corrected_adjusted: np.ndarray | None = None
+
+    @property
+    def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
+        """(estimate, post-processed counts) of each estimator in the result: one, or plain then corrected."""
+        out = [(self.estimate, self.adjusted)]
+        if self.corrected is not None and self.corrected_adjusted is not None:
+            out.append((self.corrected, self.corrected_adjusted))
+        return tuple(out)
 
     @property
     def n(self) -> int:
@@ -100,13 +126,17 @@ class QueryResult:
         )
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per value: the raw estimate, stderr, interval and frequency, then the adjusted ones."""
-        out = self.estimate.rows()
+        """One dict per value and estimator (its ``estimator`` key says which; with both, each value's plain row
+        then its corrected row): the raw estimate, stderr, interval and frequency, then the adjusted ones."""
         n = self.n
-        for row, adj in zip(out, self.adjusted.tolist(), strict=True):
-            row["adjusted"] = float(adj)
-            row["adjusted_frequency"] = float(adj / n) if n else float("nan")
-        return out
+        parts = []
+        for est, adjusted in self.estimates:
+            rows = est.rows()
+            for row, adj in zip(rows, adjusted.tolist(), strict=True):
+                row["adjusted"] = float(adj)
+                row["adjusted_frequency"] = float(adj / n) if n else float("nan")
+            parts.append(rows)
+        return [row for group in zip(*parts, strict=True) for row in group]
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -118,6 +148,7 @@ class QueryResult:
             "n": self.n,
             "confidence": self.confidence,
             "postprocess": self.postprocess,
+            "estimator": self.estimator,
             "rows": self.rows(),
         }
         prop = self.proportion
@@ -156,15 +187,19 @@ def estimate_metric(
     top: int | None = None,
     confidence: float = 0.95,
     postprocess: pp.PostProcess = "none",
+    estimator: EstimatorChoice = "plain",
 ) -> QueryResult:
     """Debiased estimates of ``name`` over the UTC days [day_from, day_to] of one version.
 
-    ``version`` defaults to the metric's current version. Raises ``UnknownMetricError`` /
+    ``version`` defaults to the metric's current version. ``estimator``: ``"plain"``, ``"corrected"`` or
+    ``"both"`` (module docstring; corrected needs a sketch metric). Raises ``UnknownMetricError`` /
     ``UnknownVersionError`` (registry), :class:`EmptyRangeError` when no sketch falls in the range, and
     ``InvalidParameterError`` for bad arguments (a sketch metric without candidates, a bad day, ...).
     """
     method = pp.check_method(postprocess)
     top = _check_top(top)
+    if estimator not in ESTIMATOR_CHOICES:
+        raise InvalidParameterError("estimator", f"one of {list(ESTIMATOR_CHOICES)}", estimator)
     record = registry.get_metric(r, name)
     version = record.current_version if version is None else version
     spec = registry.spec_for(record, version)
@@ -176,6 +211,10 @@ def estimate_metric(
                 "candidates", f"a non-empty list of values to estimate ({mechanism.name} is a sketch metric)", candidates
             )
         candidates = _unique(candidates)
+    elif estimator != "plain":
+        raise InvalidParameterError(
+            "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", estimator
+        )
 
     all_days = store.available_days(r, name, record.shards, version=version)
     days = select_days(all_days, day_from=day_from, day_to=day_to)
@@ -192,6 +231,16 @@ def estimate_metric(
 
     est = estimate(params, state, candidates=candidates if mechanism.needs_candidates else None, confidence=confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not mechanism.needs_candidates)
+    corrected: Estimate | None = None
+    corrected_adjusted: np.ndarray | None = None
+    if estimator != "plain" and candidates is not None:
+        from ldptel.aggregator.corrected import corrected_estimate  # imports scipy
+
+        corrected = corrected_estimate(params, state, candidates=candidates, confidence=confidence, plain=est)
+        corrected_adjusted = pp.apply(method, corrected.counts, total=corrected.n, full_domain=False)
+        if estimator == "corrected":
+            est, adjusted, corrected, corrected_adjusted = corrected, corrected_adjusted, None, None
+    ranking = est if corrected is None else corrected  # top: by the corrected estimates when there are some
 
     keep: np.ndarray | None = None
     if mechanism.candidates_pick_labels and candidates is not None:
@@ -202,18 +251,12 @@ def estimate_metric(
         keep = np.array([position[c] for c in _unique(candidates)], dtype=np.int64)
     if top is not None:
         base = np.arange(est.counts.size) if keep is None else keep
-        order = np.argsort(-est.counts[base], kind="stable")[:top]
+        order = np.argsort(-ranking.counts[base], kind="stable")[:top]
         keep = base[order]
     if keep is not None:
-        est = Estimate(
-            est.mechanism,
-            tuple(est.labels[i] for i in keep.tolist()),
-            est.counts[keep],
-            est.stderr[keep],
-            est.n,
-            est.confidence,
-        )
-        adjusted = adjusted[keep]
+        est, adjusted = _select(est, keep), adjusted[keep]
+        if corrected is not None and corrected_adjusted is not None:
+            corrected, corrected_adjusted = _select(corrected, keep), corrected_adjusted[keep]
     return QueryResult(
         metric=name,
         version=version,
@@ -223,7 +266,15 @@ def estimate_metric(
         estimate=est,
         postprocess=method,
         adjusted=adjusted,
+        estimator=estimator,
+        corrected=corrected,
+        corrected_adjusted=corrected_adjusted,
     )
 
 
-__all__ = ["EmptyRangeError", "Proportion", "QueryResult", "estimate_metric", "select_days"]
+def _select(est: Estimate, keep: np.ndarray) -> Estimate:
+    labels = tuple(est.labels[i] for i in keep.tolist())
+    return Estimate(est.mechanism, labels, est.counts[keep], est.stderr[keep], est.n, est.confidence, est.estimator)
+
+
+__all__ = ["ESTIMATOR_CHOICES", "EmptyRangeError", "EstimatorChoice", "Proportion", "QueryResult", "estimate_metric", "select_days"]

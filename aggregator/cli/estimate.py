@@ -1,5 +1,8 @@
 """``ldptel estimate METRIC``: debiased estimates with intervals over a day range
-(:func:`~ldptel.aggregator.query.estimate_metric`), printed as table, json or csv, optionally charted."""
+(:func:`~ldptel.aggregator.query.estimate_metric`), printed as table, json or csv, optionally charted.
+
+``--estimator plain|corrected|both`` picks the sketch estimator (the plain count-mean-sketch estimate, the
+collision-corrected least squares over the candidates, or both); the output says which one each row is."""
 
 from __future__ import annotations
 
@@ -13,6 +16,13 @@ from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
 
 NAME = "estimate"
 EXTRA = "aggregator"
+ESTIMATORS = ("plain", "corrected", "both")  # ldptel.aggregator.query.ESTIMATOR_CHOICES (not imported: --help stays light)
+STDERR_MEANING = (
+    "stderr: the spread of the estimated count over the randomness of the reports (privacy noise, and for "
+    "sketches the row each report picked and the hash family's collisions), given the values of the devices "
+    "that reported; it does not include sampling those devices from a larger population. Intervals are "
+    "estimate ± z·stderr."
+)
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 
 
@@ -26,7 +36,7 @@ def default_confidence() -> float:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(NAME, parents=[common], help="debiased estimates with intervals",
-                       description="Sum a metric's sketches over a day range and debias them.")
+                       description="Sum a metric's sketches over a day range and debias them.", epilog=STDERR_MEANING)
     p.add_argument("metric", metavar="METRIC")
     p.add_argument("--version", type=positive_int, help="metric version (default: current)")
     p.add_argument("--from", dest="day_from", type=day, metavar="DAY", help="first UTC day, YYYY-MM-DD")
@@ -40,6 +50,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--confidence", type=confidence, default=level, help=f"interval level (default {level})")
     p.add_argument("--postprocess", choices=POSTPROCESS_METHODS, default="none",
                    help="none | clip (to [0, n]) | norm-sub (non-negative, sum n); raw values are kept too")
+    p.add_argument("--estimator", choices=ESTIMATORS, default="plain",
+                   help="sketches: plain (Apple's count-mean-sketch estimate; its stderr includes hash collisions) | "
+                        "corrected (least squares over the candidates, removing their collisions: give candidates "
+                        "that cover most of the reports) | both (each value's plain row, then its corrected row)")
     p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars (needs {install_hint('plot')})")
     p.set_defaults(func=run)
 
@@ -66,6 +80,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             top=args.top,
             confidence=args.confidence,
             postprocess=args.postprocess,
+            estimator=args.estimator,
         )
     if args.plot:
         plot_result(result, args.plot)

@@ -2,7 +2,8 @@
 
 * :func:`table`: columns aligned by terminal width (emoji take two columns), floats through :func:`fmt_num`.
 * :func:`write_result`: a :class:`~ldptel.aggregator.query.QueryResult` as table, json or csv
-  (:data:`RESULT_COLUMNS`); :func:`write_json` for any document.
+  (:data:`RESULT_COLUMNS`, plus an ``estimator`` column when the result has collision-corrected rows; every
+  JSON row has it); :func:`write_json` for any document.
 * Charts (matplotlib, the ``plot`` extra, imported only when drawing): :func:`new_figure`,
   :func:`interval_bars`, :func:`save_figure` and the CLI's :func:`plot_result`; the demo composes the same parts.
 """
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ldptel.aggregator.query import QueryResult
 
 RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
+ESTIMATOR_COLUMN = "estimator"  # csv: last, when the result has corrected rows; table: after the value
 RESULT_FORMATS = ("table", "json", "csv")
 ESTIMATE_COLOR = "#4c72b0"  # bars of raw estimates
 MARKER_COLOR = "#dd8452"  # what is drawn over them: post-processed values, true counts
@@ -85,17 +87,21 @@ def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
         write_json(result.to_dict(), out)
         return
     rows = result.rows()
+    # Plain-only results keep the columns they always had; results with corrected rows say which row is which.
+    labelled = result.estimator != "plain"
     if fmt == "csv":
-        writer = csv.DictWriter(out, fieldnames=RESULT_COLUMNS, lineterminator="\n")
+        fields = RESULT_COLUMNS + (ESTIMATOR_COLUMN,) if labelled else RESULT_COLUMNS
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
         return
     days = result.days
     span = days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]} ({len(days)} days)"
+    estimators = "" if not labelled else f" · {result.estimator} estimator" + ("s" if result.estimator == "both" else "")
     out.write(
         f"{result.metric} v{result.version} ({result.mechanism}) · {span} · n = {result.n:,} reports · "
-        f"{result.confidence:.0%} intervals\n"
+        f"{result.confidence:.0%} intervals{estimators}\n"
     )
     prop = result.proportion
     if prop is not None:
@@ -103,17 +109,18 @@ def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
             f"proportion true: {prop.estimate:.4f} ± {prop.stderr:.4f} (stderr), "
             f"interval [{prop.ci_low:.4f}, {prop.ci_high:.4f}]\n"
         )
-    headers = ["value", "estimate", "stderr", "ci_low", "ci_high", "frequency"]
+    headers = ["value"] + ([ESTIMATOR_COLUMN] if labelled else []) + ["estimate", "stderr", "ci_low", "ci_high", "frequency"]
     adjusted = result.postprocess != "none"
     if adjusted:
         headers += [result.postprocess, f"{result.postprocess} freq"]
     table_rows = []
     for row in rows:
-        cells = [row["value"], row["estimate"], row["stderr"], row["ci_low"], row["ci_high"], row["frequency"]]
+        cells = [row["value"]] + ([row[ESTIMATOR_COLUMN]] if labelled else [])
+        cells += [row["estimate"], row["stderr"], row["ci_low"], row["ci_high"], row["frequency"]]
         if adjusted:
             cells += [row["adjusted"], row["adjusted_frequency"]]
         table_rows.append(cells)
-    table(headers, table_rows, out)
+    table(headers, table_rows, out, left=(0, 1) if labelled else (0,))
 
 
 # ---------------------------------------------------------------------------------------------- charts

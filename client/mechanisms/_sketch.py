@@ -1,6 +1,30 @@
-"""What the sketch mechanisms share: their params base (k rows × m columns over a hash family) and hashing.
+"""What the sketch mechanisms share: their params base (k rows × m columns over a hash family), hashing, and
+the collision term of their standard errors.
 
 A sketch report picks a row j in [k] and encodes h_j(value) in [m]; estimates are asked for candidate values.
+
+Every sketch's state debiases to cells (:class:`Cells`, Apple's sketch matrix M divided by k): with F_j(a) the
+number of row-j reports whose value hashes to a in row j, and n_j the reports in row j,
+
+    E[y_ja | rows] = F_j(a),    Var(y_ja | rows) = α·n_j + β·F_j(a),    cells uncorrelated,
+
+* cms, oue-cms: y_ja = (O[j, a] − n_j·q)/(p − q), α = q(1−q)/(p−q)², β = (1−p−q)/(p−q);
+* hcms: y_ja = c·W[j, a] (W the Walsh–Hadamard transform of the signed sums), α = c², β = −1.
+
+The plain estimate f̂(d) = m/(m−1)·(Σ_j y_{j,h_j(d)} − n/m) (Apple, "Learning with Privacy at Scale", 2017)
+is unbiased over the draw of the hash family, but a *fixed* family (one per metric version) puts a fixed bias
+on each value, from its collisions with the other values: Σ_{d'≠d} f(d')·(w_dd' − 1/m)·m/(m−1), with w_dd'
+the share of rows where d' and d collide. Over hash families it has mean 0 and variance
+
+    Var_coll(d) = (F2 − f(d)²)/(k(m−1)),    F2 = Σ_d' f(d')²,
+
+which :func:`collision_variance` gives and every sketch's stderr includes. F2 needs no candidate list: with
+T = Σ_{j,a} [y_ja² − α·n_j − β·y_ja] (unbiased for Σ_{j,a} F_j(a)² given the rows),
+
+    F̂2 = (T − n(k−1)/k − n²/(k·m))·k·m/(m−1)
+
+(:meth:`Cells.f2`), since E[Σ F_j(a)²] = F2(m−1)/(km) + n(k−1)/k + n²/(km) over rows and hashes. y is not
+clipped: clipping biases F̂2 low.
 """
 
 from __future__ import annotations
@@ -85,6 +109,40 @@ class SketchParams(ParamsBase):
 
 
 
+@dataclass(frozen=True, eq=False)
+class Cells:
+    """A sketch's debiased cells y (k × m, float64) and their noise model (see the module docstring).
+
+    ``alpha``, ``beta``: Var(y_ja | rows) = alpha·n_j + beta·F_j(a); ``row_counts``: n_j.
+    """
+
+    y: np.ndarray
+    row_counts: np.ndarray
+    alpha: float
+    beta: float
+
+    @property
+    def n(self) -> int:
+        return int(self.row_counts.sum())
+
+    def f2(self) -> float:
+        """F̂2, the plug-in estimate of Σ_d f(d)² over every value reported (unclipped; may be negative)."""
+        k, m = self.y.shape
+        n = float(self.row_counts.sum())
+        y = self.y
+        t = float(np.vdot(y, y)) - self.alpha * m * n - self.beta * float(y.sum())
+        return float((t - n * (k - 1) / k - n * n / (k * m)) * k * m / (m - 1))
+
+
+def collision_variance(params: SketchParams, *, f2: float, counts: np.ndarray) -> np.ndarray:
+    """Var_coll = (F2 − f²)⁺/(k(m−1)): the variance, over the draw of the hash family, of the collision bias
+    of the plain estimate of a value with count f (``counts``, clipped at 0), when Σ f(d)² over all values is
+    ``f2``. The same for cms, oue-cms and hcms."""
+    f = np.clip(np.asarray(counts, dtype=np.float64), 0.0, None)
+    out: np.ndarray = np.maximum(f2 - f * f, 0.0) / (params.k * (params.m - 1))
+    return out
+
+
 SP = TypeVar("SP", bound=SketchParams)
 SB = TypeVar("SB", bound=ReportBatch)
 
@@ -101,6 +159,7 @@ class SketchMechanism(Mechanism[SP, SB]):
     def estimate(
         self, params: SP, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
     ) -> Estimate:
+        """The plain estimate of each candidate; its stderr is √(:meth:`variance` + :func:`collision_variance`)."""
         if candidates is None:
             raise InvalidParameterError("candidates", "a non-empty list of values to estimate (sketch metrics)", None)
         return self.estimate_candidates(params, state, candidates, confidence)
@@ -109,7 +168,11 @@ class SketchMechanism(Mechanism[SP, SB]):
     def estimate_candidates(
         self, params: SP, state: SketchState, candidates: Sequence[object], confidence: float
     ) -> Estimate:
-        """Unbiased counts of ``candidates`` with standard errors."""
+        """Plain counts of ``candidates`` with standard errors that include the collision term."""
+
+    @abstractmethod
+    def cells(self, params: SP, state: SketchState) -> Cells:
+        """The debiased cells of ``state`` and their noise model (module docstring)."""
 
     def shape(self, params: SP) -> str:
         return params.shape

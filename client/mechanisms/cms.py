@@ -13,13 +13,19 @@ Apple's debiased matrix is M[j, a] = k·(O[j, a] − n_j·q)/(p − q) (= k·(c_
     f̂(d) = m/(m−1) · ( (1/k)·Σ_j M[j, h_j(d)] − n/m )
          = m/(m−1) · ( (Σ_j O[j, h_j(d)] − q·n)/(p − q) − n/m )        since Σ_j n_j = n.
 
-Variance, averaged over the hash family (Apple, "Learning with Privacy at Scale", 2017, generalised to p ≠ 1 − q), with f = f(d):
+Variance (Apple, "Learning with Privacy at Scale", 2017, generalised to p ≠ 1 − q), with f = f(d): the
+randomization variance given the hash family, averaged over hash families,
 
-    (m/(m−1))² · [ (f + (n−f)/m)·p(1−p) + (n−f)(1 − 1/m)·q(1−q) ] / (p−q)²
-      + (n − f)(k−1)/(k(m−1))          (which row each report picked)
-      + Σ_{d'≠d} f(d')² / (k(m−1))     (hash collisions: a bias for one fixed family; not in stderr)
+    (m/(m−1))² · [ (f + (n−f)/m)·p(1−p) + (n−f)(1 − 1/m)·q(1−q) ] / (p−q)²     (privacy noise)
+      + (n − f)(k−1)/(k(m−1))                                                  (which row each report picked)
 
-The reported stderr plugs f̂ clipped to [0, n] into the first two terms.
+(:func:`variance`, ``Mechanism.variance``), and the hash-collision term (F2 − f²)/(k(m−1)), F2 = Σ_d' f(d')²:
+a fixed bias for one fixed family, which the stderr includes as a variance over families
+(:func:`~ldptel.client.mechanisms._sketch.collision_variance`, F2 estimated from the state by
+:meth:`~ldptel.client.mechanisms._sketch.Cells.f2`). The stderr plugs f̂ clipped to [0, n] into both.
+
+Cells (:func:`cells`): y_ja = (O[j, a] − n_j·q)/(p − q), with E[y_ja | rows] = F_j(a) (the row-j reports whose
+value hashes to a) and Var(y_ja | rows) = [n_j·q(1−q) + F_j(a)·(p−q)(1−p−q)]/(p−q)², independent across cells.
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError
 from ldptel.client.mechanisms._sketch import (
+    Cells,
     SketchMechanism,
     SketchParams,
     candidate_sums,
+    collision_variance,
     concat_rows,
     family_of,
     report_bases,
@@ -315,11 +323,23 @@ def estimate(params: UnaryParams, state: SketchState, *, candidates: Sequence[ob
     m, p, q = params.m, params.p, params.q
     s = candidate_sums(state.counts, family_of(params), candidates)
     est = m / (m - 1) * ((s - q * n) / (p - q) - n / m)
-    return Estimate(params.mechanism, labels_of(candidates), est, np.sqrt(variance(params, est, n)), n, confidence)
+    var = variance(params, est, n) + collision_variance(params, f2=cells(params, state).f2(), counts=np.clip(est, 0, n))
+    return Estimate(params.mechanism, labels_of(candidates), est, np.sqrt(var), n, confidence)
+
+
+def cells(params: UnaryParams, state: SketchState) -> Cells:
+    """y_ja = (O[j, a] − n_j·q)/(p − q); α = q(1−q)/(p−q)², β = (1−p−q)/(p−q)."""
+    p, q = params.p, params.q
+    rows = state.row_counts.astype(np.float64)
+    y = state.counts.astype(np.float64)
+    y -= rows[:, None] * q
+    y /= p - q
+    return Cells(y, state.row_counts, q * (1 - q) / (p - q) ** 2, (1 - p - q) / (p - q))
 
 
 def variance(params: UnaryParams, counts: np.ndarray, n: int) -> np.ndarray:
-    """The noise and row-choice terms of the module docstring, with f the estimate clipped to [0, n]."""
+    """The randomization variance of the module docstring (privacy noise and row choice, averaged over hash
+    families), with f the estimate clipped to [0, n]; the collision term is separate."""
     k, m, p, q = params.k, params.m, params.p, params.q
     f = np.clip(counts, 0, n)
     noise = ((f + (n - f) / m) * p * (1 - p) + (n - f) * (1 - 1 / m) * q * (1 - q)) / (p - q) ** 2
@@ -362,6 +382,10 @@ class Unary(SketchMechanism[UP, UnaryBatch]):
 
     def variance(self, params: UP, counts: np.ndarray, n: int) -> np.ndarray:
         return variance(params, counts, n)
+
+    def cells(self, params: UP, state: SketchState) -> Cells:
+        state.check(params)
+        return cells(params, state)
 
 
 class Cms(Unary[CmsParams]):

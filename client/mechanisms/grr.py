@@ -298,7 +298,10 @@ class Grr(Mechanism[GrrParams, GrrBatch]):
         return Estimate("grr", params.domain, est, np.sqrt(self.variance(params, est, n)), n, confidence)
 
     def variance(self, params: GrrParams, counts: np.ndarray, n: int) -> np.ndarray:
-        """n·q(1−q)/(p−q)² + c·(1−p−q)/(p−q), with c the estimate clipped to [0, n]."""
+        """n·q(1−q)/(p−q)² + c·(1−p−q)/(p−q), with c the estimate clipped to [0, n]: the randomization
+        variance of the count among the devices that reported, given their values (c reports keep their label
+        with probability p, the other n − c report it with probability q), the meaning every mechanism's
+        stderr has; not the sampling of those devices from a larger population."""
         p, q = params.p, params.q
         var = n * q * (1 - q) / (p - q) ** 2 + np.clip(counts, 0, n) * (1 - p - q) / (p - q)
         out: np.ndarray = np.maximum(var, 0.0)

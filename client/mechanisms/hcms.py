@@ -8,7 +8,19 @@ W = S·H_mᵀ row by row (fast Walsh–Hadamard transform, exact in int64), then
 
     f̂(d) = m/(m−1) · ( c·Σ_j W[j, h_j(d)] − n/m ),
 
-Var = (m/(m−1))² · [ n·c² − f − (n − f)(1/m² + (m−1)/(k·m²)) ] (+ the collision term) (Apple, "Learning with Privacy at Scale", 2017).
+with the randomization variance (privacy noise and row choice, averaged over hash families; Apple, "Learning
+with Privacy at Scale", 2017)
+
+    Var = (m/(m−1))² · [ n·c² − f − (n − f)(1/m² + (m−1)/(k·m²)) ]
+
+(:func:`variance`), plus the hash-collision term (F2 − f²)/(k(m−1)) of a fixed family, which the stderr
+includes (:func:`~ldptel.client.mechanisms._sketch.collision_variance`; F2 estimated from the cells).
+
+Cells (:func:`cells`): y_ja = c·W[j, a]. A row-j report with column l, hashed index a₀ and sign b (E[b] = 1/c)
+adds c·b·H[l, a₀]·H[l, a] = ±c to y_ja; over l (uniform) and b its mean is 1[a = a₀] (Σ_l H[l,a]H[l,a₀] = m·1[a = a₀])
+and its second moment c². So E[y_ja | rows] = F_j(a) and Var(y_ja | rows) = n_j·c² − F_j(a): α = c², β = −1. For
+a ≠ a' one report's two terms have covariance c²·(1/m)Σ_l H[l,a]H[l,a'] − 0 = 0, so cells are uncorrelated
+(not independent), which is all the variance formulas need.
 """
 
 from __future__ import annotations
@@ -22,9 +34,11 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError
 from ldptel.client.mechanisms._sketch import (
+    Cells,
     SketchMechanism,
     SketchParams,
     candidate_sums,
+    collision_variance,
     concat_rows,
     family_of,
     report_bases,
@@ -163,13 +177,27 @@ def estimate(params: HcmsParams, state: SketchState, *, candidates: Sequence[obj
     if n == 0:
         raise EmptyStateError("no hcms reports to estimate from")
     m, c = params.m, params.effective_c
-    s = candidate_sums(fwht(state.counts), family_of(params), candidates)
+    w = fwht(state.counts)
+    s = candidate_sums(w, family_of(params), candidates)
     est = m / (m - 1) * (c * s - n / m)
-    return Estimate("hcms", labels_of(candidates), est, np.sqrt(variance(params, est, n)), n, confidence)
+    f2 = _cells(params, state, w).f2()
+    var = variance(params, est, n) + collision_variance(params, f2=f2, counts=np.clip(est, 0, n))
+    return Estimate("hcms", labels_of(candidates), est, np.sqrt(var), n, confidence)
+
+
+def cells(params: HcmsParams, state: SketchState) -> Cells:
+    """y_ja = c·W[j, a]; α = c², β = −1 (module docstring)."""
+    return _cells(params, state, fwht(state.counts))
+
+
+def _cells(params: HcmsParams, state: SketchState, w: np.ndarray) -> Cells:
+    c = params.effective_c
+    return Cells(c * w.astype(np.float64), state.row_counts, c * c, -1.0)
 
 
 def variance(params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
-    """(m/(m−1))² · [n·c² − f − (n − f)(1/m² + (m−1)/(k·m²))], f the estimate clipped to [0, n]."""
+    """The randomization variance (m/(m−1))² · [n·c² − f − (n − f)(1/m² + (m−1)/(k·m²))], f the estimate
+    clipped to [0, n]; the collision term is separate."""
     k, m, c = params.k, params.m, params.effective_c
     f = np.clip(counts, 0, n)
     var = (m / (m - 1)) ** 2 * (n * c * c - f - (n - f) * (1 / m**2 + (m - 1) / (k * m**2)))
@@ -208,6 +236,10 @@ class Hcms(SketchMechanism[HcmsParams, HcmsBatch]):
 
     def variance(self, params: HcmsParams, counts: np.ndarray, n: int) -> np.ndarray:
         return variance(params, counts, n)
+
+    def cells(self, params: HcmsParams, state: SketchState) -> Cells:
+        state.check(params)
+        return cells(params, state)
 
 
 HCMS = Hcms()

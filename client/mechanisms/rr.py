@@ -1,8 +1,14 @@
 """Binary randomized response (Warner): params, privatize, the permanent randomized response, fold, estimate.
 
 Report Y = X with probability ½ + γ and 1 − X with probability ½ − γ (the flip probability f = ½ − γ is
-T/2^B exactly). E[Y] = f + (1 − 2f)·p, so p̂ = (Ȳ − f)/(1 − 2f) is unbiased with
-Var[p̂] = P(1 − P)/((1 − 2f)²·n), P = E[Y], estimated by plugging in Ȳ (Warner, JASA 1965).
+T/2^B exactly). E[Y] = f + (1 − 2f)·p, so p̂ = (Ȳ − f)/(1 − 2f) is unbiased (Warner, JASA 1965).
+
+Standard error: the randomization variance of the count among the devices that reported, given their values
+(the meaning every mechanism's stderr has). Each report is a Bernoulli with mean 1 − f or f, variance f(1 − f)
+either way, so Var[n·p̂] = n·f(1 − f)/(1 − 2f)²: a constant, the same for both counts, and the variance of
+grr with the domain {false, true}. Warner's P(1 − P)/((1 − 2f)²·n), P = E[Y], is larger by p(1 − p)/n: it
+also counts the sampling of the n devices from a population with proportion p, which no other mechanism's
+stderr includes.
 
 Repeated values (the SDK): as in RAPPOR (Erlingsson, Pihur, Korolova, CCS 2014), a value first goes through a *permanent*
 randomized response (PRR) derived from the device secret, so every report of it starts from the same noisy
@@ -243,11 +249,11 @@ class Rr(Mechanism[RrParams, RrBatch]):
         return Estimate("rr", BOOLEAN_LABELS, counts, np.sqrt(self.variance(params, counts, n)), n, confidence)
 
     def variance(self, params: RrParams, counts: np.ndarray, n: int) -> np.ndarray:
-        """n²·Var[p̂] with Var[p̂] = Ȳ(1 − Ȳ)/((1 − 2f)²·n), Ȳ = f + (1 − 2f)·p̂ (the same for both counts)."""
+        """The randomization variance n·f(1 − f)/(1 − 2f)² of each count (module docstring; it does not
+        depend on the counts)."""
         f = params.effective_flip
-        y_bar = f + (1 - 2 * f) * (counts[1] / n)
-        var = n * y_bar * (1 - y_bar) / (1 - 2 * f) ** 2
-        return np.full(counts.shape, var)
+        var = n * f * (1 - f) / (1 - 2 * f) ** 2
+        return np.full(np.shape(counts), var)
 
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         return {"prob_bits": {"type": "integer", "minimum": 2, "maximum": 32}}, []

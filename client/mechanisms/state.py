@@ -6,11 +6,11 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-from ldptel.client.errors import InvalidValueError, StateMismatchError, WireFormatError
+from ldptel.client.errors import InvalidParameterError, InvalidValueError, StateMismatchError, WireFormatError
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_number
 
@@ -124,12 +124,26 @@ def z_value(confidence: float) -> float:
     return NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
+EstimatorName = Literal["plain", "corrected"]
+ESTIMATORS: tuple[EstimatorName, ...] = ("plain", "corrected")
+
+
 @dataclass(frozen=True, eq=False)
 class Estimate:
-    """Unbiased count estimates with standard errors and normal-approximation intervals.
+    """Count estimates with standard errors and normal-approximation intervals.
 
-    ``counts`` may be negative or exceed n: they are the raw unbiased estimates. Post-processing is a
-    separate, named step (``ldptel.aggregator.postprocess``) that keeps these beside its output.
+    ``counts`` may be negative or exceed n: they are the raw estimates. Post-processing is a separate, named
+    step (``ldptel.aggregator.postprocess``) that keeps these beside its output.
+
+    ``stderr`` means the same for every mechanism: the randomization standard deviation of the count
+    estimate, i.e. its spread over the randomness of the reports (the privacy noise and, for sketches, which
+    row each report picked), given the values of the devices that reported; for sketches it also includes
+    the hash-collision term, the spread of a value's collision bias over the draw of the hash family. It does
+    not include the sampling of those devices from a larger population.
+
+    ``estimator``: ``"plain"`` is each mechanism's own unbiased estimator (for sketches Apple's count-mean
+    sketch estimate); ``"corrected"`` is the collision-corrected least-squares estimate over a candidate list
+    (``ldptel.aggregator.corrected``).
     """
 
     mechanism: str
@@ -138,9 +152,12 @@ class Estimate:
     stderr: np.ndarray
     n: int
     confidence: float = 0.95
+    estimator: EstimatorName = "plain"
 
     def __post_init__(self) -> None:
         z_value(self.confidence)
+        if self.estimator not in ESTIMATORS:
+            raise InvalidParameterError("estimator", f"one of {list(ESTIMATORS)}", self.estimator)
 
     @property
     def z(self) -> float:
@@ -160,14 +177,15 @@ class Estimate:
 
     def with_confidence(self, confidence: float) -> Estimate:
         z_value(confidence)
-        return Estimate(self.mechanism, self.labels, self.counts, self.stderr, self.n, confidence)
+        return Estimate(self.mechanism, self.labels, self.counts, self.stderr, self.n, confidence, self.estimator)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One plain dict per label (for JSON/CSV output)."""
+        """One plain dict per label (for JSON/CSV output); ``estimator`` says which estimator made it."""
         lo, hi = self.ci_low, self.ci_high
         return [
             {
                 "value": label,
+                "estimator": self.estimator,
                 "estimate": float(self.counts[i]),
                 "stderr": float(self.stderr[i]),
                 "ci_low": float(lo[i]),
