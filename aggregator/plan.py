@@ -17,7 +17,7 @@ Variance of one estimated count f̂ of a value with true count f out of n report
 * the mechanism's variance as ``Mechanism.variance(params, counts, n)`` gives it, evaluated at the model's
   counts (for sketches it includes which row each report picked);
 * for sketches (k rows × m columns over a fixed hash family), plus the hash-collision variance
-  (F2 − f²)/(k(m − 1)) (:func:`collision_variance`): averaged over hash families, the other values'
+  (F2 − f²)/(k(m − 1)) (:func:`~ldptel.client.mechanisms._sketch.collision_variance`, the term the estimator's stderr carries): averaged over hash families, the other values'
   counts that collide with the value (the collision term of the count-mean-sketch variance; Apple, "Learning
   with Privacy at Scale", 2017). For one fixed family it is a bias
   that stays put however many reports arrive, so a sketch's frequency error has a floor,
@@ -46,7 +46,7 @@ import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import SketchState, mechanisms, recommend_mechanism
-from ldptel.client.mechanisms._sketch import SketchParams
+from ldptel.client.mechanisms._sketch import SketchParams, collision_variance
 from ldptel.client.mechanisms.base import Mechanism
 from ldptel.client.mechanisms.state import z_value
 from ldptel.client.protocol.params import ParamsBase, check_epsilon
@@ -159,17 +159,6 @@ def domain_model(*, d: int, top_share: float | None = None) -> DomainModel:
     h1 = zipf_power_sum(a=s, d=d)
     h2 = zipf_power_sum(a=2.0 * s, d=d)
     return DomainModel(d=d, exponent=s, top_share=1.0 / h1, rare_share=math.pow(d, -s) / h1, f2_share=h2 / (h1 * h1))
-
-
-def collision_variance(*, f2: float, counts: np.ndarray, k: int, m: int) -> np.ndarray:
-    """Hash-collision variance of a sketch's count estimates: (F2 − f²)/(k(m − 1)), at least 0.
-
-    F2 = Σ_d f(d)² over every value, f = ``counts`` (the values estimated), k rows × m columns. Averaged over
-    hash families this is the variance the other values' colliding counts add (Apple, "Learning with Privacy
-    at Scale", 2017); for one fixed family it is a per-value bias of that size.
-    """
-    out: np.ndarray = np.maximum(f2 - np.asarray(counts, dtype=np.float64) ** 2, 0.0) / (k * (m - 1))
-    return out
 
 
 # ----------------------------------------------------------------------------------------- the request
@@ -351,7 +340,7 @@ def _variance(mech: AnyMechanism, params: ParamsBase, shares: np.ndarray, f2_sha
     counts = shares * n
     var = np.asarray(mech.variance(params, counts, n), dtype=np.float64)
     if isinstance(params, SketchParams):
-        var = var + collision_variance(f2=f2_share * float(n) * n, counts=counts, k=params.k, m=params.m)
+        var = var + collision_variance(params, f2=f2_share * float(n) * n, counts=counts)
     return var
 
 
@@ -370,7 +359,7 @@ def collision_floor(*, params: ParamsBase, model: DomainModel, z: float) -> floa
     if not isinstance(params, SketchParams):
         return 0.0
     share = np.array([model.rare_share])
-    return float(z * np.sqrt(collision_variance(f2=model.f2_share, counts=share, k=params.k, m=params.m))[0])
+    return float(z * np.sqrt(collision_variance(params, f2=model.f2_share, counts=share))[0])
 
 
 def reports_needed(*, mechanism: AnyMechanism, params: ParamsBase, model: DomainModel, target: float, z: float) -> int | None:
@@ -381,7 +370,7 @@ def reports_needed(*, mechanism: AnyMechanism, params: ParamsBase, model: Domain
     """
     shares = np.array([model.top_share, model.rare_share])
     if isinstance(params, SketchParams):
-        floor = z * np.sqrt(collision_variance(f2=model.f2_share, counts=shares, k=params.k, m=params.m))
+        floor = z * np.sqrt(collision_variance(params, f2=model.f2_share, counts=shares))
         if float(floor.max()) >= target:
             return None
 
@@ -517,7 +506,6 @@ __all__ = [
     "PlanRequest",
     "PlanRow",
     "collision_floor",
-    "collision_variance",
     "domain_model",
     "epsilon_range",
     "evaluate",

@@ -22,7 +22,6 @@ import pytest
 from ldptel.aggregator.cli import main
 from ldptel.aggregator.plan import (
     PlanRow,
-    collision_variance,
     domain_model,
     epsilon_range,
     half_widths,
@@ -33,6 +32,7 @@ from ldptel.aggregator.plan import (
 from ldptel.client import CmsParams, HcmsParams, OueCmsParams
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism, recommend_mechanism
+from ldptel.client.mechanisms._sketch import collision_variance
 
 ROOT = Path(__file__).resolve().parents[2]
 Z95 = NormalDist().inv_cdf(0.975)
@@ -105,7 +105,7 @@ def test_the_heavy_value_adds_its_own_term_and_loses_its_own_collisions() -> Non
 
 # -------------------------------------------------------------------------------------- the collisions
 def test_collision_variance_formula() -> None:
-    got = collision_variance(f2=1e10, counts=np.array([0.0, 5e4, 2e5]), k=256, m=1024)
+    got = collision_variance(CmsParams(epsilon=4, k=256, m=1024), f2=1e10, counts=np.array([0.0, 5e4, 2e5]))
     assert got.tolist() == pytest.approx([1e10 / (256 * 1023), (1e10 - 2.5e9) / (256 * 1023), 0.0])
 
 

@@ -96,8 +96,7 @@ def small_domain_table() -> list[str]:
 
 
 def markdown() -> str:
-    caption = (f"**A rare value.** {D:,} equally frequent values (d = 2 for the one-bit mechanism: p = ½, its "
-               "worst case), n = 10⁶ reports:")
+    caption = f"**A rare value.** {D:,} equally frequent values (d = 2 for the one-bit mechanism), n = 10⁶ reports:"
     parts = [caption, "", *rare_table(), "", *heavy_table(), "", *small_domain_table()]
     return "\n".join(parts) + "\n"
 
