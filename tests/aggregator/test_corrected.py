@@ -46,9 +46,9 @@ COUNTS = zipf_counts(N, VALUES)
 NAMES = value_names(VALUES)
 Z95 = 1.959963984540054
 
-# The README's accuracy table (cms, oue-cms, hcms at 2048 × 1024, ε = 1, 2, 4, 8, and 256 × 256 at ε = 4),
-# plus ε = 8 at 256 × 256 and 256 × 1024.
-SHAPES = [(1, 2048, 1024), (2, 2048, 1024), (4, 2048, 1024), (8, 2048, 1024), (4, 256, 256), (8, 256, 256), (8, 256, 1024)]
+# Every sketch configuration of the README's accuracy tables (2048 × 1024 at ε = 1, 2, 4, 8; 256 × 1024 and
+# 256 × 256 at ε = 4 and 8), for cms, oue-cms and hcms.
+SHAPES = [(1, 2048, 1024), (2, 2048, 1024), (4, 2048, 1024), (8, 2048, 1024), (4, 256, 256), (8, 256, 256), (4, 256, 1024), (8, 256, 1024)]
 CONFIGS = [(mech, eps, k, m) for mech in SKETCHES for (eps, k, m) in SHAPES]
 
 
