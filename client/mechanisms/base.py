@@ -261,14 +261,18 @@ class Mechanism(ABC, Generic[P, B]):
         """The stored record of a one-report batch (:attr:`Layout.record`)."""
         if batch.n != 1:
             raise InvalidParameterError("batch", "a batch of one report", f"{batch.n} reports")
-        layout = self.layout(params)
-        record = np.zeros(1, dtype=layout.record)
-        for col in layout.columns:
+        parts = []  # one report: Python ints and bytes are cheaper here than a numpy record (report()'s path)
+        for col in self.layout(params).columns:
             arr = getattr(batch, col.attr)
             if arr is None:
                 raise WireFormatError(f"a {self.name} batch needs {col.attr!r}")
-            record[col.attr] = batch.bit_values() if col.kind == "bit" else arr
-        return record.tobytes()
+            if col.kind == "index":
+                parts.append(int(arr[0]).to_bytes(2, "little"))
+            elif col.kind == "bit":
+                parts.append(b"\x01" if int(arr[0]) & 0x80 else b"\x00")
+            else:
+                parts.append(arr[0].tobytes())
+        return b"".join(parts)
 
     def unpack_reports(self, records: Sequence[bytes], params: P) -> B:
         """Many stored one-report records of one metric version as one batch (vectorized over reports)."""
