@@ -102,11 +102,6 @@ class SketchParams(ParamsBase):
         assert self.prob_bits is not None  # set in __post_init__
         return self.prob_bits
 
-    @property
-    def shape(self) -> str:
-        """``k=… m=…`` for listings."""
-        return f"k={self.k} m={self.m}"
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,7 +170,7 @@ class SketchMechanism(Mechanism[SP, SB]):
         """The debiased cells of ``state`` and their noise model (module docstring)."""
 
     def shape(self, params: SP) -> str:
-        return params.shape
+        return f"k={params.k} m={params.m}"
 
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         return sketch_params_schema()
