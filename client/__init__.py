@@ -40,6 +40,7 @@ _EXPORTS = {
     "ReportBatch": "ldptel.client.mechanisms",
     "decode_batch": "ldptel.client.protocol.wire",
     "encode_batch": "ldptel.client.protocol.wire",
+    "PrivacyPolicy": "ldptel.client.sdk.policy",
     "Reporter": "ldptel.client.sdk.reporter",
     "ReportResult": "ldptel.client.sdk.reporter",
 }
@@ -104,5 +105,6 @@ if TYPE_CHECKING:
     from ldptel.client.protocol.specs import MetricSpec as MetricSpec
     from ldptel.client.protocol.wire import decode_batch as decode_batch
     from ldptel.client.protocol.wire import encode_batch as encode_batch
+    from ldptel.client.sdk.policy import PrivacyPolicy as PrivacyPolicy
     from ldptel.client.sdk.reporter import Reporter as Reporter
     from ldptel.client.sdk.reporter import ReportResult as ReportResult

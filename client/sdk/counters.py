@@ -22,6 +22,7 @@ class ReporterStats:
     memoized: int
     delivered: int
     refused_budget: int
+    refused_policy: int
     dropped_queue_full: int
     dropped_rejected: int
     dropped_stale: int
@@ -42,6 +43,7 @@ class Counters:
     memoized: int = 0
     delivered: int = 0
     refused_budget: int = 0
+    refused_policy: int = 0  # report() calls refused by the device's PrivacyPolicy (nothing privatized)
     dropped_queue_full: int = 0
     dropped_rejected: int = 0
     dropped_stale: int = 0
@@ -65,6 +67,7 @@ class Counters:
             memoized=self.memoized,
             delivered=self.delivered,
             refused_budget=self.refused_budget,
+            refused_policy=self.refused_policy,
             dropped_queue_full=self.dropped_queue_full,
             dropped_rejected=self.dropped_rejected,
             dropped_stale=self.dropped_stale,

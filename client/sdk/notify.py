@@ -24,7 +24,8 @@ class UploadError(LdpError):
     """A delivery problem seen by the background uploader (passed to ``on_error``, never raised into the app).
 
     ``status`` is the HTTP status (None for a network error); ``outcome`` what was done with the batch
-    (``retry``, ``auth``, ``stale``, ``rejected``, ``no_spec``, ``storage_error`` or ``internal``);
+    (``retry``, ``auth``, ``stale``, ``rejected``, ``no_spec``, ``storage_error``, ``internal``, or ``policy``
+    for a :class:`~ldptel.client.sdk.policy.PolicyRefusal`);
     ``metric``/``version``/``n``/``batch_id`` describe the batch (None for spec fetches).
     """
 

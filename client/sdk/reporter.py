@@ -17,7 +17,11 @@ What happens on ``report(metric, value)``
    ``metrics=[...]`` so their specs are fetched at start-up, and :meth:`Reporter.wait_for_specs` if the first
    reports matter. Cached specs are refreshed in the background after ``spec_ttl`` seconds and whenever the
    server answers 409.
-2. The privacy-budget ledger (:mod:`ldptel.client.sdk.ledger`) is checked: past the metric's daily policy the
+2. A served spec (fetched, cached or adopted; not a pinned one) beyond the app's
+   :class:`~ldptel.client.sdk.policy.PrivacyPolicy` (per-report ε, daily ε, ε∞) is refused: status
+   ``"policy_refused"`` with ``reason`` set, nothing privatized, queued or spent, and a
+   :class:`~ldptel.client.sdk.policy.PolicyRefusal` to ``on_error`` once per metric version and reason.
+   Then the privacy-budget ledger (:mod:`ldptel.client.sdk.ledger`) is checked: past the metric's daily policy the
    call returns status ``"budget_exceeded"`` **without privatizing or queueing anything** (no exception:
    the SDK never breaks the app's control flow for a policy decision). The budget day is the UTC day, but
    never earlier than the latest day already recorded (a clock moved backwards cannot reopen a spent day).
@@ -42,6 +46,9 @@ Privacy guarantees (per device, per metric)
 * cms, oue-cms, hcms: all reports of one value on one budget day are together ε₁-LDP (memoized); the
   budget renews daily, so over D days a value costs at most D·ε₁.
 * Per budget day at most ``reports_per_day`` reports and ``daily_epsilon`` are spent per metric.
+* Whatever the server serves, a served spec is used only within the app's
+  :class:`~ldptel.client.sdk.policy.PrivacyPolicy` (defaults: ε ≤ 4 per report, ≤ 8 per metric and day,
+  ε∞ ≤ 8; the reasons are in :mod:`ldptel.client.sdk.policy`).
 
 Delivery
 ========
@@ -98,6 +105,7 @@ from ldptel.client.sdk import queue as _queue
 from ldptel.client.sdk.counters import Counters, ReporterStats
 from ldptel.client.sdk.memo import load_or_create_secret, longitudinal_epsilon, privatize_for_device
 from ldptel.client.sdk.notify import Notifier, UploadError, log
+from ldptel.client.sdk.policy import PolicyRefusal, PrivacyPolicy
 from ldptel.client.sdk.spec_cache import SpecCache, pinned_by_name
 from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema, truncate_wal
 from ldptel.client.sdk.transport import MAX_BATCH_SIZE, Backoff, Transport
@@ -105,6 +113,8 @@ from ldptel.client.sdk.uploader import Uploader
 
 __all__ = [
     "MAX_BATCH_SIZE",
+    "PolicyRefusal",
+    "PrivacyPolicy",
     "ReportResult",
     "Reporter",
     "ReporterStats",
@@ -113,19 +123,30 @@ __all__ = [
     "privatize_for_device",
 ]
 
-Status = Literal["queued", "budget_exceeded", "queue_full", "no_spec", "storage_error", "closed"]
+Status = Literal["queued", "budget_exceeded", "policy_refused", "queue_full", "no_spec", "storage_error", "closed"]
 
 
 # ------------------------------------------------------------------------------------------ the Reporter
 @dataclass(frozen=True, slots=True)
+class _Cost:
+    """A spec's effective ε per report and per day, and why the policy refuses it (None: it does not)."""
+
+    eps_one: float
+    daily: float
+    refusal: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ReportResult:
-    """What ``report()`` did. ``report`` is the exact privatized report queued (None unless queued)."""
+    """What ``report()`` did. ``report`` is the exact privatized report queued (None unless queued);
+    ``reason`` says which policy bound refused a ``"policy_refused"`` report."""
 
     status: Status
     metric: str
     version: int | None = None
     report: ReportBatch | None = None
     memoized: bool = False
+    reason: str | None = None
 
     @property
     def queued(self) -> bool:
@@ -145,6 +166,9 @@ class Reporter:
     :param max_queue: most unacknowledged reports kept on disk; more are dropped and counted.
     :param specs: pinned specs (offline use): a mapping name → :class:`MetricSpec` or an iterable of specs.
         Pinned metrics are never fetched.
+    :param policy: the most a served spec may make this device spend
+        (:class:`~ldptel.client.sdk.policy.PrivacyPolicy`; its defaults when None). Pinned specs are not
+        checked against it.
     :param metrics: names of the metrics the app reports: their specs (unless pinned or cached) are fetched
         in the background at start-up (by the upload thread, else by :meth:`flush`/:meth:`wait_for_specs`).
     :param on_error: called with an :class:`UploadError` for every delivery problem; exceptions it raises
@@ -181,6 +205,7 @@ class Reporter:
         max_queue: int = 10_000,
         specs: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None = None,
         metrics: Iterable[str] = (),
+        policy: PrivacyPolicy | None = None,
         on_error: Callable[[UploadError], None] | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], None] | None = None,
@@ -199,6 +224,9 @@ class Reporter:
         backoff_cap = check_number("backoff_cap", backoff_cap, 0.0, math.inf, open_interval=True)
         if not isinstance(token, str) or not token:  # never echo a token: only the empty string or a type
             raise InvalidParameterError("token", "a non-empty string", token if isinstance(token, str) else type(token))
+        if policy is not None and not isinstance(policy, PrivacyPolicy):
+            raise InvalidParameterError("policy", "a PrivacyPolicy", type(policy).__name__)
+        self._policy = policy or PrivacyPolicy()
         pinned = pinned_by_name(specs)
         if isinstance(metrics, str):  # a name is an iterable of one-letter names: refuse it
             raise InvalidParameterError("metrics", "an iterable of metric names", metrics)
@@ -219,7 +247,8 @@ class Reporter:
         self._closed = False
         self._full_logged = False  # the queue-full warning was logged since the queue was last below the limit
         self._pruned_in_wal = False  # the WAL may still hold memo rows of past days (until truncate_wal succeeds)
-        self._eps_cache: dict[tuple[str, int, int], tuple[float, float]] = {}
+        self._costs: dict[tuple[str, int, int], _Cost] = {}
+        self._policy_told: set[tuple[str, int, str]] = set()  # refusals already passed to on_error
         try:
             init_schema(self._db)
             self._counters = Counters(
@@ -256,7 +285,10 @@ class Reporter:
                 if requested:
                     self._uploader.wake()
             return ReportResult("no_spec", metric)
-        eps_one, daily = self._budget_of(spec)
+        cost = self._cost_of(spec)
+        if cost.refusal is not None and not self._specs.is_pinned(spec):
+            return self._refuse(spec, cost.refusal)
+        eps_one, daily = cost.eps_one, cost.daily
         now = self._clock()
         with self._state:
             if self._closed:
@@ -389,10 +421,25 @@ class Reporter:
             self._pruned_in_wal = True
             log.debug("ldptel WAL truncation deferred: %s", exc)
 
-    def _budget_of(self, spec: MetricSpec) -> tuple[float, float]:
-        """(effective ε of one report, daily ε) of a spec, computed once (the properties are not cached)."""
+    def _refuse(self, spec: MetricSpec, reason: str) -> ReportResult:
+        """A report refused by the policy: counted, and told to ``on_error`` once per version and reason."""
+        told = (spec.name, spec.version, reason)
+        with self._state:
+            self._counters.refused_policy += 1
+            tell = told not in self._policy_told
+            self._policy_told.add(told)
+        if tell:
+            self._notify(PolicyRefusal(
+                f"the served spec of {spec.name!r} v{spec.version} is refused: {reason}; nothing is reported",
+                metric=spec.name, version=spec.version, reason=reason))
+        return ReportResult("policy_refused", spec.name, spec.version, reason=reason)
+
+    def _cost_of(self, spec: MetricSpec) -> _Cost:
+        """What a spec costs and whether the policy refuses it, computed once (the properties are not cached)."""
         key = (spec.name, spec.version, id(spec))
-        cached = self._eps_cache.get(key)
+        cached = self._costs.get(key)
         if cached is None:
-            cached = self._eps_cache[key] = (spec.effective_epsilon, spec.daily_epsilon)
+            eps_one, daily, eps_inf = spec.effective_epsilon, spec.daily_epsilon, longitudinal_epsilon(spec)
+            refusal = self._policy.refusal(report=eps_one, daily=daily, longitudinal=eps_inf)
+            cached = self._costs[key] = _Cost(eps_one=eps_one, daily=daily, refusal=refusal)
         return cached

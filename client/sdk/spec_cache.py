@@ -127,6 +127,10 @@ class SpecCache:
         entry = self._current.get(metric)
         return None if entry is None else entry.spec
 
+    def is_pinned(self, spec: MetricSpec) -> bool:
+        """``spec`` is one the app pinned (its own choice), not one the server served."""
+        return self._pinned.get(spec.name) is spec
+
     def spec_of(self, metric: str, version: int) -> MetricSpec | None:
         """The spec of one version (the one queued reports were privatized with), if it was ever seen."""
         pinned = self._pinned.get(metric)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import http.server
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -20,10 +21,13 @@ import redis as redis_lib
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from ldptel.client import MetricSpec
+from ldptel.client.sdk.policy import PrivacyPolicy
 from ldptel.server import ServerConfig, create_app
 from ldptel.storage.registry import create_metric
 
 START_TIME = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
+# Delivery tests report far more than a real policy allows per day; the policy itself is tests/client/test_policy.py.
+OPEN_POLICY = PrivacyPolicy(max_report_epsilon=math.inf, max_daily_epsilon=math.inf, max_longitudinal_epsilon=math.inf)
 
 
 class FakeClock:

@@ -26,9 +26,10 @@ SCRIPT = textwrap.dedent(
     import importlib.util, json, sys, tempfile
     absent = [m for m in ("flask", "werkzeug", "redis", "gunicorn", "matplotlib") if importlib.util.find_spec(m)]
     from ldptel.client import Reporter
+    from ldptel.client.sdk.policy import PrivacyPolicy
     with tempfile.TemporaryDirectory() as storage:
         with Reporter(sys.argv[1], token=sys.argv[2], storage_dir=storage, batch_size=20,
-                      metrics=["install.check"]) as rep:
+                      metrics=["install.check"], policy=PrivacyPolicy(max_daily_epsilon=float("inf"))) as rep:
             assert rep.wait_for_specs(30)
             statuses = [rep.report("install.check", f"value-{i % 7}").status for i in range(50)]
             delivered = rep.flush(timeout=30)

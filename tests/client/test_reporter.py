@@ -16,7 +16,7 @@ from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.sdk.reporter import MAX_BATCH_SIZE, Reporter, UploadError
 from ldptel.client.sdk.store import DB_FILE
 from ldptel.client.sdk.transport import Backoff, classify, parse_retry_after
-from tests.client.conftest import FakeClock, LiveServer
+from tests.client.conftest import OPEN_POLICY, FakeClock, LiveServer
 
 DAY = 86_400
 
@@ -26,6 +26,7 @@ def cms(name: str = "app.page", **kw: object) -> MetricSpec:
 
 
 def _sync(url: str, token: str, path, clock: FakeClock, **kw: object) -> Reporter:
+    kw.setdefault("policy", OPEN_POLICY)
     return Reporter(url, token, path, start=False, clock=clock, sleep=clock.sleep, **kw)  # type: ignore[arg-type]
 
 
@@ -302,7 +303,8 @@ def test_rr_repeats_share_one_permanent_response(tmp_path) -> None:
 # --------------------------------------------------------------------------------------------- thread
 def test_background_thread_uploads_reports_from_many_threads(live: LiveServer, app_token, tmp_path) -> None:
     spec = live.create(cms(rpd=10_000))
-    with Reporter(live.url, app_token, tmp_path, batch_size=25, flush_interval=3600.0, metrics=[spec.name]) as rep:
+    with Reporter(live.url, app_token, tmp_path, batch_size=25, flush_interval=3600.0, metrics=[spec.name],
+                  policy=OPEN_POLICY) as rep:
         assert rep.wait_for_specs(10)
 
         def work(t: int) -> None:

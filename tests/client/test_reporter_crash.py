@@ -14,11 +14,14 @@ from tests.client.conftest import LiveServer
 CHILD = textwrap.dedent(
     """
     import json, sys
+    from ldptel.client.sdk.policy import PrivacyPolicy
     from ldptel.client.sdk.reporter import Reporter
+
+    policy = PrivacyPolicy(max_daily_epsilon=float("inf"))  # 200 reports in one day
 
     mode, url, token, storage, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
     if mode == "fill":
-        rep = Reporter(url, token, storage, start=False, batch_size=50, metrics=["crash.metric"])
+        rep = Reporter(url, token, storage, start=False, batch_size=50, metrics=["crash.metric"], policy=policy)
         assert rep.wait_for_specs(30)
         for i in range(n):
             assert rep.report("crash.metric", f"value-{i % 17}").queued
@@ -26,7 +29,7 @@ CHILD = textwrap.dedent(
         rep.flush(timeout=60)  # the first POST is held by the proxy; the parent kills us meanwhile
         print("flush returned", flush=True)
     else:
-        with Reporter(url, token, storage, batch_size=50, flush_interval=3600) as rep:
+        with Reporter(url, token, storage, batch_size=50, flush_interval=3600, policy=policy) as rep:
             ok = rep.flush(timeout=30)
             st = rep.stats()
         print(json.dumps({"ok": ok, "delivered": st.delivered, "pending": st.pending}), flush=True)

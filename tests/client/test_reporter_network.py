@@ -16,7 +16,7 @@ import redis as redis_lib
 from ldptel.client.sdk.reporter import Reporter, UploadError
 from ldptel.storage.embedded import EmbeddedRedis
 from ldptel.storage.registry import create_metric
-from tests.client.conftest import FakeClock, LiveServer
+from tests.client.conftest import OPEN_POLICY, FakeClock, LiveServer
 from tests.client.test_reporter import cms
 from tests.server.test_server_http import APP_TOKEN, ROOT, _env, _free_port, _stop, _wait_http
 
@@ -51,7 +51,8 @@ def test_connections_the_server_closed_while_idle_are_replaced_without_an_error(
     for name in ("idle.a", "idle.b"):
         create_metric(redis, cms(name))
     errors: list[UploadError] = []
-    rep = Reporter(url, APP_TOKEN, tmp_path / "device", start=False, on_error=errors.append, metrics=["idle.a"])
+    rep = Reporter(url, APP_TOKEN, tmp_path / "device", start=False, on_error=errors.append, metrics=["idle.a"],
+                   policy=OPEN_POLICY)
     assert rep.wait_for_specs(10)
     assert rep.report("idle.a", "x").queued
     assert rep.flush(timeout=10)  # the connection is now kept alive by both ends
@@ -80,7 +81,7 @@ def test_report_never_waits_on_a_silent_server_and_succeeds_once_the_spec_arrive
     port = silent.getsockname()[1]
     errors: list[UploadError] = []
     rep = Reporter(f"http://127.0.0.1:{port}", app_token, tmp_path, clock=clock, timeout=1.0, flush_interval=3600,
-                   on_error=errors.append)
+                   on_error=errors.append, policy=OPEN_POLICY)
     try:
         for value in ("a", "b", "c"):  # the first requests the spec; the others come while its fetch hangs
             t0 = time.perf_counter()
@@ -108,11 +109,12 @@ def test_report_never_waits_on_a_silent_server_and_succeeds_once_the_spec_arrive
 def test_declared_metrics_are_fetched_at_start_up(live: LiveServer, app_token: str, tmp_path: Path) -> None:
     live.create(cms("declared.a"))
     live.create(cms("declared.b"))
-    with Reporter(live.url, app_token, tmp_path, flush_interval=3600, metrics=["declared.a", "declared.b"]) as rep:
+    with Reporter(live.url, app_token, tmp_path, flush_interval=3600, metrics=["declared.a", "declared.b"],
+                  policy=OPEN_POLICY) as rep:
         assert rep.wait_for_specs(10)
         assert rep.report("declared.a", "x").queued and rep.report("declared.b", "y").queued
         assert rep.stats().no_spec == 0
         assert rep.flush(timeout=10)
-    with Reporter(live.url, app_token, tmp_path, start=False, metrics=["declared.nope"]) as rep:
+    with Reporter(live.url, app_token, tmp_path, start=False, metrics=["declared.nope"], policy=OPEN_POLICY) as rep:
         assert not rep.wait_for_specs(10)  # no such metric: said, not waited for forever
         assert rep.report("declared.a", "z").queued  # the cached spec is used at once
