@@ -132,13 +132,16 @@ class Mechanism(ABC, Generic[P, B]):
         return value_bytes(value)
 
     def privatize_permanent(
-        self, value: object, params: P, *, secret: bytes, metric: str, version: int, rng: np.random.Generator | None = None
+        self, value: object, params: P, *, secret: bytes, metric: str, fingerprint: bytes,
+        rng: np.random.Generator | None = None,
     ) -> B:
-        """One report through the value's permanent randomized response (only where :attr:`permanent`)."""
+        """One report through the value's permanent randomized response (only where :attr:`permanent`), keyed by
+        the device ``secret``, the ``metric`` and its privatization ``fingerprint``
+        (:func:`~ldptel.client.protocol.keyed.privatization_fingerprint`)."""
         raise InvalidParameterError("mechanism", "one with a permanent randomized response", self.name)
 
     def longitudinal_epsilon(self, params: P) -> float:
-        """ε of any number of reports of one value (permanent: per version, ever; memoized: per day)."""
+        """ε of any number of reports of one value (permanent: per privatization, ever; memoized: per day)."""
         return params.effective_epsilon
 
     # ------------------------------------------------------------------------------------- server half

@@ -201,12 +201,12 @@ def grr_code(value: object, params: GrrParams) -> int:
 
 
 def privatize_grr(
-    value: object, params: GrrParams, *, secret: bytes, metric: str, version: int, rng: np.random.Generator | None = None
+    value: object, params: GrrParams, *, secret: bytes, metric: str, fingerprint: bytes, rng: np.random.Generator | None = None
 ) -> GrrBatch:
     """One grr report: the value's PRR label (keyed by the device secret), then a fresh IRR on top."""
     code = grr_code(value, params)
     split = grr_split(params)
-    stream = prr_stream(secret, metric, version, "grr", struct.pack("<I", code))
+    stream = prr_stream(secret, metric, fingerprint, "grr", struct.pack("<I", code))
     prr = code
     if stream.bits(split.bits) >= split.prr_threshold:
         other = stream.below(split.d - 1)
@@ -269,9 +269,9 @@ class Grr(Mechanism[GrrParams, GrrBatch]):
         return struct.pack("<I", grr_code(value, params))
 
     def privatize_permanent(
-        self, value: object, params: GrrParams, *, secret: bytes, metric: str, version: int, rng: np.random.Generator | None = None
+        self, value: object, params: GrrParams, *, secret: bytes, metric: str, fingerprint: bytes, rng: np.random.Generator | None = None
     ) -> GrrBatch:
-        return privatize_grr(value, params, secret=secret, metric=metric, version=version, rng=rng)
+        return privatize_grr(value, params, secret=secret, metric=metric, fingerprint=fingerprint, rng=rng)
 
     def longitudinal_epsilon(self, params: GrrParams) -> float:
         return grr_split(params).epsilon_inf

@@ -157,12 +157,12 @@ def rr_value_bytes(value: object) -> bytes:
 
 
 def privatize_rr(
-    value: object, params: RrParams, *, secret: bytes, metric: str, version: int, rng: np.random.Generator | None = None
+    value: object, params: RrParams, *, secret: bytes, metric: str, fingerprint: bytes, rng: np.random.Generator | None = None
 ) -> RrBatch:
     """One rr report: the value's PRR bit (keyed by the device secret), then a fresh IRR flip."""
     raw = rr_value_bytes(value)
     split = rr_split(params)
-    stream = prr_stream(secret, metric, version, "rr", raw)
+    stream = prr_stream(secret, metric, fingerprint, "rr", raw)
     bit = raw == b"\x01"
     if stream.bits(split.bits) < split.prr_threshold:
         bit = not bit
@@ -218,9 +218,9 @@ class Rr(Mechanism[RrParams, RrBatch]):
         return rr_value_bytes(value)
 
     def privatize_permanent(
-        self, value: object, params: RrParams, *, secret: bytes, metric: str, version: int, rng: np.random.Generator | None = None
+        self, value: object, params: RrParams, *, secret: bytes, metric: str, fingerprint: bytes, rng: np.random.Generator | None = None
     ) -> RrBatch:
-        return privatize_rr(value, params, secret=secret, metric=metric, version=version, rng=rng)
+        return privatize_rr(value, params, secret=secret, metric=metric, fingerprint=fingerprint, rng=rng)
 
     def longitudinal_epsilon(self, params: RrParams) -> float:
         return rr_split(params).epsilon_inf

@@ -2,22 +2,41 @@
 
 A permanent randomized response must give the same noisy answer for the same value every time, and a
 memoized report must be found again by its value without storing the value: both come from HMAC-SHA256
-under the device secret (32 bytes from the OS CSPRNG, never sent), framed by metric and version so that no
-two uses share a key.
+under the device secret (32 bytes from the OS CSPRNG, never sent), framed by metric and by the
+**privatization fingerprint** (:func:`privatization_fingerprint`), not by the metric version: two versions
+that privatize alike (a new description, owner or ``reports_per_day``) share the permanent responses and the
+day's memo, so an observer gains nothing from a version bump (a fresh PRR per version would let it
+intersect them: the ε∞ of RAPPOR holds per PRR, Erlingsson et al., CCS 2014). A change of the privatization
+gets fresh ones, which the device's lifetime ledger charges (:mod:`ldptel.client.sdk.ledger`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import struct
 
-_PRR_LABEL = b"ldptel-prr-v1\x00"
-_MEMO_LABEL = b"ldptel-memo-v1\x00"
+from ldptel.client.protocol.params import ParamsBase
+
+_PRR_LABEL = b"ldptel-prr-v2\x00"
+_MEMO_LABEL = b"ldptel-memo-v2\x00"
+_FINGERPRINT_LABEL = b"ldptel-privatization-v1\x00"
+FINGERPRINT_BYTES = 32
 
 
-def _frame(metric: str, version: int, *parts: bytes) -> bytes:
-    out = [metric.encode("utf-8"), b"\x00", struct.pack("<I", version)]
+def privatization_fingerprint(params: ParamsBase) -> bytes:
+    """SHA-256 of the canonical JSON of ``params`` (the mechanism and every parameter of it): equal exactly
+    when two specs privatize a value alike. The metric's name, version, description and ``reports_per_day``
+    are not part of it."""
+    text = json.dumps(params.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(_FINGERPRINT_LABEL + text.encode("utf-8")).digest()
+
+
+def _frame(metric: str, fingerprint: bytes, *parts: bytes) -> bytes:
+    if len(fingerprint) != FINGERPRINT_BYTES:
+        raise ValueError(f"a privatization fingerprint is {FINGERPRINT_BYTES} bytes, got {len(fingerprint)}")
+    out = [metric.encode("utf-8"), b"\x00", fingerprint]
     for part in parts:
         out += [b"\x00", part]
     return b"".join(out)
@@ -53,11 +72,12 @@ class HmacStream:
         return self.word() >> (64 - bits)
 
 
-def prr_stream(secret: bytes, metric: str, version: int, mechanism: str, value: bytes) -> HmacStream:
-    key = hmac.digest(secret, _PRR_LABEL + _frame(metric, version, mechanism.encode(), value), hashlib.sha256)
+def prr_stream(secret: bytes, metric: str, fingerprint: bytes, mechanism: str, value: bytes) -> HmacStream:
+    """The keyed stream of a value's permanent randomized response under one privatization of ``metric``."""
+    key = hmac.digest(secret, _PRR_LABEL + _frame(metric, fingerprint, mechanism.encode(), value), hashlib.sha256)
     return HmacStream(key)
 
 
-def memo_key(secret: bytes, metric: str, version: int, day: int, value: bytes) -> bytes:
-    """The memo table key of a value: HMAC-SHA256 over (metric, version, day, value)."""
-    return hmac.digest(secret, _MEMO_LABEL + _frame(metric, version, struct.pack("<q", day), value), hashlib.sha256)
+def memo_key(secret: bytes, metric: str, fingerprint: bytes, day: int, value: bytes) -> bytes:
+    """The memo table key of a value: HMAC-SHA256 over (metric, privatization fingerprint, day, value)."""
+    return hmac.digest(secret, _MEMO_LABEL + _frame(metric, fingerprint, struct.pack("<q", day), value), hashlib.sha256)

@@ -10,6 +10,14 @@ metric *name*: a new version does not reopen the day. Every report counts, memoi
 memoized repeat is in fact free in ε; counting it keeps the policy a plain count the server can reason
 about).
 
+Lifetime (ε∞). A metric with a permanent randomized response (rr, grr) gives every value one PRR per
+*privatization* (mechanism and params, :func:`~ldptel.client.protocol.keyed.privatization_fingerprint`),
+shared by every version that privatizes alike. Each privatization the metric ever used is recorded once
+with its ε∞ (table ``lifetime``, never pruned); all reports ever of one value are together ε-LDP with
+ε = the sum of those ε∞ (independent PRRs compose). The sum is per metric, so it bounds every value, also one
+never reported under some of them. :func:`charge_lifetime` refuses a new privatization that would take it
+past the cap (the Reporter's policy ε∞ for a served spec).
+
 Budget day: ``max(UTC day of the clock, the latest day ever recorded)``. The latest day is stored in the same
 database, in the same transaction as the spend, so a clock set backwards (or a restart with a wrong clock)
 keeps charging the latest day instead of reopening an earlier one. The price: a clock that jumped forward
@@ -80,6 +88,30 @@ def spend(conn: sqlite3.Connection, metric: str, day: int, epsilon: float) -> No
         "ON CONFLICT(metric, day) DO UPDATE SET count = count + 1, epsilon = epsilon + excluded.epsilon",
         (metric, day, epsilon),
     )
+
+
+def charge_lifetime(
+    conn: sqlite3.Connection, metric: str, fingerprint: bytes, epsilon: float, *, cap: float
+) -> float | None:
+    """Record that ``metric`` privatizes with ``fingerprint`` (its ε∞ ``epsilon``) unless already recorded.
+
+    None when it is recorded (now or before); else the lifetime ε∞ it would have reached past ``cap``, and
+    nothing is recorded. Runs in the caller's transaction (rolled back with it).
+    """
+    if conn.execute(
+        "SELECT 1 FROM lifetime WHERE metric = ? AND fingerprint = ?", (metric, fingerprint)
+    ).fetchone() is not None:
+        return None
+    total = lifetime_epsilon(conn, metric)
+    if total + epsilon > cap * (1 + _EPS_SLACK):
+        return total + epsilon
+    conn.execute("INSERT INTO lifetime(metric, fingerprint, epsilon) VALUES (?, ?, ?)", (metric, fingerprint, epsilon))
+    return None
+
+
+def lifetime_epsilon(conn: sqlite3.Connection, metric: str) -> float:
+    """The lifetime ε∞ of one value of ``metric`` on this device: the sum over its recorded privatizations."""
+    return float(conn.execute("SELECT COALESCE(SUM(epsilon), 0) FROM lifetime WHERE metric = ?", (metric,)).fetchone()[0])
 
 
 def remaining(conn: sqlite3.Connection, spec: MetricSpec, now: float) -> int:

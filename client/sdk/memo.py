@@ -7,12 +7,17 @@ server can simply average the noise away. Each mechanism says how its repeated v
 * a permanent randomized response (rr, grr: :meth:`~ldptel.client.mechanisms.base.Mechanism.privatize_permanent`,
   the splits and their ε∞ are in :mod:`ldptel.client.mechanisms.rr` and :mod:`ldptel.client.mechanisms.grr`):
   every report of a value starts from the same noisy answer derived from the device secret, with fresh noise on
-  top; all reports of one value under one metric version, ever, are together ε∞-LDP. A device whose value
-  changes leaks each distinct value's PRR (ε∞ each); a new metric version or a new device secret starts fresh
-  PRRs (the bound then restarts); the daily budget still caps how many reports leave the device.
+  top; all reports of one value under one privatization, ever, are together ε∞-LDP. The PRR is keyed by the
+  privatization fingerprint (:func:`~ldptel.client.protocol.keyed.privatization_fingerprint`), not the metric
+  version, so versions that only change metadata share it. A version that changes the privatization starts
+  fresh PRRs: the device's lifetime ledger (:func:`~ldptel.client.sdk.ledger.charge_lifetime`) adds its ε∞,
+  so all reports ever of one value are together (Σ ε∞ over the metric's privatizations)-LDP, and the
+  Reporter refuses a served privatization that would take that sum past its policy's ε∞. A device whose
+  value changes leaks each distinct value's PRR; a new device secret starts fresh PRRs (the bound then
+  restarts); the daily budget still caps how many reports leave the device.
 * a daily memo (the sketches): the first report of a value on a budget day is privatized normally and stored
   (as its privatized payload, keyed by :func:`~ldptel.client.protocol.keyed.memo_key`, HMAC-SHA256 of
-  (secret, metric, version, day, value), never the value); later reports of that value on the same day resend
+  (secret, metric, privatization fingerprint, day, value), never the value); later reports of that value on the same day resend
   the same payload. Within a day, any number of reports of one value leak ε; over D days a value reported
   daily leaks at most D·ε (the budget renews daily, as Apple's does; Tang et al.). Memo rows of earlier days
   are deleted at the day change.
@@ -31,7 +36,7 @@ from pathlib import Path
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import ReportBatch, mechanism_of
-from ldptel.client.protocol.keyed import memo_key
+from ldptel.client.protocol.keyed import memo_key, privatization_fingerprint
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.sdk.store import FILE_MODE, restrict_mode
 
@@ -85,27 +90,31 @@ def load_or_create_secret(storage_dir: Path) -> bytes:
 
 # ------------------------------------------------------------------------------------ privatizing a value
 def longitudinal_epsilon(spec: MetricSpec) -> float:
-    """ε∞: the bound for any number of reports of one value (permanent RR: per version; memoized: per day)."""
+    """ε∞: the bound for any number of reports of one value (permanent RR: per privatization; memoized: per day)."""
     return float(mechanism_of(spec.params).longitudinal_epsilon(spec.params))
 
 
 def privatize_for_device(
-    conn: sqlite3.Connection, spec: MetricSpec, value: object, *, day: int, secret: bytes
+    conn: sqlite3.Connection, spec: MetricSpec, value: object, *, day: int, secret: bytes,
+    fingerprint: bytes | None = None,
 ) -> tuple[ReportBatch, bytes, bool]:
     """``value`` privatized for this device: (the one-report batch, its stored payload, memoized or not).
 
     A mechanism with a permanent randomized response derives it from the device secret and adds fresh noise;
     any other reuses the report memoized for (value, budget ``day``) in ``conn``'s memo table, or privatizes
-    and memoizes it. Runs inside ``report()``'s transaction. Raises
+    and memoizes it; both are keyed by the spec's privatization ``fingerprint`` (computed when not given), not
+    its version. Runs inside ``report()``'s transaction. Raises
     :class:`~ldptel.client.errors.InvalidValueError` for a value the mechanism does not take.
     """
-    params, metric, version = spec.params, spec.name, spec.version
+    params, metric = spec.params, spec.name
+    if fingerprint is None:
+        fingerprint = privatization_fingerprint(params)
     mech = mechanism_of(params)
     batch: ReportBatch
     if mech.permanent:
-        batch = mech.privatize_permanent(value, params, secret=secret, metric=metric, version=version)
+        batch = mech.privatize_permanent(value, params, secret=secret, metric=metric, fingerprint=fingerprint)
         return batch, mech.pack_report(batch, params), False
-    key = memo_key(secret, metric, version, day, mech.value_key(value, params))
+    key = memo_key(secret, metric, fingerprint, day, mech.value_key(value, params))
     row = conn.execute("SELECT payload FROM memo WHERE key = ?", (key,)).fetchone()
     if row is not None:
         payload = bytes(row[0])

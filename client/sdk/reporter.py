@@ -40,9 +40,12 @@ Privacy guarantees (per device, per metric)
 ===========================================
 * One report is ε₁-LDP with ε₁ = the spec's ``effective_epsilon`` (for rr/grr the PRR+IRR split is exact:
   one report has precisely the spec's channel, so the server's estimators need no change).
-* rr, grr: all reports of one value under one metric version, ever, are together ε∞-LDP, with
-  ε∞ = ln((1 − f₁)/f₁) (rr) or ln(p₁(d − 1)/(1 − p₁)) (grr), f₁/p₁ the permanent stage; about 1.66·ε₁
-  at ε₁ = 1. See :func:`longitudinal_epsilon`.
+* rr, grr: all reports of one value under one privatization (mechanism and params: versions that only
+  change metadata share it), ever, are together ε∞-LDP, with ε∞ = ln((1 − f₁)/f₁) (rr) or
+  ln(p₁(d − 1)/(1 − p₁)) (grr), f₁/p₁ the permanent stage; about 1.66·ε₁ at ε₁ = 1. See
+  :func:`longitudinal_epsilon`. Every privatization a metric used is charged once in the lifetime ledger
+  (:func:`~ldptel.client.sdk.ledger.charge_lifetime`): all reports ever of one value are together
+  (Σ ε∞)-LDP, and a served spec that would take that sum past the policy's ε∞ is refused.
 * cms, oue-cms, hcms: all reports of one value on one budget day are together ε₁-LDP (memoized); the
   budget renews daily, so over D days a value costs at most D·ε₁.
 * Per budget day at most ``reports_per_day`` reports and ``daily_epsilon`` are spent per metric.
@@ -96,6 +99,8 @@ from pathlib import Path
 from typing import Literal
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.protocol.keyed import privatization_fingerprint
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
 from ldptel.client.protocol.validate import check_int, check_number
 from ldptel.client.protocol.wire import ReportBatch
@@ -134,6 +139,8 @@ class _Cost:
     eps_one: float
     daily: float
     refusal: str | None
+    fingerprint: bytes  # privatization_fingerprint(spec.params)
+    lifetime: float | None  # ε∞ charged once per privatization in the lifetime ledger (permanent RR); else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,10 +293,13 @@ class Reporter:
                     self._uploader.wake()
             return ReportResult("no_spec", metric)
         cost = self._cost_of(spec)
-        if cost.refusal is not None and not self._specs.is_pinned(spec):
+        pinned = self._specs.is_pinned(spec)
+        if cost.refusal is not None and not pinned:
             return self._refuse(spec, cost.refusal)
-        eps_one, daily = cost.eps_one, cost.daily
+        lifetime_cap = math.inf if pinned else self._policy.max_longitudinal_epsilon
         now = self._clock()
+        over: float | None = None
+        error: sqlite3.Error | None = None
         with self._state:
             if self._closed:
                 return ReportResult("closed", metric)
@@ -302,21 +312,27 @@ class Reporter:
                 return ReportResult("queue_full", metric, spec.version)
             self._full_logged = False
             try:
-                stored = self._store(spec, value, now, eps_one=eps_one, daily=daily)
+                stored = self._store(spec, value, now, cost=cost, lifetime_cap=lifetime_cap)
             except sqlite3.Error as exc:
                 error = exc
             else:
                 if stored is None:
                     counters.refused_budget += 1
                     return ReportResult("budget_exceeded", metric, spec.version)
-                batch, memoized = stored
-                counters.pending += 1
-                counters.unbatched += 1
-                counters.queued += 1
-                counters.memoized += memoized
-                if counters.unbatched >= self._batch_size:
-                    self._uploader.wake()
-                return ReportResult("queued", metric, spec.version, batch, memoized)
+                if isinstance(stored, float):  # refused by the lifetime ledger: told outside the lock
+                    over = stored
+                else:
+                    batch, memoized = stored
+                    counters.pending += 1
+                    counters.unbatched += 1
+                    counters.queued += 1
+                    counters.memoized += memoized
+                    if counters.unbatched >= self._batch_size:
+                        self._uploader.wake()
+                    return ReportResult("queued", metric, spec.version, batch, memoized)
+        if over is not None:
+            return self._refuse(spec, f"longitudinal_epsilon: a new privatization would take the lifetime ε∞ of a "
+                                f"value to {over:.4g}, above the device policy's maximum {lifetime_cap:.4g}")
         log.error("ldptel could not store a report: %s", error)
         self._notify(UploadError(f"local storage error: {error}", outcome="storage_error", metric=metric))
         return ReportResult("storage_error", metric, spec.version)
@@ -382,25 +398,32 @@ class Reporter:
 
     # -------------------------------------------------------------------------------------- internals
     def _store(
-        self, spec: MetricSpec, value: object, now: float, *, eps_one: float, daily: float
-    ) -> tuple[ReportBatch, bool] | None:
-        """One transaction: check the ledger, privatize, queue, spend. None when the budget refuses.
+        self, spec: MetricSpec, value: object, now: float, *, cost: _Cost, lifetime_cap: float
+    ) -> tuple[ReportBatch, bool] | float | None:
+        """One transaction: check the ledger, charge a new privatization's ε∞, privatize, queue, spend.
 
+        None when the daily budget refuses; the lifetime ε∞ it would reach when the lifetime ledger refuses.
         The caller holds ``_state``. Every exception rolls the transaction back.
         """
         conn = self._db
         conn.execute("BEGIN IMMEDIATE")
         try:
             day, high, count, eps = _ledger.state(conn, spec.name, now)
-            if not _ledger.allows(spec, count, eps, eps_one=eps_one, daily=daily):
+            if not _ledger.allows(spec, count, eps, eps_one=cost.eps_one, daily=cost.daily):
                 conn.execute("ROLLBACK")
                 return None
+            if cost.lifetime is not None:
+                over = _ledger.charge_lifetime(conn, spec.name, cost.fingerprint, cost.lifetime, cap=lifetime_cap)
+                if over is not None:
+                    conn.execute("ROLLBACK")
+                    return over
             if day > high:
                 _ledger.set_day(conn, day)
                 memo.prune(conn, day)
-            batch, payload, memoized = privatize_for_device(conn, spec, value, day=day, secret=self._secret)
+            batch, payload, memoized = privatize_for_device(
+                conn, spec, value, day=day, secret=self._secret, fingerprint=cost.fingerprint)
             _queue.enqueue(conn, spec.name, spec.version, payload)
-            _ledger.spend(conn, spec.name, day, eps_one)
+            _ledger.spend(conn, spec.name, day, cost.eps_one)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -422,8 +445,8 @@ class Reporter:
             log.debug("ldptel WAL truncation deferred: %s", exc)
 
     def _refuse(self, spec: MetricSpec, reason: str) -> ReportResult:
-        """A report refused by the policy: counted, and told to ``on_error`` once per version and reason."""
-        told = (spec.name, spec.version, reason)
+        """A report refused by the policy: counted, and told to ``on_error`` once per version and bound."""
+        told = (spec.name, spec.version, reason.split(" ", 1)[0].rstrip(":"))
         with self._state:
             self._counters.refused_policy += 1
             tell = told not in self._policy_told
@@ -441,5 +464,7 @@ class Reporter:
         if cached is None:
             eps_one, daily, eps_inf = spec.effective_epsilon, spec.daily_epsilon, longitudinal_epsilon(spec)
             refusal = self._policy.refusal(report=eps_one, daily=daily, longitudinal=eps_inf)
-            cached = self._costs[key] = _Cost(eps_one=eps_one, daily=daily, refusal=refusal)
+            cached = self._costs[key] = _Cost(
+                eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
+                lifetime=eps_inf if mechanism_of(spec.params).permanent else None)
         return cached

@@ -67,8 +67,14 @@ CREATE TABLE IF NOT EXISTS ledger(            -- privacy spend per metric and UT
     epsilon REAL NOT NULL,
     PRIMARY KEY(metric, day)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lifetime(          -- every permanent randomization a metric used, ever (never pruned)
+    metric      TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,                -- privatization_fingerprint(params): public, no value in it
+    epsilon     REAL NOT NULL,                -- its ε∞
+    PRIMARY KEY(metric, fingerprint)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS memo(              -- sketch reports memoized for the current budget day
-    key     BLOB PRIMARY KEY,                 -- HMAC-SHA256(secret, metric, version, day, value)
+    key     BLOB PRIMARY KEY,                 -- HMAC-SHA256(secret, metric, privatization fingerprint, day, value)
     day     INTEGER NOT NULL,
     payload BLOB NOT NULL
 ) WITHOUT ROWID;

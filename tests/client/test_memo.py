@@ -19,6 +19,8 @@ from ldptel.client.sdk.memo import SECRET_BYTES, SecretError, load_or_create_sec
 from ldptel.client.sdk.reporter import longitudinal_epsilon
 from tests.stats import Z, assert_chi_square, assert_close_normal
 
+FP, FP2 = b"\x01" * 32, b"\x02" * 32  # two privatization fingerprints
+
 RR_CASES = [RrParams(epsilon=e, prob_bits=b) for e in (0.05, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0) for b in (32, 16, 10)]
 GRR_CASES = [
     GrrParams(epsilon=e, domain=tuple(f"l{i}" for i in range(d)), prob_bits=b)
@@ -84,7 +86,7 @@ def test_rr_one_report_over_many_devices_has_the_spec_flip_rate() -> None:
     secrets = rng.bytes(32 * n)
     flipped = 0
     for i in range(n):
-        batch = privatize_rr(True, params, secret=secrets[32 * i : 32 * i + 32], metric="m", version=1, rng=rng)
+        batch = privatize_rr(True, params, secret=secrets[32 * i : 32 * i + 32], metric="m", fingerprint=FP, rng=rng)
         flipped += int(batch.bits[0]) >> 7 == 0
     f = params.effective_flip
     assert_close_normal(flipped / n, f, math.sqrt(f * (1 - f) / n), n=n, what="rr flip rate over devices")
@@ -97,7 +99,7 @@ def test_grr_one_report_over_many_devices_has_the_spec_distribution() -> None:
     secrets = rng.bytes(32 * n)
     counts = np.zeros(4, dtype=np.int64)
     for i in range(n):
-        batch = privatize_grr("c", params, secret=secrets[32 * i : 32 * i + 32], metric="m", version=1, rng=rng)
+        batch = privatize_grr("c", params, secret=secrets[32 * i : 32 * i + 32], metric="m", fingerprint=FP, rng=rng)
         counts[int(batch.cols[0])] += 1
     probs = [params.q, params.q, params.p, params.q]
     assert_chi_square(counts, probs, what="grr report distribution over devices")
@@ -112,41 +114,41 @@ def test_rr_repeats_from_one_device_average_to_its_prr_not_to_the_value() -> Non
     n = 6_000
     for device in range(2):
         secret = rng.bytes(32)
-        prr_flipped = prr_stream(secret, "m", 1, "rr", b"\x01").bits(split.bits) < split.prr_threshold
+        prr_flipped = prr_stream(secret, "m", FP, "rr", b"\x01").bits(split.bits) < split.prr_threshold
         prr_bit = not prr_flipped
-        ones = sum(int(privatize_rr(True, params, secret=secret, metric="m", version=1, rng=rng).bits[0]) >> 7 for _ in range(n))
+        ones = sum(int(privatize_rr(True, params, secret=secret, metric="m", fingerprint=FP, rng=rng).bits[0]) >> 7 for _ in range(n))
         target = (1 - f2) if prr_bit else f2
         assert_close_normal(ones / n, target, math.sqrt(f2 * (1 - f2) / n), n=n, what=f"device {device} mean report")
 
 
-def test_prr_depends_on_secret_metric_version_and_value() -> None:
+def test_prr_depends_on_secret_metric_privatization_and_value() -> None:
     rng = np.random.default_rng(9)
     s1, s2 = rng.bytes(32), rng.bytes(32)
-    base = prr_stream(s1, "m", 1, "rr", b"\x01").word()
-    assert prr_stream(s1, "m", 1, "rr", b"\x01").word() == base  # deterministic
+    base = prr_stream(s1, "m", FP, "rr", b"\x01").word()
+    assert prr_stream(s1, "m", FP, "rr", b"\x01").word() == base  # deterministic
     for other in (
-        prr_stream(s2, "m", 1, "rr", b"\x01"),
-        prr_stream(s1, "n", 1, "rr", b"\x01"),
-        prr_stream(s1, "m", 2, "rr", b"\x01"),
-        prr_stream(s1, "m", 1, "rr", b"\x00"),
+        prr_stream(s2, "m", FP, "rr", b"\x01"),
+        prr_stream(s1, "n", FP, "rr", b"\x01"),
+        prr_stream(s1, "m", FP2, "rr", b"\x01"),
+        prr_stream(s1, "m", FP, "rr", b"\x00"),
     ):
         assert other.word() != base
 
 
 def test_prr_stream_below_is_uniform() -> None:
-    stream = prr_stream(b"k" * 32, "m", 1, "grr", b"x")
+    stream = prr_stream(b"k" * 32, "m", FP, "grr", b"x")
     counts = np.bincount([stream.below(7) for _ in range(70_000)], minlength=7)
     assert_chi_square(counts, [1 / 7] * 7, what="HMAC stream below(7)")
 
 
-def test_memo_key_covers_metric_version_day_and_value() -> None:
+def test_memo_key_covers_metric_privatization_day_and_value() -> None:
     secret = bytes(range(32))
-    key = memo_key(secret, "m", 1, 19_000, b"v")
+    key = memo_key(secret, "m", FP, 19_000, b"v")
     assert len(key) == 32
-    assert key == memo_key(secret, "m", 1, 19_000, b"v")
-    variants = [memo_key(secret, "m", 1, 19_001, b"v"), memo_key(secret, "m", 2, 19_000, b"v"),
-                memo_key(secret, "n", 1, 19_000, b"v"), memo_key(secret, "m", 1, 19_000, b"w"),
-                memo_key(bytes(32), "m", 1, 19_000, b"v")]
+    assert key == memo_key(secret, "m", FP, 19_000, b"v")
+    variants = [memo_key(secret, "m", FP, 19_001, b"v"), memo_key(secret, "m", FP2, 19_000, b"v"),
+                memo_key(secret, "n", FP, 19_000, b"v"), memo_key(secret, "m", FP, 19_000, b"w"),
+                memo_key(bytes(32), "m", FP, 19_000, b"v")]
     assert key not in variants and len(set(variants)) == len(variants)
 
 
@@ -154,9 +156,9 @@ def test_value_errors_do_not_echo_the_value() -> None:
     rr = RrParams(epsilon=1.0)
     grr = GrrParams(epsilon=1.0, domain=("a", "b"))
     with pytest.raises(InvalidValueError):
-        privatize_rr("yes", rr, secret=bytes(32), metric="m", version=1)
+        privatize_rr("yes", rr, secret=bytes(32), metric="m", fingerprint=FP)
     with pytest.raises(UnknownValueError) as exc:
-        privatize_grr("secret-label-xyz", grr, secret=bytes(32), metric="m", version=1)
+        privatize_grr("secret-label-xyz", grr, secret=bytes(32), metric="m", fingerprint=FP)
     assert "secret-label-xyz" not in str(exc.value)
 
 

@@ -289,12 +289,12 @@ def test_rr_repeats_share_one_permanent_response(tmp_path) -> None:
     ones = sum(int(rep.report("m.rr", True).report.bits[0]) >> 7 for _ in range(3000))
     rep.close(timeout=0)
     from ldptel.client.mechanisms.rr import rr_split
-    from ldptel.client.protocol.keyed import prr_stream
+    from ldptel.client.protocol.keyed import privatization_fingerprint, prr_stream
     from ldptel.client.sdk.memo import load_or_create_secret
 
     split = rr_split(rr.params)  # type: ignore[arg-type]
     f2 = split.irr_num / split.irr_den
-    prr_bit = prr_stream(load_or_create_secret(tmp_path), "m.rr", 1, "rr", b"\x01").bits(split.bits) >= split.prr_threshold
+    prr_bit = prr_stream(load_or_create_secret(tmp_path), "m.rr", privatization_fingerprint(rr.params), "rr", b"\x01").bits(split.bits) >= split.prr_threshold
     target = 1 - f2 if prr_bit else f2
     se = (f2 * (1 - f2) / 3000) ** 0.5
     assert abs(ones / 3000 - target) <= 6 * se
