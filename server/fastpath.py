@@ -8,7 +8,7 @@ wraps ``app.wsgi_app`` (the way Flask documents for middleware) and answers that
 
 It only ever answers **202** (or **503** when Redis is unreachable). At the first thing that is not the common
 case — another path, method or content type, a missing length or a chunked body, a body over the limit, no or
-not an app token, the rate limit, a batch that does not decode, too many reports, an unknown metric, a retired
+not an app token, the rate limit, a multi-part upload or a batch that does not decode, too many reports, an unknown metric, a retired
 metric or another version, or anything unexpected before the append — it hands the request, with the body it
 read, to the Flask app, which checks everything again and answers with the documented error. So every error
 comes from one place (the Flask app: ``reports.py``, ``auth.py``, ``errors.py``), and both paths share the

@@ -21,6 +21,7 @@ _ERROR_CODES = [
     "bad_request",
     "malformed_body",
     "invalid_batch",
+    "invalid_upload",
     "invalid_spec",
     "unauthorized",
     "forbidden",
@@ -151,6 +152,22 @@ _SCHEMAS: dict[str, Any] = {
         },
         "additionalProperties": False,
     },
+    "UploadResults": {
+        "type": "object",
+        "required": ["parts"],
+        "properties": {
+            "parts": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "required": ["http_status"],
+                    "properties": {"http_status": {"type": "integer", "enum": [202, 400, 404, 409, 413]}},
+                },
+            }
+        },
+        "additionalProperties": False,
+    },
     "JsonBatch": {
         "type": "object",
         "required": ["metric", "version", "batch_id", "mechanism", "reports"],
@@ -253,8 +270,11 @@ _PATHS: dict[str, Any] = {
             "summary": "Ingest one batch of privatized reports (app token)",
             "description": (
                 "The body is one batch in the binary wire format (application/octet-stream) or its JSON form "
-                "(application/json, for debugging). A retried batch (same batch id) is acknowledged again but "
-                "appended once. The server assigns the UTC day and stores nothing about the sender."
+                "(application/json, for debugging), or a multi-part upload of several batches (binary, magic "
+                "LDPU): each part is validated, deduped and stored on its own and answered in 200 {parts: [...]} "
+                "with the status and body a single batch would get. A retried batch (same batch id) is "
+                "acknowledged again but appended once. The server assigns the UTC day and stores nothing about "
+                "the sender."
             ),
             "requestBody": {
                 "required": True,
@@ -265,6 +285,7 @@ _PATHS: dict[str, Any] = {
             },
             "responses": {
                 "202": _json("appended (or a duplicate of an appended batch)", "Accepted"),
+                "200": _json("a multi-part upload: one result per part, in order", "UploadResults"),
                 "400": _error("malformed body, wrong sizes, indices or bits"),
                 "404": _error("unknown metric"),
                 "409": _error("retired metric or not the current version; the body carries the current spec"),

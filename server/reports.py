@@ -16,6 +16,14 @@ written:
 5. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
    (202 only after Redis replied; :mod:`ldptel.storage.append`).
 
+A **multi-part upload** (binary body starting with ``b"LDPU"``, :func:`ldptel.client.protocol.wire.split_upload`)
+carries several batches (of different metrics, versions, days). After step 1 and a check of the envelope (400),
+each part goes through steps 2 to 5 on its own, exactly as a single batch: its own batch id, dedupe key and
+stream entry, nothing shared between parts at rest. The answer is 200 with ``{"parts": [...]}``, one result per
+part in order: ``{"http_status": 202, **accepted}`` or ``{"http_status": <4xx>, "error": ..., ...}`` as
+that batch alone would have been answered. Redis failing midway answers 503 for the whole upload; a retry is
+deduped part by part.
+
 The JSON form (for debugging) is checked the same way and re-encoded to the binary form before the append.
 Every rejection after authentication is counted by metric and reason (Prometheus, ``prom.py``). The common
 request, a valid binary batch, is answered before Flask by ``fastpath.py``, which hands everything else here.
@@ -33,11 +41,18 @@ from flask import Blueprint, Response
 
 from ldptel.client.errors import WireFormatError
 from ldptel.client.protocol.specs import MetricSpec
-from ldptel.client.protocol.wire import batch_from_json, decode_header, decode_payload, encode_batch
+from ldptel.client.protocol.wire import (
+    batch_from_json,
+    decode_header,
+    decode_payload,
+    encode_batch,
+    is_upload,
+    split_upload,
+)
 from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
-from ldptel.server.state import IngestState, append_batch, cached_record, current_state
+from ldptel.server.state import IngestState, append_batch, cached_record, current_state, error_body
 from ldptel.storage.registry import MetricRecord, UnknownMetricError
 
 __all__ = ["bp"]
@@ -64,6 +79,8 @@ def post_reports() -> Response:
     state = current_state()
     try:
         mimetype, body = read_body(kinds=(_BINARY, _JSON))
+        if mimetype == _BINARY and is_upload(body):
+            return json_response({"parts": [_part(state, part) for part in _parts(body)]}, 200)
         batch = _binary_batch(state, body) if mimetype == _BINARY else _json_batch(state, body)
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)
@@ -72,6 +89,26 @@ def post_reports() -> Response:
         state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data
     )
     return json_response(accepted, 202)
+
+
+def _parts(body: bytes) -> list[bytes]:
+    try:
+        return [bytes(part) for part in split_upload(body)]
+    except WireFormatError as exc:
+        fail(400, "invalid_upload", str(exc))
+
+
+def _part(state: IngestState, body: bytes) -> dict[str, object]:
+    """One part of a multi-part upload, handled as a single batch; its result (never raises an ApiError)."""
+    try:
+        batch = _binary_batch(state, body)
+    except ApiError as exc:
+        state.telemetry.rejected(exc.metric, exc.code, exc.n)
+        return {"http_status": exc.status, **error_body(exc.code, exc.message, **exc.extra)}
+    accepted = append_batch(
+        state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data
+    )
+    return {"http_status": 202, **accepted}
 
 
 def _binary_batch(state: IngestState, body: bytes) -> _Batch:

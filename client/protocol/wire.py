@@ -14,7 +14,19 @@ Layout, all integers little-endian::
                        ldptel.client.mechanisms.base): e.g. cms is n × u16 rows j < k, then n × m/8
                        bytes of each report's m bits packed MSB first; rr is ceil(n/8) bytes of bits
 
-The total length must match exactly. :func:`decode_batch` checks every field against the metric's params
+The total length must match exactly.
+
+A **multi-part upload** carries several such batches (of different metrics, versions and days) in one
+request body, each with its own batch id, so the server stores each part as a separate entry with nothing in
+common (:func:`encode_upload`, :func:`split_upload`)::
+
+    magic     4 bytes  b"LDPU"
+    format    u8       FORMAT_VERSION (1)
+    flags     u8       0 (reserved)
+    parts     u16      number of parts, 1..MAX_UPLOAD_PARTS
+    then per part: length u32, then that many bytes: one batch as above
+
+ :func:`decode_batch` checks every field against the metric's params
 and raises :class:`~ldptel.client.errors.WireFormatError` for anything else; it never raises another
 exception type on any input (fuzzed with hypothesis). A JSON form of the same content exists for debugging
 (:func:`batch_to_json` / :func:`batch_from_json`), validated the same way.
@@ -32,11 +44,15 @@ from ldptel.client.mechanisms.registry import mechanism_by_code, mechanism_codes
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, Params
 
 MAGIC = b"LDPT"
+UPLOAD_MAGIC = b"LDPU"
+MAX_UPLOAD_PARTS = 256
 FORMAT_VERSION = 1
 MAX_REPORTS = (1 << 32) - 1
 # Reports per uploaded batch: the SDK's largest batch and the ingest service's default limit (LDPTEL_MAX_BATCH_REPORTS).
 DEFAULT_MAX_BATCH_REPORTS = 10_000
 _HEADER = struct.Struct("<4sBBHII16sB")
+_UPLOAD_HEADER = struct.Struct("<4sBBH")
+_PART_LENGTH = struct.Struct("<I")
 
 __all__ = [
     "BatchHeader",
@@ -44,6 +60,8 @@ __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_REPORTS",
+    "MAX_UPLOAD_PARTS",
+    "UPLOAD_MAGIC",
     "ReportBatch",
     "batch_from_json",
     "batch_to_json",
@@ -51,6 +69,10 @@ __all__ = [
     "decode_header",
     "decode_payload",
     "encode_batch",
+    "encode_upload",
+    "is_upload",
+    "split_upload",
+    "upload_size",
 ]
 
 
@@ -150,6 +172,59 @@ def decode_payload(data: bytes | memoryview, header: BatchHeader, params: Params
         raise WireFormatError(f"batch is {header.mechanism!r} but the metric's mechanism is {mech.name!r}")
     batch: ReportBatch = mech.decode_payload(memoryview(data)[header.payload_offset :], header.n, params)
     return batch
+
+
+# ---------------------------------------------------------------------------------------- multi-part uploads
+def upload_size(part_sizes: list[int]) -> int:
+    """Bytes of the upload of parts of these sizes."""
+    return _UPLOAD_HEADER.size + sum(_PART_LENGTH.size + size for size in part_sizes)
+
+
+def encode_upload(parts: list[bytes]) -> bytes:
+    """One request body carrying ``parts`` (each an encoded batch: :func:`encode_batch`), in order."""
+    if not 1 <= len(parts) <= MAX_UPLOAD_PARTS:
+        raise WireFormatError(f"an upload holds 1 to {MAX_UPLOAD_PARTS} parts, got {len(parts)}")
+    out = [_UPLOAD_HEADER.pack(UPLOAD_MAGIC, FORMAT_VERSION, 0, len(parts))]
+    for part in parts:
+        if part[:4] != MAGIC:
+            raise WireFormatError("every part of an upload is a batch (magic b'LDPT')")
+        out += [_PART_LENGTH.pack(len(part)), part]
+    return b"".join(out)
+
+
+def is_upload(data: bytes | memoryview) -> bool:
+    """``data`` starts like a multi-part upload (not a single batch)."""
+    return bytes(data[:4]) == UPLOAD_MAGIC
+
+
+def split_upload(data: bytes | memoryview) -> list[memoryview]:
+    """The parts of a multi-part upload, as views of ``data`` (each to decode as a batch); checks the
+    envelope only (magic, format, flags, part count, lengths that add up exactly)."""
+    view = memoryview(data)
+    if len(view) < _UPLOAD_HEADER.size:
+        raise WireFormatError(f"upload too short: {len(view)} bytes, the header alone is {_UPLOAD_HEADER.size}")
+    magic, fmt, flags, count = _UPLOAD_HEADER.unpack_from(view)
+    if magic != UPLOAD_MAGIC:
+        raise WireFormatError("not an ldptel upload (bad magic; expected b'LDPU')")
+    if fmt != FORMAT_VERSION:
+        raise WireFormatError(f"unsupported upload format {fmt}; this build reads format {FORMAT_VERSION}")
+    if flags != 0:
+        raise WireFormatError(f"reserved upload flags must be 0, got {flags}")
+    if not 1 <= count <= MAX_UPLOAD_PARTS:
+        raise WireFormatError(f"an upload holds 1 to {MAX_UPLOAD_PARTS} parts, got {count}")
+    parts, at = [], _UPLOAD_HEADER.size
+    for i in range(count):
+        if len(view) < at + _PART_LENGTH.size:
+            raise WireFormatError(f"upload truncated before the length of part {i}")
+        (length,) = _PART_LENGTH.unpack_from(view, at)
+        at += _PART_LENGTH.size
+        if length < 1 or len(view) < at + length:
+            raise WireFormatError(f"part {i} claims {length} bytes; {len(view) - at} are left")
+        parts.append(view[at : at + length])
+        at += length
+    if at != len(view):
+        raise WireFormatError(f"{len(view) - at} bytes after the last of the {count} parts")
+    return parts
 
 
 # ------------------------------------------------------------------------------------------------- JSON

@@ -8,11 +8,18 @@ Forming a batch is one transaction: take up to ``batch_size`` reports of one (me
 order, encode them with :func:`ldptel.client.protocol.wire.encode_batch` under a fresh random 16-byte batch id,
 insert the batch row (id and exact body) and delete the reports. Retries resend the stored body, so the
 batch id never changes and the server's dedupe counts it once.
+
+Uploads (:func:`plan_uploads`): stored batches go out combined, up to ``max_parts`` batches and
+``max_bytes`` bytes per request (:func:`ldptel.client.protocol.wire.encode_upload`), at most one batch per
+metric in one upload (two parts of one metric would land side by side in that metric's stream), oldest
+first. Each part keeps its own batch id, so a combined upload is stored as unrelated entries.
 """
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -20,7 +27,7 @@ from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.registry import mechanism_of
 from ldptel.client.protocol.rng import secure_token
 from ldptel.client.protocol.specs import MetricSpec, Params
-from ldptel.client.protocol.wire import encode_batch
+from ldptel.client.protocol.wire import encode_batch, upload_size
 
 
 # ------------------------------------------------------------------------------------------- payloads
@@ -124,12 +131,47 @@ def form_batches(
     return FormResult(formed=formed, moved=moved, unencodable=dropped)
 
 
-def next_batch(conn: sqlite3.Connection, after_id: int = 0) -> StoredBatch | None:
-    row = conn.execute(
-        "SELECT id, batch_id, metric, version, n, body FROM batches WHERE id > ? ORDER BY id LIMIT 1",
-        (after_id,),
-    ).fetchone()
-    return None if row is None else StoredBatch(*row)
+def plan_uploads(conn: sqlite3.Connection, *, max_parts: int, max_bytes: int) -> list[list[int]]:
+    """The stored batches (row ids) grouped into uploads: each at most ``max_parts`` batches of distinct
+    metrics and ``max_bytes`` bytes (a larger batch goes alone), oldest batch first. O(batches · log metrics)."""
+    queues: dict[str, deque[tuple[int, int]]] = {}
+    for row_id, metric, size in conn.execute("SELECT id, metric, length(body) FROM batches ORDER BY id"):
+        queues.setdefault(metric, deque()).append((int(row_id), int(size)))
+    heads = [(q[0][0], metric) for metric, q in queues.items()]
+    heapq.heapify(heads)
+    plans: list[list[int]] = []
+    while heads:
+        taken: list[int] = []
+        sizes: list[int] = []
+        skipped: list[tuple[int, str]] = []
+        used: list[str] = []
+        while heads and len(taken) < max_parts:
+            head = heapq.heappop(heads)
+            row_id, size = queues[head[1]][0]
+            if taken and upload_size([*sizes, size]) > max_bytes:
+                skipped.append(head)  # too big for this upload: next time
+                continue
+            taken.append(row_id)
+            sizes.append(size)
+            used.append(head[1])
+        for metric in used:
+            queue = queues[metric]
+            queue.popleft()
+            if queue:
+                skipped.append((queue[0][0], metric))
+        for head in skipped:
+            heapq.heappush(heads, head)
+        plans.append(taken)
+    return plans
+
+
+def load_batches(conn: sqlite3.Connection, ids: list[int]) -> list[StoredBatch]:
+    """The stored batches with these row ids that are still there, in the order given."""
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(
+        f"SELECT id, batch_id, metric, version, n, body FROM batches WHERE id IN ({marks})", ids).fetchall()
+    found = {row[0]: StoredBatch(*row) for row in rows}
+    return [found[i] for i in ids if i in found]
 
 
 def remove_batch(conn: sqlite3.Connection, batch: StoredBatch) -> None:

@@ -103,7 +103,7 @@ from ldptel.client.mechanisms.registry import mechanism_of
 from ldptel.client.protocol.keyed import privatization_fingerprint
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
 from ldptel.client.protocol.validate import check_int, check_number
-from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.protocol.wire import MAX_UPLOAD_PARTS, ReportBatch
 from ldptel.client.sdk import ledger as _ledger
 from ldptel.client.sdk import memo
 from ldptel.client.sdk import queue as _queue
@@ -113,7 +113,7 @@ from ldptel.client.sdk.notify import Notifier, UploadError, log
 from ldptel.client.sdk.policy import PolicyRefusal, PrivacyPolicy
 from ldptel.client.sdk.spec_cache import SpecCache, pinned_by_name
 from ldptel.client.sdk.store import REPORT_AUTOCHECKPOINT, connect, init_schema, truncate_wal
-from ldptel.client.sdk.transport import MAX_BATCH_SIZE, Backoff, Transport
+from ldptel.client.sdk.transport import DEFAULT_UPLOAD_PARTS, MAX_BATCH_SIZE, Backoff, Transport
 from ldptel.client.sdk.uploader import Uploader
 
 __all__ = [
@@ -169,6 +169,8 @@ class Reporter:
         spec cache and the device secret. Deleting it resets the longitudinal guarantees.
     :param batch_size: reports per uploaded batch (also the queue length that triggers an upload), 1 to
         :data:`MAX_BATCH_SIZE`.
+    :param upload_parts: most batches (of distinct metrics) combined into one upload, 1 to
+        :data:`~ldptel.client.protocol.wire.MAX_UPLOAD_PARTS`; 1 sends one batch per request.
     :param flush_interval: seconds between uploads of partial batches, > 0.
     :param max_queue: most unacknowledged reports kept on disk; more are dropped and counted.
     :param specs: pinned specs (offline use): a mapping name → :class:`MetricSpec` or an iterable of specs.
@@ -208,6 +210,7 @@ class Reporter:
         storage_dir: str | os.PathLike[str],
         *,
         batch_size: int = 256,
+        upload_parts: int = DEFAULT_UPLOAD_PARTS,
         flush_interval: float = 30.0,
         max_queue: int = 10_000,
         specs: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None = None,
@@ -224,6 +227,7 @@ class Reporter:
     ) -> None:
         self._batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
         self._max_queue = check_int("max_queue", max_queue, 1, sys.maxsize)
+        upload_parts = check_int("upload_parts", upload_parts, 1, MAX_UPLOAD_PARTS)
         flush_interval = check_number("flush_interval", flush_interval, 0.0, math.inf, open_interval=True, allow_inf=True)
         timeout = check_number("timeout", timeout, 0.0, math.inf, open_interval=True)
         spec_ttl = check_number("spec_ttl", spec_ttl, 0.0, math.inf, open_interval=True, allow_inf=True)
@@ -266,7 +270,7 @@ class Reporter:
                 self._specs.request(name)
             self._uploader = Uploader(
                 storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
-                clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size,
+                clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size, upload_parts=upload_parts,
                 flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap),
                 notify=self._notify)
         except BaseException:

@@ -42,6 +42,10 @@ from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS
 
 Outcome = Literal["ack", "stale", "auth", "retry", "rejected"]
 MAX_BATCH_SIZE = DEFAULT_MAX_BATCH_REPORTS  # reports per batch; see the module docstring
+# Bytes of one combined upload (several batches; one larger batch still goes alone): a quarter of the
+# ingest service's default body limit (LDPTEL_MAX_BODY_BYTES, 4 MiB).
+MAX_UPLOAD_BYTES = 1 << 20
+DEFAULT_UPLOAD_PARTS = 16  # batches combined into one upload by default
 USER_AGENT = "ldptel-client/0.1"
 MAX_RETRY_AFTER = 3600.0
 _MAX_RESPONSE = 1 << 20

@@ -9,10 +9,15 @@ One cycle (:meth:`Uploader.cycle`):
 4. form batches (:func:`ldptel.client.sdk.queue.form_batches`): full ones as soon as ``batch_size`` reports
    of one version are queued, partial ones every ``flush_interval`` seconds or when flushing. Each batch gets
    its random id and exact bytes once, on disk, so every retry resends the same batch;
-5. send the stored batches in order and settle each by the server's answer
-   (:func:`ldptel.client.sdk.transport.classify`): acknowledged → delivered; 409 → dropped as stale and the
-   spec the answer carries adopted; another 4xx → dropped as rejected; 401/403, 408/425/429, 5xx or a
-   network error → kept, and the uploader backs off (:class:`~ldptel.client.sdk.transport.Backoff`);
+5. send the stored batches, oldest first, combined into multi-part uploads of up to ``upload_parts``
+   batches of distinct metrics and :data:`~ldptel.client.sdk.transport.MAX_UPLOAD_BYTES`
+   (:func:`ldptel.client.sdk.queue.plan_uploads`; an upload of one batch is sent as that batch), and settle
+   each batch by the server's answer for it (:func:`ldptel.client.sdk.transport.classify`; a multi-part
+   upload is answered 200 with one status per part): acknowledged → delivered; 409 → dropped as stale and
+   the spec the answer carries adopted; another 4xx → dropped as rejected; 401/403, 408/425/429, 5xx or a
+   network error for the request → kept, and the uploader backs off
+   (:class:`~ldptel.client.sdk.transport.Backoff`). A server that refuses the multi-part form itself
+   (another 4xx for the whole upload: an older server) gets single batches from then on;
 6. checkpoint the WAL (the ``report()`` connection leaves checkpoints to this one).
 
 It runs on a background thread (``ldptel-uploader``) that sleeps until the next cycle is due or it is woken,
@@ -28,18 +33,20 @@ thread sleeps on it and :meth:`flush` waits on it. ``_lock`` is always taken bef
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from ldptel.client.protocol.wire import encode_upload
 from ldptel.client.sdk import queue as _queue
 from ldptel.client.sdk.counters import Counters
 from ldptel.client.sdk.notify import Notifier, UploadError, log
 from ldptel.client.sdk.spec_cache import SpecCache
 from ldptel.client.sdk.store import connect
-from ldptel.client.sdk.transport import NETWORK_ERRORS, Backoff, Transport, classify
+from ldptel.client.sdk.transport import MAX_UPLOAD_BYTES, NETWORK_ERRORS, Backoff, Response, Transport, classify
 
 __all__ = ["Uploader"]
 
@@ -64,6 +71,7 @@ class Uploader:
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         batch_size: int,
+        upload_parts: int,
         flush_interval: float,
         backoff: Backoff,
         notify: Notifier,
@@ -76,6 +84,7 @@ class Uploader:
         self._clock = clock
         self._sleep = sleep
         self._batch_size = batch_size
+        self._upload_parts = upload_parts  # 1 after a server refused the multi-part form
         self._flush_interval = flush_interval
         self._backoff = backoff
         self._notify = notify
@@ -195,10 +204,10 @@ class Uploader:
                     self._counters.unbatched -= res.moved
                     self._counters.pending -= res.unencodable
                     self._counters.dropped_stale += res.unencodable
-            last = 0
-            while (batch := _queue.next_batch(self._db, last)) is not None:
-                last = batch.id
-                if not self._send(batch):
+            for ids in _queue.plan_uploads(self._db, max_parts=self._upload_parts, max_bytes=MAX_UPLOAD_BYTES):
+                batches = _queue.load_batches(self._db, ids)
+                sent = self._send(batches[0]) if len(batches) == 1 else self._send_upload(batches)
+                if not sent:
                     break
             try:
                 self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
@@ -217,26 +226,58 @@ class Uploader:
             self._notify(_batch_error(batch, f"network error: {exc!r}", status=None, outcome="retry"))
             return False
         outcome = classify(resp.status)
-        if outcome == "ack":
-            self._settle(batch, "ack")
-            self._backoff.reset()
-            return True
         if outcome == "retry" or outcome == "auth":
             self._retry(resp.retry_after)
             self._notify(_batch_error(batch, f"HTTP {resp.status}; will retry", status=resp.status, outcome=outcome))
             return False
-        if outcome == "stale":
+        if outcome == "ack":
+            self._backoff.reset()
+        self._settle_answer(batch, resp)
+        return True
+
+    def _send_upload(self, batches: list[_queue.StoredBatch]) -> bool:
+        """Post several batches as one multi-part upload and settle each by its part's answer; False when the
+        uploader must back off."""
+        try:
+            resp = self._tx.post_batch(encode_upload([b.body for b in batches]))
+        except NETWORK_ERRORS as exc:
+            self._retry(None)
+            self._notify(UploadError(f"network error: {exc!r}", outcome="retry", n=sum(b.n for b in batches)))
+            return False
+        results = _part_results(resp, len(batches))
+        if results is None:
+            outcome = classify(resp.status)
+            if outcome in ("retry", "auth") or resp.status == 200:  # 200 without a readable answer: retry
+                self._retry(resp.retry_after)
+                self._notify(UploadError(
+                    f"HTTP {resp.status} for an upload of {len(batches)} batches; will retry", status=resp.status,
+                    outcome="retry" if outcome == "ack" else outcome, n=sum(b.n for b in batches)))
+                return False
+            log.warning("ldptel: the server refused a multi-part upload (HTTP %d); sending single batches", resp.status)
+            self._upload_parts = 1
+            return all(self._send(batch) for batch in batches)
+        self._backoff.reset()
+        for batch, (status, body) in zip(batches, results, strict=True):
+            self._settle_answer(batch, Response(status=status, retry_after=None, body=body))
+        return True
+
+    def _settle_answer(self, batch: _queue.StoredBatch, resp: Response) -> None:
+        """Settle one batch the server answered for good (ack, stale or rejected); a part that asks for a
+        retry stays stored for the next cycle."""
+        outcome = classify(resp.status)
+        if outcome == "ack":
+            self._settle(batch, "ack")
+        elif outcome == "stale":
             self._settle(batch, "stale")
             self._specs.adopt(batch.metric, resp.json())
             self._notify(_batch_error(
                 batch, f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; "
                 f"{batch.n} reports dropped", status=409, outcome="stale"))
-            return True
-        self._settle(batch, "rejected")
-        self._notify(_batch_error(
-            batch, f"HTTP {resp.status}: batch rejected for good; {batch.n} reports dropped ({resp.body[:200]!r})",
-            status=resp.status, outcome="rejected"))
-        return True
+        elif outcome == "rejected":
+            self._settle(batch, "rejected")
+            self._notify(_batch_error(
+                batch, f"HTTP {resp.status}: batch rejected for good; {batch.n} reports dropped ({resp.body[:200]!r})",
+                status=resp.status, outcome="rejected"))
 
     def _settle(self, batch: _queue.StoredBatch, outcome: Literal["ack", "stale", "rejected"]) -> None:
         _queue.remove_batch(self._db, batch)
@@ -253,6 +294,23 @@ class Uploader:
     def _pending(self) -> int:
         with self._state:
             return self._counters.pending
+
+
+def _part_results(resp: Response, parts: int) -> list[tuple[int, bytes]] | None:
+    """(status, JSON body) of each part of a multi-part upload's 200 answer; None for any other answer."""
+    if resp.status != 200:
+        return None
+    data = resp.json()
+    items = data.get("parts") if isinstance(data, dict) else None
+    if not isinstance(items, list) or len(items) != parts:
+        return None
+    out: list[tuple[int, bytes]] = []
+    for item in items:
+        status = item.get("http_status") if isinstance(item, dict) else None
+        if not isinstance(status, int) or isinstance(status, bool):
+            return None
+        out.append((status, json.dumps(item).encode()))
+    return out
 
 
 def _batch_error(batch: _queue.StoredBatch, message: str, *, status: int | None, outcome: str) -> UploadError:

@@ -9,7 +9,15 @@ import pytest
 
 from ldptel.client import CmsParams, GrrParams, HcmsParams, MetricSpec, OueCmsParams, RrParams, privatize
 from ldptel.client.protocol.wire import decode_batch, encode_batch
-from ldptel.client.sdk.queue import form_batches, next_batch, pack_report, payload_size, unpack_reports
+from ldptel.client.sdk.queue import (
+    StoredBatch,
+    form_batches,
+    load_batches,
+    pack_report,
+    payload_size,
+    plan_uploads,
+    unpack_reports,
+)
 from ldptel.client.sdk.reporter import Reporter
 from ldptel.client.sdk.store import DB_FILE, connect, init_schema
 from tests.client.conftest import FakeClock
@@ -54,6 +62,11 @@ def test_stored_payloads_rebuild_the_exact_batch(params) -> None:
             assert decoded.bit_values()[i] == single.bit_values()[0]
 
 
+def _oldest(conn: sqlite3.Connection) -> StoredBatch | None:
+    plans = plan_uploads(conn, max_parts=1, max_bytes=1)
+    return load_batches(conn, plans[0])[0] if plans else None
+
+
 def test_batch_formation_is_one_transaction_with_a_stored_id(tmp_path) -> None:
     spec = MetricSpec(name="m", params=CmsParams(epsilon=4.0, k=4, m=64))
     conn = connect(tmp_path, synchronous="FULL")
@@ -67,7 +80,7 @@ def test_batch_formation_is_one_transaction_with_a_stored_id(tmp_path) -> None:
     res = form_batches(conn, batch_size=10, partial=True, spec_of=lambda m, v: spec)
     assert (res.formed, res.moved) == (1, 5)
     assert conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0] == 0
-    first = next_batch(conn)
+    first = _oldest(conn)
     assert first is not None and len(first.batch_id) == 16
     header, _ = decode_batch(first.body, spec.params)
     assert header.batch_id == first.batch_id and header.n == 10
@@ -75,7 +88,7 @@ def test_batch_formation_is_one_transaction_with_a_stored_id(tmp_path) -> None:
     assert len(set(ids)) == 3
     conn.close()
     reopened = connect(tmp_path, synchronous="NORMAL")  # the id survives a restart unchanged
-    again = next_batch(reopened)
+    again = _oldest(reopened)
     assert again is not None and again.batch_id == first.batch_id and again.body == first.body
     reopened.close()
 
