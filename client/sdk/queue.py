@@ -4,8 +4,9 @@ A report is stored as the bytes of its privatized form only (never the value): t
 of that one report (the mechanism's columns, :mod:`ldptel.client.mechanisms.base`), so forming a batch stacks
 the stored records and re-lays them out column by column, vectorized.
 
-Forming a batch is one transaction: take up to ``batch_size`` reports of one (metric, version) in queue
-order, encode them with :func:`ldptel.client.protocol.wire.encode_batch` under a fresh random 16-byte batch id,
+Forming a batch is one transaction: take up to ``batch_size`` reports of one (metric, version, budget day)
+in queue order (an offline backlog of several days becomes one batch per day, stored apart by the server, not
+one entry that links the days), encode them with :func:`ldptel.client.protocol.wire.encode_batch` under a fresh random 16-byte batch id,
 insert the batch row (id and exact body) and delete the reports. Retries resend the stored body, so the
 batch id never changes and the server's dedupe counts it once.
 
@@ -58,8 +59,10 @@ class StoredBatch:
     body: bytes
 
 
-def enqueue(conn: sqlite3.Connection, metric: str, version: int, payload: bytes) -> None:
-    conn.execute("INSERT INTO reports(metric, version, payload) VALUES (?, ?, ?)", (metric, version, payload))
+def enqueue(conn: sqlite3.Connection, metric: str, version: int, payload: bytes, *, day: int) -> None:
+    """Queue a privatized report of budget ``day`` (batches never mix days: see :func:`form_batches`)."""
+    conn.execute(
+        "INSERT INTO reports(metric, version, day, payload) VALUES (?, ?, ?, ?)", (metric, version, day, payload))
 
 
 def pending_count(conn: sqlite3.Connection) -> int:
@@ -95,20 +98,21 @@ def form_batches(
     formed = moved = dropped = 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        groups = conn.execute("SELECT metric, version, COUNT(*) FROM reports GROUP BY metric, version").fetchall()
-        for metric, version, count in groups:
+        groups = conn.execute(
+            "SELECT metric, version, day, COUNT(*) FROM reports GROUP BY metric, version, day").fetchall()
+        for metric, version, day, count in groups:
             if count < batch_size and not partial:
                 continue
             spec = spec_of(metric, version)
             if spec is None:  # cannot be encoded (should not happen: specs are stored with their reports)
-                conn.execute("DELETE FROM reports WHERE metric = ? AND version = ?", (metric, version))
+                conn.execute("DELETE FROM reports WHERE metric = ? AND version = ? AND day = ?", (metric, version, day))
                 dropped += count
                 moved += count
                 continue
             while True:
                 rows = conn.execute(
-                    "SELECT id, payload FROM reports WHERE metric = ? AND version = ? ORDER BY id LIMIT ?",
-                    (metric, version, batch_size),
+                    "SELECT id, payload FROM reports WHERE metric = ? AND version = ? AND day = ? ORDER BY id LIMIT ?",
+                    (metric, version, day, batch_size),
                 ).fetchall()
                 if not rows or (len(rows) < batch_size and not partial):
                     break
@@ -120,7 +124,8 @@ def form_batches(
                     (batch_id, metric, version, len(rows), body),
                 )
                 conn.execute(
-                    "DELETE FROM reports WHERE metric = ? AND version = ? AND id <= ?", (metric, version, rows[-1][0])
+                    "DELETE FROM reports WHERE metric = ? AND version = ? AND day = ? AND id <= ?",
+                    (metric, version, day, rows[-1][0]),
                 )
                 formed += 1
                 moved += len(rows)

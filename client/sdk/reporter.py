@@ -426,7 +426,7 @@ class Reporter:
                 memo.prune(conn, day)
             batch, payload, memoized = privatize_for_device(
                 conn, spec, value, day=day, secret=self._secret, fingerprint=cost.fingerprint)
-            _queue.enqueue(conn, spec.name, spec.version, payload)
+            _queue.enqueue(conn, spec.name, spec.version, payload, day=day)
             _ledger.spend(conn, spec.name, day, cost.eps_one)
             conn.execute("COMMIT")
         except BaseException:

@@ -7,7 +7,9 @@ app; only a power loss can roll back the last few commits). The upload connectio
 ledger entry committed before it, *before* any byte of the batch is sent. Hence the server can never hold a
 report whose budget spend or batch id the device could forget, even across a power loss.
 
-Schema versions: 1 (SDK 0.1) had a ``batches.attempts`` column that nothing read; 2 drops it. This SDK opens
+Schema versions: 1 (SDK 0.1) had a ``batches.attempts`` column that nothing read; 2 drops it. The
+``reports.day`` column (the budget day, so that a batch never mixes days) is added to an older database
+when it is opened (its queued reports get day 0 and form their batches as before). This SDK opens
 both (the column is left in place: every statement names the columns it writes and reads) and creates 2, so
 an SDK that only knows 1, and would write that column, refuses a new database with a clear error.
 
@@ -50,7 +52,8 @@ CREATE TABLE IF NOT EXISTS reports(           -- privatized reports not yet in a
     id      INTEGER PRIMARY KEY,
     metric  TEXT NOT NULL,
     version INTEGER NOT NULL,
-    payload BLOB NOT NULL
+    payload BLOB NOT NULL,
+    day     INTEGER NOT NULL DEFAULT 0        -- budget day: a batch holds reports of one day
 );
 CREATE TABLE IF NOT EXISTS batches(           -- formed batches, kept until the server acknowledged them
     id       INTEGER PRIMARY KEY,
@@ -159,6 +162,8 @@ def init_schema(conn: sqlite3.Connection) -> None:
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
+        if "day" not in {col[1] for col in conn.execute("PRAGMA table_info(reports)")}:  # an SDK before 0.2
+            conn.execute("ALTER TABLE reports ADD COLUMN day INTEGER NOT NULL DEFAULT 0")
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
             conn.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))

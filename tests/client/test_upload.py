@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
-from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
-from ldptel.client.sdk.queue import plan_uploads
-from ldptel.client.sdk.store import connect, init_schema
+from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams, privatize
+from ldptel.client.sdk.queue import pack_report, plan_uploads
+from ldptel.client.sdk.store import DB_FILE, connect, init_schema
 from tests.client.conftest import FakeClock, LiveServer, ProxyControl
 from tests.client.test_reporter import _sync
 
@@ -125,3 +126,42 @@ def test_plans_hold_distinct_metrics_within_the_part_and_byte_bounds(tmp_path) -
     assert plans[0] == [1, 3, 4]  # the oldest batch of a, b and c (1120 bytes); d (5000 bytes) goes alone
     assert [6] in plans
     conn.close()
+
+
+def test_an_offline_backlog_of_several_days_is_one_batch_per_day(
+    live: LiveServer, app_token, tmp_path, clock: FakeClock
+) -> None:
+    """On the one-batch-per-metric code the 3 days' reports of one metric arrived as one entry linking them."""
+    spec = live.create(SPECS[0])
+    rep = _sync(live.url, app_token, tmp_path, clock, metrics=[spec.name])
+    try:
+        assert rep.wait_for_specs(10)
+        for _day in range(3):
+            for value in ("x", "y"):
+                assert rep.report(spec.name, value).queued
+            clock.t += 86_400
+        assert rep.flush(timeout=10)
+    finally:
+        rep.close(timeout=0)
+    got = live.delivered(spec.name)
+    assert (got["total"], got["entries"]) == (6, 3)
+
+
+def test_a_queue_from_before_the_day_column_still_uploads(live: LiveServer, app_token, tmp_path, clock: FakeClock) -> None:
+    spec = live.create(SPECS[0])
+    conn = sqlite3.connect(tmp_path / DB_FILE)
+    conn.execute("CREATE TABLE reports(id INTEGER PRIMARY KEY, metric TEXT NOT NULL, version INTEGER NOT NULL, "
+                 "payload BLOB NOT NULL)")
+    conn.execute("INSERT INTO reports(metric, version, payload) VALUES (?, 1, ?)",
+                 (spec.name, pack_report(privatize("x", spec.params), spec.params)))
+    conn.commit()
+    conn.close()
+    rep = _sync(live.url, app_token, tmp_path, clock, metrics=[spec.name])
+    try:
+        assert rep.wait_for_specs(10)
+        assert rep.report(spec.name, "y").queued
+        assert rep.flush(timeout=10)
+    finally:
+        rep.close(timeout=0)
+    got = live.delivered(spec.name)
+    assert (got["total"], got["entries"]) == (2, 2)  # the old report (day 0) and today's, each its own batch
