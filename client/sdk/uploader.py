@@ -38,7 +38,6 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 from ldptel.client.protocol.wire import encode_upload
 from ldptel.client.sdk import queue as _queue
@@ -232,7 +231,7 @@ class Uploader:
             return False
         if outcome == "ack":
             self._backoff.reset()
-        self._settle_answer(batch, resp)
+        self._settle_answers([(batch, resp)])
         return True
 
     def _send_upload(self, batches: list[_queue.StoredBatch]) -> bool:
@@ -257,32 +256,34 @@ class Uploader:
             self._upload_parts = 1
             return all(self._send(batch) for batch in batches)
         self._backoff.reset()
-        for batch, (status, body) in zip(batches, results, strict=True):
-            self._settle_answer(batch, Response(status=status, retry_after=None, body=body))
+        self._settle_answers([
+            (batch, Response(status=status, retry_after=None, body=body))
+            for batch, (status, body) in zip(batches, results, strict=True)])
         return True
 
-    def _settle_answer(self, batch: _queue.StoredBatch, resp: Response) -> None:
-        """Settle one batch the server answered for good (ack, stale or rejected); a part that asks for a
-        retry stays stored for the next cycle."""
-        outcome = classify(resp.status)
-        if outcome == "ack":
-            self._settle(batch, "ack")
-        elif outcome == "stale":
-            self._settle(batch, "stale")
+    def _settle_answers(self, answers: list[tuple[_queue.StoredBatch, Response]]) -> None:
+        """Settle the batches the server answered for good (ack, stale or rejected), removed in one
+        transaction; a part that asks for a retry stays stored for the next cycle."""
+        final = [(batch, resp, outcome) for batch, resp in answers
+                 if (outcome := classify(resp.status)) in ("ack", "stale", "rejected")]
+        _queue.remove_batches(self._db, [batch for batch, _, _ in final])
+        with self._state:
+            for batch, _, outcome in final:
+                self._counters.settle(batch.n, outcome)
+        for batch, resp, outcome in final:
+            self._told(batch, resp, outcome)
+
+    def _told(self, batch: _queue.StoredBatch, resp: Response, outcome: str) -> None:
+        """What follows a settled batch: adopt the spec a 409 carries; tell the app about a dropped batch."""
+        if outcome == "stale":
             self._specs.adopt(batch.metric, resp.json())
             self._notify(_batch_error(
                 batch, f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; "
                 f"{batch.n} reports dropped", status=409, outcome="stale"))
         elif outcome == "rejected":
-            self._settle(batch, "rejected")
             self._notify(_batch_error(
                 batch, f"HTTP {resp.status}: batch rejected for good; {batch.n} reports dropped ({resp.body[:200]!r})",
                 status=resp.status, outcome="rejected"))
-
-    def _settle(self, batch: _queue.StoredBatch, outcome: Literal["ack", "stale", "rejected"]) -> None:
-        _queue.remove_batch(self._db, batch)
-        with self._state:
-            self._counters.settle(batch.n, outcome)
 
     def _retry(self, retry_after: float | None) -> None:
         delay = self._backoff.next_delay(retry_after)

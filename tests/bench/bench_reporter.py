@@ -110,23 +110,60 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def bench_upload(n: int, batch_size: int, storage: Path, redis: EmbeddedRedis) -> None:
+def start_server(storage: Path, redis: EmbeddedRedis) -> tuple[str, str, subprocess.Popen[bytes]]:
+    """(url, app token, process) of the ingest server in a subprocess, once it answers /healthz."""
     token, admin = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
     port = free_port()
-    spec = MetricSpec(name="bench.upload", params=CmsParams(epsilon=4.0, k=64, m=1024), reports_per_day=10_000)
-    create_metric(redis.client(), spec)
     script = storage / "server.py"
     script.write_text(SERVER)
     server = subprocess.Popen([sys.executable, str(script), redis.url, str(port), token, admin],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url + "/healthz", timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    return url, token, server
+
+
+def bench_combined_uploads(storage: Path, redis: EmbeddedRedis, *, metrics: int = 16, batches: int = 16) -> None:
+    """Delivering ``batches`` small batches of each of ``metrics`` metrics: combined uploads (the default,
+    16 parts per request) against one batch per request (the same-run baseline)."""
+    specs = [MetricSpec(name=f"bench.m{i}", params=CmsParams(epsilon=4.0, k=16, m=64), reports_per_day=10_000)
+             for i in range(metrics)]
+    for spec in specs:
+        create_metric(redis.client(), spec)
+    url, token, server = start_server(storage, redis)
     try:
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        seconds = {}
+        for parts in (1, 16):
+            rep = Reporter(url, token, storage / f"combined-{parts}", specs=specs, start=False, batch_size=8,
+                           upload_parts=parts, max_queue=metrics * batches * 8 + 1)
+            for spec in specs:
+                for i in range(batches * 8):
+                    rep.report(spec.name, f"value-{i}")
+            t0 = time.perf_counter()
+            ok = rep.flush(timeout=600)
+            seconds[parts] = time.perf_counter() - t0
+            st = rep.stats()
+            rep.close(timeout=0)
+            assert ok and st.delivered == metrics * batches * 8, st
+        emit(figure="combined_uploads", metrics=metrics, batches=metrics * batches, reports_per_batch=8,
+             requests={"upload_parts=16": metrics * batches // 16, "upload_parts=1": metrics * batches},
+             seconds={"upload_parts=16": round(seconds[16], 3), "upload_parts=1": round(seconds[1], 3)},
+             ratio=round(seconds[1] / seconds[16], 2), server="werkzeug threaded dev server, subprocess")
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def bench_upload(n: int, batch_size: int, storage: Path, redis: EmbeddedRedis) -> None:
+    spec = MetricSpec(name="bench.upload", params=CmsParams(epsilon=4.0, k=64, m=1024), reports_per_day=10_000)
+    create_metric(redis.client(), spec)
+    url, token, server = start_server(storage, redis)
+    try:
         clock = DayClock()
         rep = Reporter(url, token, storage / f"dev-{batch_size}", specs=[spec], start=False, clock=clock,
                        batch_size=batch_size, max_queue=n + 1)
@@ -179,6 +216,7 @@ def main() -> None:
             for bs in (256, 1024):
                 bench_upload(args.upload, bs, root, redis)
                 redis.client().flushdb()
+            bench_combined_uploads(root, redis)
 
 
 if __name__ == "__main__":
