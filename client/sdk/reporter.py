@@ -393,10 +393,13 @@ class Reporter:
             return self._counters.snapshot()
 
     def budget_remaining(self, metric: str) -> int | None:
-        """Reports the ledger still allows for ``metric`` today (None when its spec is not known)."""
+        """Reports the ledger still allows for ``metric`` today (None when its spec is not known; 0 when the
+        policy refuses its served spec)."""
         spec = self._specs.known(metric)
         if spec is None:
             return None
+        if self._cost_of(spec).refusal is not None and not self._specs.is_pinned(spec):
+            return 0
         with self._state:
             return _ledger.remaining(self._db, spec, self._clock())
 
