@@ -60,7 +60,9 @@ batch gets a random 16-byte id when it is formed, stored with its exact bytes, s
 batch and the server counts it once. Uploads happen on a background thread (:mod:`ldptel.client.sdk.uploader`)
 when ``batch_size`` reports are queued or every ``flush_interval`` seconds, with exponential backoff and
 jitter on network errors, 5xx and 429 (``Retry-After`` honoured). See :mod:`ldptel.client.sdk.transport`
-for how each status is handled.
+for how each status is handled. A batch holds reports of one metric version and one budget day; up to
+``upload_parts`` batches of distinct metrics go in one request (a multi-part upload), which the server
+stores as unrelated entries (:func:`ldptel.client.sdk.queue.plan_uploads`).
 
 Stale versions: reports already privatized under a version keep that version (they cannot be
 re-privatized: the value is gone). They are sent as they are; if the server refuses the version (409) the
