@@ -27,7 +27,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from werkzeug.serving import make_server
+    from werkzeug.serving import WSGIRequestHandler, make_server
+
+    class NoAddressHandler(WSGIRequestHandler):
+        """werkzeug's request log without the client's address (no log line carries an IP address)."""
+
+        def address_string(self) -> str:
+            return "-"
 
     from ldptel.aggregator.cli.common import connected
     from ldptel.aggregator.dashboard import DashboardConfig, create_dashboard
@@ -38,7 +44,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         pass
     host = DEFAULT_HOST if args.host is None else args.host
     try:
-        server = make_server(host, DEFAULT_PORT if args.port is None else args.port, create_dashboard(config), threaded=True)
+        server = make_server(host, DEFAULT_PORT if args.port is None else args.port, create_dashboard(config), threaded=True,
+                             request_handler=NoAddressHandler)
     except (OSError, SystemExit) as exc:
         raise UserError(f"cannot listen on {host}:{args.port}: {exc}") from None
     if host not in ("127.0.0.1", "::1", "localhost"):

@@ -71,8 +71,9 @@ def populate(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, seed: i
 
 
 @contextmanager
-def running_dashboard(redis_url: str, token: str, *, timeout: float = 30.0) -> Iterator[str]:
-    """``ldptel dashboard --port 0`` in a subprocess; yields its base URL (from its first line), stops it after."""
+def running_dashboard(redis_url: str, token: str, *, timeout: float = 60.0, log: list[str] | None = None) -> Iterator[str]:
+    """``ldptel dashboard --port 0`` in a subprocess; yields its base URL (from its first line), stops it after
+    (and appends what it wrote to stderr to ``log``)."""
     env = {**os.environ, "LDPTEL_REDIS_URL": redis_url, "LDPTEL_DASHBOARD_TOKEN": token}
     proc = subprocess.Popen([sys.executable, "-m", "ldptel.aggregator.cli", "dashboard", "--port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -89,7 +90,9 @@ def running_dashboard(redis_url: str, token: str, *, timeout: float = 30.0) -> I
     finally:
         proc.terminate()
         try:
-            proc.communicate(timeout=10)  # reads and closes the pipes
+            _, stderr = proc.communicate(timeout=10)  # reads and closes the pipes
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
+            _, stderr = proc.communicate()
+        if log is not None:
+            log.append(stderr)

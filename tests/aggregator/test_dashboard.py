@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import urllib.error
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 
 import numpy as np
@@ -21,7 +23,7 @@ from ldptel.server.config import ConfigError
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports
-from tests.aggregator.dashboard_data import Populated, day_list, populate
+from tests.aggregator.dashboard_data import Populated, day_list, populate, running_dashboard
 
 TOKEN = "dash-0123456789abcdef-ABCDEFGHIJ-xyz"
 DAYS = day_list("2026-03-04", 4)
@@ -194,3 +196,28 @@ def test_no_query_string_gives_a_5xx(dash: FlaskClient, params: dict[str, str], 
     resp = dash.get(f"/api/metrics/{name}/{path}?{urllib.parse.urlencode(params)}", headers=bearer())
     assert resp.status_code in (200, 400, 404), resp.get_data(as_text=True)
     assert resp.is_json
+
+
+def test_served_over_http_without_logging_addresses(data: Populated, redis_url: str) -> None:
+    log: list[str] = []
+    with running_dashboard(redis_url, TOKEN, log=log) as base:
+        assert base.startswith("http://127.0.0.1:")  # loopback unless --host says otherwise
+        with urllib.request.urlopen(urllib.request.Request(f"{base}/api/metrics", headers=bearer())) as resp:
+            assert [m["name"] for m in json.loads(resp.read())] == ["dark_mode", "emoji", "platform"]
+        try:
+            urllib.request.urlopen(f"{base}/api/metrics").close()
+        except urllib.error.HTTPError as denied:
+            with denied:
+                assert denied.code == 401
+        else:
+            raise AssertionError("no token, yet not refused")
+    assert "GET /api/metrics" in log[0] and "127.0.0.1" not in log[0], log[0]
+
+
+def test_dashboard_command_help_and_unreachable_redis(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--help"]) == 0
+    assert "LDPTEL_DASHBOARD_TOKEN" in capsys.readouterr().out
+    monkeypatch.setenv("LDPTEL_DASHBOARD_TOKEN", TOKEN)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["dashboard", "--redis-url", "redis://127.0.0.1:1/0", "--port", "0"], stdout=out, stderr=err) == 2
+    assert err.getvalue().startswith("ldptel: error: cannot reach Redis") and err.getvalue().count("\n") == 1

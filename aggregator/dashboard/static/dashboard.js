@@ -67,14 +67,15 @@ async function api(path, body) {
   return doc;
 }
 
-// "Nice" axis ticks covering [lo, hi].
+// "Nice" axis ticks from a tick at or below lo to one at or above hi (the axis spans them).
 function ticks(lo, hi, count = 5) {
   if (!(hi > lo)) hi = lo + 1;
   const raw = (hi - lo) / count;
   const mag = Math.pow(10, Math.floor(Math.log10(raw)));
   const step = [1, 2, 2.5, 5, 10].map((f) => f * mag).find((s) => s >= raw);
   const out = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+  const last = Math.ceil(hi / step - 1e-9) * step;
+  for (let t = Math.floor(lo / step + 1e-9) * step; t <= last + step * 1e-9; t += step) out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
   return out;
 }
 
@@ -174,7 +175,7 @@ function intervalChart(doc) {
   const rowH = 26, left = 150, right = 24, top = 8, bottom = 28, width = 860;
   const height = top + bottom + rows.length * rowH;
   const lo = Math.min(0, ...rows.map((r) => r.ci_low)), hi = Math.max(0, ...rows.map((r) => r.ci_high), ...rows.map((r) => r.adjusted ?? 0));
-  const ts = ticks(lo, hi, 6);
+  const ts = ticks(lo, hi, 8);
   const x0 = Math.min(lo, ts[0]), x1 = Math.max(hi, ts[ts.length - 1]);
   const X = (v) => left + ((v - x0) / (x1 - x0 || 1)) * (width - left - right);
   const node = svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "estimates with intervals" });
@@ -334,6 +335,9 @@ async function metricPage() {
   const versionSelect = form.elements.version;
   for (const v of info.versions.slice().reverse()) versionSelect.append(el("option", { value: String(v), text: `v${v}${v === info.version ? " (current)" : ""}` }));
   if (!info.needs_candidates) document.getElementById("estimator-field").hidden = true;
+  form.elements.candidates.placeholder = info.needs_candidates
+    ? "required: the values to estimate (a sketch has no list of its values)"
+    : "optional: the labels to show (default: all)";
   if (info.mechanism && !info.needs_candidates && !Object.prototype.hasOwnProperty.call(info.record.current.params, "domain")) {
     document.getElementById("candidates-field").hidden = true;
   }
