@@ -41,6 +41,7 @@ def login(page: Page, base: str, token: str) -> None:
 def show(page: Page, url: str) -> None:
     page.goto(url)
     page.wait_for_selector("body[data-state=ready]")
+    page.evaluate("localStorage.clear()")  # pasted candidates are kept per metric; each shot shows its own URL
 
 
 def main() -> int:
@@ -60,10 +61,14 @@ def main() -> int:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
             candidates = "&".join(f"candidate={c}" for c in data.candidates)
             shots = {"emoji": f"{base}/metrics/emoji?top=5&postprocess=norm-sub&{candidates}",
-                     "list": f"{base}/", "dark_mode": f"{base}/metrics/dark_mode", "platform": f"{base}/metrics/platform?postprocess=clip"}
+                     "list": f"{base}/", "dark_mode": f"{base}/metrics/dark_mode", "platform": f"{base}/metrics/platform?postprocess=clip",
+                     "no-candidates": f"{base}/metrics/emoji?top=5&candidate=", "unknown": f"{base}/metrics/nope"}
             for scheme in ("light", "dark") if args.all else ("light",):
                 context = browser.new_context(viewport=VIEWPORT, color_scheme=scheme, device_scale_factor=1)
                 page = context.new_page()
+                if args.all:
+                    page.goto(f"{base}/login")
+                    page.screenshot(path=str(args.out / f"dashboard-login-{scheme}.png"))
                 login(page, base, token)
                 for name, url in shots.items():
                     show(page, url)

@@ -154,7 +154,8 @@ function jsonLink(path, body) {
 function summaryCards(doc) {
   const box = document.getElementById("summary");
   box.replaceChildren();
-  box.append(statCard("reports", fmtInt(doc.n), `${doc.days[0]} – ${doc.days[doc.days.length - 1]} · ${doc.days.length} day(s)`, "n"));
+  const span = doc.days.length ? `${doc.days[0]} – ${doc.days[doc.days.length - 1]} · ${doc.days.length} day(s)` : "no days";
+  box.append(statCard("reports", fmtInt(doc.n), span, "n"));
   for (const [key, val] of Object.entries(doc)) {
     if (!val || typeof val !== "object" || Array.isArray(val) || !("estimate" in val && "ci_low" in val && "ci_high" in val)) continue;
     const spec = SUMMARY_FORMATS[key] || { title: key, fmt: fmtNumber };
@@ -169,8 +170,12 @@ function statCard(label, big, small, key) {
 }
 
 // Horizontal bars: each row's estimate, its interval as a whisker, the post-processed value as a diamond.
+const drawable = (r) => "value" in r && ["estimate", "ci_low", "ci_high"].every((k) => typeof r[k] === "number");
+const nothing = (text) => el("p", { class: "muted", text });
+
 function intervalChart(doc) {
-  const rows = doc.rows.filter((r) => "value" in r && "estimate" in r);
+  const rows = doc.rows.filter(drawable);
+  if (!rows.length) return nothing("No rows with an estimate and an interval to draw: see the table below.");
   const labelled = doc.estimator === "both";
   const rowH = 26, left = 150, right = 24, top = 8, bottom = 28, width = 860;
   const height = top + bottom + rows.length * rowH;
@@ -212,11 +217,12 @@ function seriesChart(doc, scale) {
   const chosen = doc.estimator === "corrected" ? "corrected" : "plain";
   const byValue = new Map();
   for (const r of doc.rows) {
-    if (!("value" in r) || (r.estimator && r.estimator !== chosen)) continue;
+    if (!drawable(r) || typeof r.n !== "number" || (r.estimator && r.estimator !== chosen)) continue;
     if (!byValue.has(r.value)) byValue.set(r.value, []);
     byValue.get(r.value).push(r);
   }
   const values = [...byValue.keys()].slice(0, SERIES_MAX);
+  if (!values.length) return nothing("No per-day rows with an estimate and an interval to draw.");
   const day0 = Date.parse(doc.days[0]), dayMs = 86400000;
   const span = Math.round((Date.parse(doc.days[doc.days.length - 1]) - day0) / dayMs);
   const idx = (d) => Math.round((Date.parse(d) - day0) / dayMs);
@@ -279,6 +285,7 @@ function seriesChart(doc, scale) {
 }
 
 function reportsChart(daily) {
+  if (!daily.length) return nothing("No reports in this range.");
   const width = 860, height = 90, left = 64, right = 16, top = 6, bottom = 22;
   const max = Math.max(...daily.map((d) => d.n), 1);
   const w = (width - left - right) / daily.length;
@@ -378,7 +385,7 @@ async function metricPage() {
       summaryCards(doc);
       document.getElementById("estimates-chart").replaceChildren(intervalChart(doc));
       document.getElementById("estimates-note").textContent =
-        `${doc.days[0]} – ${doc.days[doc.days.length - 1]} · n = ${fmtInt(doc.n)} · ${doc.estimator} estimator · post-processing: ${doc.postprocess}`;
+        `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ${doc.estimator} estimator · post-processing: ${doc.postprocess}`;
       document.getElementById("estimates-json").href = jsonLink(`${base}/estimate`, body);
       document.getElementById("series-json").href = jsonLink(`${base}/by-day`, body);
       lastSeries = daily;
