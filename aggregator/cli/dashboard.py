@@ -4,6 +4,7 @@ werkzeug server, bound to loopback unless ``--host`` says otherwise, behind the 
 from __future__ import annotations
 
 import argparse
+import socket
 from typing import TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, UserError
@@ -43,11 +44,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with connected(config.redis_url):  # an unreachable Redis is one line now, not an error page later
         pass
     host = DEFAULT_HOST if args.host is None else args.host
-    try:
-        server = make_server(host, DEFAULT_PORT if args.port is None else args.port, create_dashboard(config), threaded=True,
-                             request_handler=NoAddressHandler)
-    except (OSError, SystemExit) as exc:
-        raise UserError(f"cannot listen on {host}:{args.port}: {exc}") from None
+    port = DEFAULT_PORT if args.port is None else args.port
+    try:  # bound here: werkzeug would print its own lines and exit when the port is taken
+        listener = socket.create_server((host, port))
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    with listener:
+        server = make_server(host, port, create_dashboard(config), threaded=True, request_handler=NoAddressHandler,
+                             fd=listener.fileno())
     if host not in ("127.0.0.1", "::1", "localhost"):
         err.write(f"ldptel dashboard: listening on {host}: serve it behind TLS, the login sends the token\n")
     out.write(f"ldptel dashboard: http://{host}:{server.port}/ (log in with the operator token; Ctrl-C stops)\n")

@@ -107,9 +107,9 @@ def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str,
     if unknown:
         raise InvalidParameterError("parameter", f"one of {list(QUERY_KEYS)}", unknown[0])
     options: dict[str, Any] = {"candidates": candidates or None}
-    day = source.get("day")
-    options["day_from"] = source.get("from") or day or None
-    options["day_to"] = source.get("to") or day or None
+    day = source.get("day") or None  # like the CLI's --day: both ends of the range
+    options["day_from"] = day or source.get("from") or None
+    options["day_to"] = day or source.get("to") or None
     for key in ("version", "top"):
         if source.get(key) not in (None, ""):
             options[key] = _int(key, source[key])

@@ -221,3 +221,16 @@ def test_dashboard_command_help_and_unreachable_redis(monkeypatch: pytest.Monkey
     out, err = io.StringIO(), io.StringIO()
     assert main(["dashboard", "--redis-url", "redis://127.0.0.1:1/0", "--port", "0"], stdout=out, stderr=err) == 2
     assert err.getvalue().startswith("ldptel: error: cannot reach Redis") and err.getvalue().count("\n") == 1
+
+
+def test_a_taken_port_is_one_line(redis_url: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    monkeypatch.setenv("LDPTEL_DASHBOARD_TOKEN", TOKEN)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["dashboard", "--redis-url", redis_url, "--port", str(port)], stdout=out, stderr=err) == 2
+    assert err.getvalue().startswith(f"ldptel: error: cannot listen on 127.0.0.1:{port}: Address already in use")
+    assert err.getvalue().count("\n") == 1
+    assert capfd.readouterr().err == ""  # nothing printed around it
