@@ -326,14 +326,17 @@ def estimate_by_day(
     day_to: str | None = None,
     candidates: Sequence[object] | None = None,
     top: int | None = None,
-    **options: Any,
+    confidence: float = 0.95,
+    postprocess: pp.PostProcess = "none",
+    estimator: EstimatorChoice = "plain",
 ) -> DailyResult:
     """:func:`estimate_metric` for each UTC day in [day_from, day_to] that has reports of the version.
 
     Each day is estimated (and post-processed) on its own; ``top`` keeps the same N values every day, those with
-    the largest estimate summed over the days. ``options``: ``confidence``, ``postprocess``, ``estimator``.
-    Raises what :func:`estimate_metric` raises (:class:`EmptyRangeError` when no day has reports).
+    the largest estimate summed over the days. Raises what :func:`estimate_metric` raises
+    (:class:`EmptyRangeError` when no day has reports).
     """
+    options: dict[str, Any] = {"confidence": confidence, "postprocess": postprocess, "estimator": estimator}
     top = _check_top(top)
     record = registry.get_metric(r, name)
     version = record.current_version if version is None else version
