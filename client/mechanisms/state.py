@@ -127,8 +127,8 @@ def row_counts_span(header: bytes, params: ParamsBase) -> tuple[int, int, np.dty
     with ``header`` (its first :data:`STATE_HEADER_SIZE` bytes): n without reading the counts."""
     shape, nrows = state_shape(params)
     magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(header)
-    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES or (rows, cols) != shape:
-        raise WireFormatError("not an ldptel sketch state of these params (bad magic, format, dtype or shape)")
+    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES or mech != _code(params.mechanism) or (rows, cols) != shape:
+        raise WireFormatError("not an ldptel sketch state of these params (bad magic, format, dtype, mechanism or shape)")
     dt = _DTYPES[code]
     start = _STATE_HEADER.size + rows * cols * dt.itemsize
     return start, start + nrows * dt.itemsize, dt
