@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from ldptel.aggregator.cli import main
 from ldptel.aggregator.dashboard import DashboardConfig, create_dashboard
-from ldptel.aggregator.dashboard.app import COOKIE
+from ldptel.aggregator.dashboard.app import COOKIE, EXTENSION
 from ldptel.server.config import ConfigError
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
@@ -45,6 +45,7 @@ def data(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch
 def dash(data: Populated, redis_url: str) -> Iterator[FlaskClient]:
     app = create_dashboard(DashboardConfig(token=TOKEN, redis_url=redis_url))
     yield app.test_client()
+    app.extensions[EXTENSION][1].close()  # the app's Redis client
 
 
 def bearer(token: str = TOKEN) -> dict[str, str]:
