@@ -62,7 +62,8 @@ def main() -> int:
             candidates = "&".join(f"candidate={c}" for c in data.candidates)
             shots = {"emoji": f"{base}/metrics/emoji?top=5&postprocess=norm-sub&{candidates}",
                      "list": f"{base}/", "dark_mode": f"{base}/metrics/dark_mode", "platform": f"{base}/metrics/platform?postprocess=clip",
-                     "no-candidates": f"{base}/metrics/emoji?top=5&candidate=", "unknown": f"{base}/metrics/nope"}
+                     "no-candidates": f"{base}/metrics/emoji?top=5&candidate=",
+                     "both": f"{base}/metrics/emoji?top=4&estimator=both&{candidates}", "unknown": f"{base}/metrics/nope"}
             for scheme in ("light", "dark") if args.all else ("light",):
                 context = browser.new_context(viewport=VIEWPORT, color_scheme=scheme, device_scale_factor=1)
                 page = context.new_page()

@@ -207,6 +207,10 @@ function intervalChart(doc) {
   legend.replaceChildren(
     el("span", {}, el("span", { class: "swatch", dataset: { role: "bar" } }), `estimate (raw, unbiased) with ${Math.round(100 * doc.confidence)}% interval`));
   legend.firstChild.firstChild.classList.add("swatch-bar");
+  if (labelled) {
+    legend.firstChild.lastChild.textContent = ` plain estimate with ${Math.round(100 * doc.confidence)}% interval`;
+    legend.append(el("span", {}, el("span", { class: "swatch swatch-corrected" }), "collision-corrected estimate"));
+  }
   if (doc.postprocess !== "none") legend.append(el("span", {}, el("span", { class: "swatch swatch-marker" }), `${doc.postprocess} (post-processed)`));
   return node;
 }
@@ -385,7 +389,7 @@ async function metricPage() {
       summaryCards(doc);
       document.getElementById("estimates-chart").replaceChildren(intervalChart(doc));
       document.getElementById("estimates-note").textContent =
-        `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ${doc.estimator} estimator · post-processing: ${doc.postprocess}`;
+        `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`;
       document.getElementById("estimates-json").href = jsonLink(`${base}/estimate`, body);
       document.getElementById("series-json").href = jsonLink(`${base}/by-day`, body);
       lastSeries = daily;
