@@ -130,6 +130,17 @@ def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Popul
     tip = page.locator("#series-chart svg circle title").first.text_content()
     assert f"{first['estimate']:,.1f}" in tip
 
+    # both estimators: each value's plain row, then its collision-corrected row, as the CLI prints them
+    show(page, f"{base}/metrics/emoji?top=3&estimator=both&{query}")
+    both = cli_json("estimate", "emoji", *[a for c in candidates for a in ("--candidate", c)], "--top", "3",
+                    "--estimator", "both", "--format", "json")
+    shown = table_rows(page)
+    assert [(r["value"], r["estimator"]) for r in shown] == [(r["value"], r["estimator"]) for r in both["rows"]]
+    for got, exp in zip(shown, both["rows"], strict=True):
+        assert_shown(got["estimate"], exp["estimate"])
+        assert_shown(got["ci_high"], exp["ci_high"])
+    assert page.locator("#estimates-chart svg rect.bar.corrected").count() == 3
+
 
 def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated]) -> None:
     base, _ = site
