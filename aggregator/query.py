@@ -277,4 +277,88 @@ def _select(est: Estimate, keep: np.ndarray) -> Estimate:
     return Estimate(est.mechanism, labels, est.counts[keep], est.stderr[keep], est.n, est.confidence, est.estimator)
 
 
-__all__ = ["ESTIMATOR_CHOICES", "EmptyRangeError", "EstimatorChoice", "Proportion", "QueryResult", "estimate_metric", "select_days"]
+# ------------------------------------------------------------------------------------------ per day
+_SHARED_KEYS = ("metric", "version", "mechanism", "days", "shards", "confidence", "postprocess", "estimator", "rows")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class DailyResult:
+    """One :class:`QueryResult` per UTC day that has reports (``results``, in day order), and the values kept.
+
+    ``values`` is None (every row of every day) or the ``top`` values, ranked by their estimate summed over
+    the days; each day then lists those values in that order.
+    """
+
+    results: tuple[QueryResult, ...]
+    values: tuple[object, ...] | None
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Each day's :meth:`QueryResult.rows`, with the ``day`` and that day's ``n`` in front."""
+        out: list[dict[str, Any]] = []
+        rank = None if self.values is None else {v: i for i, v in enumerate(self.values)}
+        for res in self.results:
+            rows = res.rows()
+            if rank is not None:
+                rows = sorted((row for row in rows if row["value"] in rank), key=lambda row: rank[row["value"]])
+            out += [{"day": res.days[0], "n": res.n, **row} for row in rows]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The per-result keys once, ``n`` summed, ``daily`` (each day's other keys: n, proportion, ...), ``rows``."""
+        first = self.results[0].to_dict()
+        daily = [{"day": res.days[0], **{k: v for k, v in res.to_dict().items() if k not in _SHARED_KEYS}} for res in self.results]
+        return {
+            **{k: first[k] for k in _SHARED_KEYS if k in first and k != "rows"},
+            "days": [res.days[0] for res in self.results],
+            "n": sum(res.n for res in self.results),
+            "by_day": True,
+            "daily": daily,
+            "rows": self.rows(),
+        }
+
+
+def estimate_by_day(
+    r: redis_lib.Redis,
+    name: str,
+    *,
+    version: int | None = None,
+    day_from: str | None = None,
+    day_to: str | None = None,
+    candidates: Sequence[object] | None = None,
+    top: int | None = None,
+    confidence: float = 0.95,
+    postprocess: pp.PostProcess = "none",
+    estimator: EstimatorChoice = "plain",
+) -> DailyResult:
+    """:func:`estimate_metric` for each UTC day in [day_from, day_to] that has reports of the version.
+
+    Each day is estimated (and post-processed) on its own; ``top`` keeps the same N values every day, those with
+    the largest estimate summed over the days. Raises what :func:`estimate_metric` raises
+    (:class:`EmptyRangeError` when no day has reports).
+    """
+    options: dict[str, Any] = {"confidence": confidence, "postprocess": postprocess, "estimator": estimator}
+    top = _check_top(top)
+    record = registry.get_metric(r, name)
+    version = record.current_version if version is None else version
+    days = select_days(store.available_days(r, name, record.shards, version=version), day_from=day_from, day_to=day_to)
+    if not days:  # estimate_metric raises the error (an unknown version, or EmptyRangeError naming the days there are)
+        estimate_metric(r, name, version=version, day_from=day_from, day_to=day_to, candidates=candidates, **options)
+    results = tuple(
+        estimate_metric(r, name, version=version, day_from=day, day_to=day, candidates=candidates, **options) for day in days
+    )
+    values: tuple[object, ...] | None = None
+    if top is not None:
+        ranked_by = "plain" if results[0].estimator == "plain" else "corrected"
+        totals: dict[object, float] = {}
+        for res in results:
+            for row in res.rows():
+                if row["estimator"] == ranked_by:
+                    totals[row["value"]] = totals.get(row["value"], 0.0) + row["estimate"]
+        values = tuple(sorted(totals, key=lambda v: -totals[v])[:top])  # stable: ties keep the first day's order
+    return DailyResult(results=results, values=values)
+
+
+__all__ = [
+    "ESTIMATOR_CHOICES", "DailyResult", "EmptyRangeError", "EstimatorChoice", "Proportion", "QueryResult", "estimate_by_day",
+    "estimate_metric", "select_days",
+]

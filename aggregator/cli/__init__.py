@@ -7,6 +7,7 @@
     ldptel plan --reports-per-day N --domain-size D ...      choose mechanism, ε, k and m       plan.py
     ldptel serve [--host H --port P]                         the ingest service (development)   serve.py
     ldptel demo ...                                          the end-to-end demo                demo.py
+    ldptel dashboard [--host H --port P --token-file F]      the read-only web dashboard        dashboard.py
 
 :mod:`~ldptel.aggregator.cli.entry` assembles the parser and holds :func:`main`; :mod:`~ldptel.aggregator.cli.common`
 the shared plumbing (Redis connection, :class:`UserError`, argument types); :mod:`~ldptel.aggregator.cli.extras`

@@ -1,5 +1,6 @@
 """``ldptel estimate METRIC``: debiased estimates with intervals over a day range
-(:func:`~ldptel.aggregator.query.estimate_metric`), printed as table, json or csv, optionally charted.
+(:func:`~ldptel.aggregator.query.estimate_metric`), printed as table, json or csv, optionally charted;
+``--by-day`` prints one row per day and value (:func:`~ldptel.aggregator.query.estimate_by_day`).
 
 ``--estimator plain|corrected|both`` picks the sketch estimator (the plain count-mean-sketch estimate, the
 collision-corrected least squares over the candidates, or both); the output says which one each row is."""
@@ -9,9 +10,9 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from ldptel.aggregator.cli.common import EXIT_OK, confidence, connected, day, positive_int, read_values
+from ldptel.aggregator.cli.common import EXIT_OK, UserError, confidence, connected, day, positive_int, read_values
 from ldptel.aggregator.cli.extras import install_hint
-from ldptel.aggregator.cli.output import RESULT_FORMATS, plot_result, write_result
+from ldptel.aggregator.cli.output import RESULT_FORMATS, plot_result, write_daily, write_result
 from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
 
 NAME = "estimate"
@@ -55,12 +56,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
                         "corrected (least squares over the candidates, removing their collisions: give candidates "
                         "that cover most of the reports) | both (each value's plain row, then its corrected row)")
     p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars (needs {install_hint('plot')})")
+    p.add_argument("--by-day", action="store_true",
+                   help="one row per UTC day and value (each day estimated on its own; --top keeps the same values "
+                        "every day, ranked by their estimate summed over the days)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ldptel.aggregator.query import estimate_metric
+    from ldptel.aggregator.query import estimate_by_day, estimate_metric
 
+    if args.by_day and args.plot:
+        raise UserError("--plot draws the estimates over the whole range; drop --by-day (the dashboard charts days)")
     candidates: list[str] | None = None
     if args.candidates:
         candidates = read_values(args.candidates, what="candidates file")
@@ -69,19 +75,15 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     day_from, day_to = args.day_from, args.day_to
     if args.day:
         day_from = day_to = args.day
+    options = {
+        "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
+        "confidence": args.confidence, "postprocess": args.postprocess, "estimator": args.estimator,
+    }
     with connected(args.redis_url) as r:
-        result = estimate_metric(
-            r,
-            args.metric,
-            version=args.version,
-            day_from=day_from,
-            day_to=day_to,
-            candidates=candidates,
-            top=args.top,
-            confidence=args.confidence,
-            postprocess=args.postprocess,
-            estimator=args.estimator,
-        )
+        if args.by_day:
+            write_daily(estimate_by_day(r, args.metric, **options), args.format, out)
+            return EXIT_OK
+        result = estimate_metric(r, args.metric, **options)
     if args.plot:
         plot_result(result, args.plot)
     write_result(result, args.format, out)

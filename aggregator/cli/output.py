@@ -15,7 +15,7 @@ import json
 import math
 import unicodedata
 from collections.abc import Collection, Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -26,11 +26,12 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-    from ldptel.aggregator.query import QueryResult
+    from ldptel.aggregator.query import DailyResult, QueryResult
 
 RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
 ESTIMATOR_COLUMN = "estimator"  # csv: last, when the result has corrected rows; table: after the value
 RESULT_FORMATS = ("table", "json", "csv")
+DAILY_COLUMNS = ("day", "n")  # in front of RESULT_COLUMNS with --by-day
 ESTIMATE_COLOR = "#4c72b0"  # bars of raw estimates
 MARKER_COLOR = "#dd8452"  # what is drawn over them: post-processed values, true counts
 LABEL_WIDTH = 24  # longest tick label of a chart
@@ -86,41 +87,57 @@ def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
     if fmt == "json":
         write_json(result.to_dict(), out)
         return
-    rows = result.rows()
+    _write_rows(result, result.rows(), fmt, out, days=result.days, n=result.n, front=())
+
+
+def write_daily(result: DailyResult, fmt: str, out: TextIO) -> None:
+    """``--by-day``: :func:`write_result` with the :data:`DAILY_COLUMNS` (day, that day's n) in front."""
+    if fmt == "json":
+        write_json(result.to_dict(), out)
+        return
+    days = tuple(res.days[0] for res in result.results)
+    n = sum(res.n for res in result.results)
+    _write_rows(result.results[0], result.rows(), fmt, out, days=days, n=n, front=DAILY_COLUMNS)
+
+
+def _write_rows(
+    first: QueryResult, rows: list[dict[str, Any]], fmt: str, out: TextIO, *, days: Sequence[str], n: int,
+    front: tuple[str, ...],
+) -> None:
     # Plain-only results keep the columns they always had; results with corrected rows say which row is which.
-    labelled = result.estimator != "plain"
+    labelled = first.estimator != "plain"
     if fmt == "csv":
-        fields = RESULT_COLUMNS + (ESTIMATOR_COLUMN,) if labelled else RESULT_COLUMNS
+        fields = front + RESULT_COLUMNS + ((ESTIMATOR_COLUMN,) if labelled else ())
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
         return
-    days = result.days
     span = days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]} ({len(days)} days)"
-    estimators = "" if not labelled else f" · {result.estimator} estimator" + ("s" if result.estimator == "both" else "")
+    estimators = "" if not labelled else f" · {first.estimator} estimator" + ("s" if first.estimator == "both" else "")
+    per_day = " · per day" if front else ""
     out.write(
-        f"{result.metric} v{result.version} ({result.mechanism}) · {span} · n = {result.n:,} reports · "
-        f"{result.confidence:.0%} intervals{estimators}\n"
+        f"{first.metric} v{first.version} ({first.mechanism}) · {span} · n = {n:,} reports{per_day} · "
+        f"{first.confidence:.0%} intervals{estimators}\n"
     )
-    prop = result.proportion
-    if prop is not None:
+    prop = first.proportion
+    if prop is not None and not front:
         out.write(
             f"proportion true: {prop.estimate:.4f} ± {prop.stderr:.4f} (stderr), "
             f"interval [{prop.ci_low:.4f}, {prop.ci_high:.4f}]\n"
         )
-    headers = ["value"] + ([ESTIMATOR_COLUMN] if labelled else []) + ["estimate", "stderr", "ci_low", "ci_high", "frequency"]
-    adjusted = result.postprocess != "none"
+    headers = list(front) + ["value"] + ([ESTIMATOR_COLUMN] if labelled else []) + ["estimate", "stderr", "ci_low", "ci_high", "frequency"]
+    adjusted = first.postprocess != "none"
     if adjusted:
-        headers += [result.postprocess, f"{result.postprocess} freq"]
+        headers += [first.postprocess, f"{first.postprocess} freq"]
     table_rows = []
     for row in rows:
-        cells = [row["value"]] + ([row[ESTIMATOR_COLUMN]] if labelled else [])
+        cells = [row[c] for c in front] + [row["value"]] + ([row[ESTIMATOR_COLUMN]] if labelled else [])
         cells += [row["estimate"], row["stderr"], row["ci_low"], row["ci_high"], row["frequency"]]
         if adjusted:
             cells += [row["adjusted"], row["adjusted_frequency"]]
         table_rows.append(cells)
-    table(headers, table_rows, out, left=(0, 1) if labelled else (0,))
+    table(headers, table_rows, out, left={0, len(front), len(front) + 1} if labelled else {0, len(front)})
 
 
 # ---------------------------------------------------------------------------------------------- charts

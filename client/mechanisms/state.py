@@ -119,6 +119,21 @@ def _parse_state(data: bytes, params: ParamsBase) -> tuple[np.ndarray, np.ndarra
     return body[:size].reshape(shape), body[size:]
 
 
+STATE_HEADER_SIZE = _STATE_HEADER.size  # bytes before the counts of a serialized state
+
+
+def row_counts_span(header: bytes, params: ParamsBase) -> tuple[int, int, np.dtype[np.signedinteger]]:
+    """Byte range [start, stop) and dtype of the row counts (their sum is n) in a serialized state that starts
+    with ``header`` (its first :data:`STATE_HEADER_SIZE` bytes): n without reading the counts."""
+    shape, nrows = state_shape(params)
+    magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(header)
+    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES or mech != _code(params.mechanism) or (rows, cols) != shape:
+        raise WireFormatError("not an ldptel sketch state of these params (bad magic, format, dtype, mechanism or shape)")
+    dt = _DTYPES[code]
+    start = _STATE_HEADER.size + rows * cols * dt.itemsize
+    return start, start + nrows * dt.itemsize, dt
+
+
 def z_value(confidence: float) -> float:
     check_number("confidence", confidence, 0, 1, open_interval=True)
     return NormalDist().inv_cdf(0.5 + confidence / 2)

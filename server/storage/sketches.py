@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import redis as redis_lib
 
 from ldptel.client import SketchState
 from ldptel.client.errors import LdpError
+from ldptel.client.mechanisms.state import STATE_HEADER_SIZE, row_counts_span
 from ldptel.client.protocol.specs import Params
 from ldptel.client.protocol.validate import check_day
 from ldptel.storage import keys
@@ -125,12 +127,36 @@ def sum_sketches(
     return total, found
 
 
+def day_reports(r: redis_lib.Redis, metric: str, *, params: Params, pairs: Iterable[tuple[int, int, str]]) -> dict[str, int]:
+    """Reports per UTC day in the sketches named by (shard, version, day), read with two pipelined GETRANGEs
+    per blob (its header, then its row counts), never the counts: cheap for a dashboard's list of metrics."""
+    names = [(keys.sketch(metric, shard, version, day), day) for shard, version, day in pairs]
+    pipe = r.pipeline(transaction=False)
+    for name, _day in names:
+        pipe.getrange(name, 0, STATE_HEADER_SIZE - 1)
+    spans = []
+    for (name, day), head in zip(names, pipe.execute(), strict=True):
+        if len(head) == STATE_HEADER_SIZE:  # a missing key reads as b""
+            try:
+                spans.append((name, day, *row_counts_span(head, params)))
+            except (LdpError, ValueError) as exc:
+                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
+    pipe = r.pipeline(transaction=False)
+    for name, _day, start, stop, _dt in spans:
+        pipe.getrange(name, start, stop - 1)
+    out: dict[str, int] = {}
+    for (_name, day, _start, _stop, dt), raw in zip(spans, pipe.execute(), strict=True):
+        out[day] = out.get(day, 0) + int(np.frombuffer(raw, dtype=dt).sum())
+    return dict(sorted(out.items()))
+
+
 __all__ = [
     "StoreError",
     "StreamId",
     "ZERO_ID",
     "available_days",
     "check_day",
+    "day_reports",
     "format_id",
     "index_member",
     "load_state",

@@ -1,0 +1,280 @@
+"""The dashboard's Flask app: the operator-token gate, the JSON API and the pages (a view of that API).
+
+Every chart of a page is drawn from one JSON endpoint, and each endpoint returns exactly the document the CLI
+prints with ``--format json``:
+
+* ``GET /api/metrics``: the metric list (:func:`~ldptel.aggregator.dashboard.overview.metric_list`);
+* ``GET /api/metrics/<name>``: one metric of that list;
+* ``GET|POST /api/metrics/<name>/estimate``: ``ldptel estimate NAME ... --format json``
+  (:func:`~ldptel.aggregator.query.estimate_metric`);
+* ``GET|POST /api/metrics/<name>/by-day``: ``ldptel estimate NAME --by-day ... --format json``
+  (:func:`~ldptel.aggregator.query.estimate_by_day`).
+
+Query parameters (GET) or a JSON object (POST, for long candidate lists) name the CLI's options: ``from``,
+``to``, ``day``, ``version``, ``candidate`` (repeatable; a JSON list), ``candidates`` (text, one per line),
+``top``, ``confidence``, ``postprocess``, ``estimator``. Bad input is a 4xx JSON ``{"error", "message"}``.
+
+Authentication reuses the ingest service's: ``Authorization: Bearer <token>`` compared by SHA-256 digest in
+constant time (:mod:`ldptel.server.state`). Browsers log in once at ``/login``; the cookie holds an HMAC of
+the token (never the token: the dashboard token may be the ingest's admin token), HttpOnly, SameSite=Strict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import redis as redis_lib
+from flask import Blueprint, Flask, Response, current_app, redirect, render_template, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response as BaseResponse
+
+from ldptel.aggregator.dashboard.config import DashboardConfig
+from ldptel.aggregator.dashboard.overview import metric_list
+from ldptel.aggregator.query import EmptyRangeError, estimate_by_day, estimate_metric
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.server.state import bearer_digest, digest, digest_in
+from ldptel.storage import registry
+from ldptel.storage.registry import UnknownMetricError, UnknownVersionError
+
+log = logging.getLogger("ldptel.dashboard")
+EXTENSION = "ldptel_dashboard"
+COOKIE = "ldptel_dashboard"
+_SESSION_LABEL = b"ldptel dashboard session v1"
+QUERY_KEYS = ("from", "to", "day", "version", "candidate", "candidates", "top", "confidence", "postprocess", "estimator")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+api = Blueprint("api", __name__, url_prefix="/api")
+pages = Blueprint("pages", __name__)
+
+
+class ApiError(LdpError):
+    """An answer ``{"error": code, "message": ...}`` with an HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _state() -> tuple[DashboardConfig, redis_lib.Redis]:
+    config, client = current_app.extensions[EXTENSION]
+    return config, client
+
+
+def session_value(token: str) -> str:
+    """The login cookie's value: an HMAC of the token, so the cookie never carries the token itself."""
+    return hmac.new(token.encode(), _SESSION_LABEL, hashlib.sha256).hexdigest()
+
+
+def _authenticated() -> bool:
+    config, _ = _state()
+    header = request.headers.get("Authorization")
+    if header is not None:
+        got = bearer_digest(header)
+        return got is not None and digest_in(got, (digest(config.token),))
+    cookie = request.cookies.get(COOKIE, "")
+    return cookie.isascii() and hmac.compare_digest(cookie.encode(), session_value(config.token).encode())
+
+
+def _json(document: Any, status: int = 200) -> Response:
+    return Response(json.dumps(document), status=status, mimetype="application/json")
+
+
+# ------------------------------------------------------------------------------------------------- API
+def _int(key: str, raw: object) -> int:
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise InvalidParameterError(key, "an integer >= 1", raw) from None
+    if value < 1:
+        raise InvalidParameterError(key, "an integer >= 1", raw)
+    return value
+
+
+def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
+    """The keyword arguments of :func:`estimate_metric` from request parameters (``candidates`` gathered)."""
+    unknown = sorted(set(source) - set(QUERY_KEYS))
+    if unknown:
+        raise InvalidParameterError("parameter", f"one of {list(QUERY_KEYS)}", unknown[0])
+    options: dict[str, Any] = {"candidates": candidates or None}
+    day = source.get("day") or None  # like the CLI's --day: both ends of the range
+    options["day_from"] = day or source.get("from") or None
+    options["day_to"] = day or source.get("to") or None
+    for key in ("version", "top"):
+        if source.get(key) not in (None, ""):
+            options[key] = _int(key, source[key])
+    if source.get("confidence") not in (None, ""):
+        try:
+            options["confidence"] = float(source["confidence"])
+        except (TypeError, ValueError):
+            raise InvalidParameterError("confidence", "a number in (0, 1)", source["confidence"]) from None
+    for key in ("postprocess", "estimator"):
+        if source.get(key) not in (None, ""):
+            options[key] = source[key]
+    for key in ("day_from", "day_to"):
+        if options[key] is not None and not isinstance(options[key], str):
+            raise InvalidParameterError(key.replace("day_", ""), "a UTC day YYYY-MM-DD", options[key])
+    return options
+
+
+def _candidates_from(text: object) -> list[str]:
+    if not isinstance(text, str):
+        raise InvalidParameterError("candidates", "text, one value per line", text)
+    lines = (line.strip() for line in text.lstrip("\ufeff").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _request_options() -> dict[str, Any]:
+    """GET: the query string; POST: a JSON object with the same keys (``candidate`` may be a list)."""
+    if request.method == "POST":
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            raise ApiError(400, "bad_request", "the body must be a JSON object of query parameters")
+        listed = body.get("candidate") or []
+        if isinstance(listed, str):
+            listed = [listed]
+        if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+            raise InvalidParameterError("candidate", "a list of strings", listed)
+        source: Mapping[str, Any] = body
+    else:
+        listed = request.args.getlist("candidate")
+        source = {k: request.args.get(k) for k in request.args}
+    candidates = list(listed)
+    if source.get("candidates"):
+        candidates += _candidates_from(source["candidates"])
+    return query_options(source, candidates)
+
+
+@api.get("/metrics")
+def metrics() -> Response:
+    _, r = _state()
+    return _json(metric_list(r))
+
+
+@api.get("/metrics/<name>")
+def metric(name: str) -> Response:
+    _, r = _state()
+    return _json(metric_list(r, [name])[0])
+
+
+@api.route("/metrics/<name>/estimate", methods=["GET", "POST"])
+def estimate(name: str) -> Response:
+    _, r = _state()
+    return _json(estimate_metric(r, name, **_request_options()).to_dict())
+
+
+@api.route("/metrics/<name>/by-day", methods=["GET", "POST"])
+def by_day(name: str) -> Response:
+    _, r = _state()
+    return _json(estimate_by_day(r, name, **_request_options()).to_dict())
+
+
+# ----------------------------------------------------------------------------------------------- pages
+@pages.get("/")
+def index() -> str:
+    return render_template("index.html")
+
+
+@pages.get("/metrics/<name>")
+def metric_page(name: str) -> str:
+    _, r = _state()
+    registry.get_metric(r, name)  # an unknown name is a 404 page
+    return render_template("metric.html", name=name)
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this server (no scheme, host or ``//``) is followed after logging in."""
+    if not target or not target.startswith("/") or target.startswith("//") or urlsplit(target).netloc:
+        return "/"
+    return target
+
+
+@pages.route("/login", methods=["GET", "POST"])
+def login() -> BaseResponse | tuple[str, int]:
+    config, _ = _state()
+    target = _safe_next(request.values.get("next"))
+    if request.method == "GET":
+        return render_template("login.html", next=target, failed=False), 200
+    token = (request.form.get("token") or "").strip()
+    if not token.isascii() or not digest_in(digest(token), (digest(config.token),)):
+        return render_template("login.html", next=target, failed=True), 401
+    resp = redirect(target, code=303)
+    resp.set_cookie(COOKIE, session_value(config.token), httponly=True, samesite="Strict", secure=request.is_secure)
+    return resp
+
+
+@pages.post("/logout")
+def logout() -> BaseResponse:
+    resp = redirect("/login", code=303)
+    resp.delete_cookie(COOKIE)
+    return resp
+
+
+# --------------------------------------------------------------------------------------------- the app
+_ERRORS: tuple[tuple[type[Exception], int, str], ...] = (
+    (UnknownMetricError, 404, "unknown_metric"),
+    (UnknownVersionError, 404, "unknown_version"),
+    (EmptyRangeError, 404, "no_data"),
+    (LdpError, 400, "bad_request"),  # InvalidParameterError and every other user error
+)
+
+
+def _error(status: int, code: str, message: str) -> Response | tuple[str, int]:
+    if request.path.startswith("/api/"):
+        return _json({"error": code, "message": message}, status)
+    return render_template("error.html", status=status, message=message), status
+
+
+def _handle(exc: Exception) -> Response | tuple[str, int]:
+    if isinstance(exc, ApiError):
+        return _error(exc.status, exc.code, exc.message)
+    if isinstance(exc, HTTPException):
+        return _error(exc.code or 500, (exc.name or "error").lower().replace(" ", "_"), exc.description or "")
+    if isinstance(exc, (redis_lib.ConnectionError, redis_lib.TimeoutError)):
+        return _error(503, "redis_unavailable", "Redis is unreachable; retry later")
+    for kind, status, code in _ERRORS:
+        if isinstance(exc, kind):
+            return _error(status, code, str(exc))
+    log.exception("dashboard: unexpected error on %s %s", request.method, request.path)
+    return _error(500, "internal", "unexpected error (logged)")
+
+
+def _gate() -> BaseResponse | tuple[str, int] | None:
+    if request.endpoint in ("pages.login", "static") or _authenticated():
+        return None
+    if request.path.startswith("/api/"):
+        resp = _json({"error": "unauthorized", "message": "send 'Authorization: Bearer <dashboard token>'"}, 401)
+        resp.headers["WWW-Authenticate"] = "Bearer"
+        return resp
+    return redirect(f"/login?next={request.full_path.rstrip('?')}", code=303)
+
+
+def _headers(resp: Response) -> Response:
+    for key, value in SECURITY_HEADERS.items():
+        resp.headers.setdefault(key, value)
+    return resp
+
+
+def create_dashboard(config: DashboardConfig | None = None) -> Flask:
+    """The dashboard app (``config`` defaults to :meth:`DashboardConfig.from_env`; gunicorn can run
+    ``'ldptel.aggregator.dashboard:create_dashboard()'``)."""
+    config = DashboardConfig.from_env() if config is None else config
+    app = Flask(__name__, static_folder="static", template_folder="templates")
+    client = redis_lib.Redis.from_url(config.redis_url, socket_connect_timeout=5.0, socket_timeout=30.0)
+    app.extensions[EXTENSION] = (config, client)
+    app.before_request(_gate)
+    app.after_request(_headers)
+    app.register_error_handler(Exception, _handle)
+    app.register_blueprint(api)
+    app.register_blueprint(pages)
+    return app

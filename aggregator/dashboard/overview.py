@@ -1,0 +1,61 @@
+"""What the dashboard's metric list shows: each metric's registry record, the days that have folded reports
+(per version), the reports of each recent day and the lag of its streams. One JSON-ready dict per metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis as redis_lib
+
+from ldptel.aggregator.cli.status import shard_status
+from ldptel.client.mechanisms import mechanism_of
+from ldptel.storage import registry
+from ldptel.storage import sketches as store
+from ldptel.storage.registry import MetricRecord
+
+RECENT_DAYS = 31  # days of the current version whose report counts the list shows
+
+
+def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str, Any]]) -> dict[str, Any]:
+    """One metric: the current spec's mechanism, ε (asked and effective), shape and policy, every version with
+    its days, reports per recent day, stream lag and pending entries (None when a lag is unknown)."""
+    spec = record.current
+    mechanism = mechanism_of(spec.params)
+    index = store.sketch_index(r, record.name, record.shards)
+    days_by_version: dict[str, list[str]] = {}
+    for members in index.values():
+        for version, day in members:
+            days_by_version.setdefault(str(version), []).append(day)
+    days_by_version = {v: sorted(set(days)) for v, days in sorted(days_by_version.items(), key=lambda kv: int(kv[0]))}
+    recent = set(days_by_version.get(str(record.current_version), [])[-RECENT_DAYS:])
+    pairs = [(shard, v, day) for shard, members in index.items() for v, day in members
+             if v == record.current_version and day in recent]
+    reports = store.day_reports(r, record.name, params=spec.params, pairs=pairs)
+    shard_rows = [row for row in lags if row["metric"] == record.name]
+    unknown = any(row["lag"] is None for row in shard_rows)
+    return {
+        "name": record.name,
+        "status": record.status,
+        "description": spec.description,
+        "version": record.current_version,
+        "versions": sorted(record.versions),
+        "mechanism": mechanism.name,
+        "epsilon": spec.params.epsilon,
+        "effective_epsilon": spec.effective_epsilon,
+        "shape": mechanism.shape(spec.params),
+        "reports_per_day": spec.reports_per_day,
+        "shards": record.shards,
+        "needs_candidates": mechanism.needs_candidates,
+        "days_by_version": days_by_version,
+        "reports_by_day": [{"day": day, "n": n} for day, n in reports.items()],
+        "lag": None if unknown else sum(row["lag"] for row in shard_rows),
+        "pending": sum(row["pending"] for row in shard_rows),
+        "record": record.to_dict(),
+    }
+
+
+def metric_list(r: redis_lib.Redis, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`metric_summary` of every registered metric (or of ``names``), by name."""
+    records = registry.list_metrics(r) if names is None else [registry.get_metric(r, name) for name in names]
+    lags = shard_status(r, records)
+    return [metric_summary(r, record, lags) for record in records]

@@ -1,0 +1,420 @@
+// ldptel dashboard: every page is a view of the JSON API (/api/...), which returns exactly what
+// `ldptel estimate ... --format json` prints. Charts are inline SVG; no library, no build step.
+//
+// Rendering is generic over the estimate document: rows are drawn by their "value" label with
+// "estimate", "ci_low", "ci_high" (and "adjusted" when post-processed); any other row key becomes a table
+// column; any top-level object with estimate/ci_low/ci_high (rr's "proportion", a numeric metric's mean, ...)
+// becomes a summary card. SUMMARY_FORMATS and COLUMN_FORMATS are the hooks for new kinds of estimates.
+"use strict";
+
+const SVG = "http://www.w3.org/2000/svg";
+const SERIES_MAX = 8; // lines in the per-day chart (the table has every row)
+const COUNT = new Intl.NumberFormat("en-US", { minimumFractionDigits: 1, maximumFractionDigits: 1 });
+const INT = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
+const fmtCount = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : COUNT.format(x));
+const fmtInt = (x) => (x === null || x === undefined ? "?" : INT.format(x));
+const fmtShare = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : (100 * x).toFixed(2) + "%");
+const fmtEps = (x) => Number(x).toFixed(4).replace(/\.?0+$/, "");
+const fmtNumber = (x) => (typeof x === "number" ? (Math.abs(x) >= 1000 ? COUNT.format(x) : x.toPrecision(4)) : String(x));
+
+// How a summary card and a table column show their numbers (hooks: add keys for new estimate kinds).
+const SUMMARY_FORMATS = { proportion: { title: "share of true", fmt: fmtShare } };
+const COLUMN_FORMATS = {
+  day: { title: "day", fmt: String, text: true },
+  n: { title: "n", fmt: fmtInt },
+  value: { title: "value", fmt: String, text: true },
+  estimator: { title: "estimator", fmt: String, text: true },
+  estimate: { title: "estimate", fmt: fmtCount },
+  stderr: { title: "stderr", fmt: fmtCount },
+  ci_low: { title: "ci low", fmt: fmtCount },
+  ci_high: { title: "ci high", fmt: fmtCount },
+  frequency: { title: "share", fmt: fmtShare },
+  adjusted: { title: "post-processed", fmt: fmtCount },
+  adjusted_frequency: { title: "post-processed share", fmt: fmtShare },
+};
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") node.textContent = v;
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else node.setAttribute(k, v);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+function svg(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function showError(message) {
+  document.getElementById("error").textContent = message || "";
+}
+
+async function api(path, body) {
+  const init = body === undefined ? {} : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) };
+  const resp = await fetch(path, { credentials: "same-origin", ...init });
+  if (resp.status === 401) {
+    window.location.href = "/login?next=" + encodeURIComponent(location.pathname + location.search);
+    throw new Error("not logged in");
+  }
+  const doc = await resp.json();
+  if (!resp.ok) throw new Error(doc.message || doc.error || resp.statusText);
+  return doc;
+}
+
+// "Nice" axis ticks from a tick at or below lo to one at or above hi (the axis spans them).
+function ticks(lo, hi, count = 5) {
+  if (!(hi > lo)) hi = lo + 1;
+  const raw = (hi - lo) / count;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map((f) => f * mag).find((s) => s >= raw);
+  const out = [];
+  const last = Math.ceil(hi / step - 1e-9) * step;
+  for (let t = Math.floor(lo / step + 1e-9) * step; t <= last + step * 1e-9; t += step) out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+  return out;
+}
+
+function tickLabel(t, share) {
+  if (share) return (100 * t).toFixed(Math.abs(t) < 0.1 && t !== 0 ? 1 : 0) + "%";
+  return Math.abs(t) >= 1e6 ? (t / 1e6).toFixed(1) + "M" : Math.abs(t) >= 1e4 ? (t / 1e3).toFixed(0) + "k" : INT.format(t);
+}
+
+// ------------------------------------------------------------------------------------------- metric list
+function sparkline(days) {
+  const width = 120, height = 28;
+  const node = svg("svg", { class: "spark", viewBox: `0 0 ${width} ${height}`, role: "img" });
+  if (!days.length) return node;
+  const max = Math.max(...days.map((d) => d.n), 1);
+  const w = width / Math.max(days.length, 7);
+  days.forEach((d, i) => {
+    const h = Math.max(1, (d.n / max) * (height - 2));
+    const bar = svg("rect", { class: "nbar", x: i * w + 0.5, y: height - h, width: Math.max(1, w - 1), height: h });
+    bar.append(svg("title", {}, `${d.day}: ${fmtInt(d.n)} reports`));
+    node.append(bar);
+  });
+  return node;
+}
+
+async function indexPage() {
+  const metrics = await api("/api/metrics");
+  const body = document.querySelector("#metrics tbody");
+  if (!metrics.length) {
+    body.append(el("tr", {}, el("td", { colspan: "12", text: "No metrics yet: create one with `ldptel metrics create`." })));
+    return;
+  }
+  for (const m of metrics) {
+    const days = m.reports_by_day;
+    const last = days.length ? days[days.length - 1] : null;
+    const row = el("tr", { dataset: { metric: m.name } },
+      el("td", {}, el("a", { href: `/metrics/${encodeURIComponent(m.name)}`, text: m.name })),
+      el("td", { class: "text" }, el("span", { class: `badge ${m.status}`, text: m.status })),
+      el("td", { class: "text", text: m.mechanism }),
+      el("td", { text: fmtEps(m.epsilon), dataset: { col: "epsilon" } }),
+      el("td", { text: fmtEps(m.effective_epsilon), dataset: { col: "effective_epsilon" } }),
+      el("td", { text: m.versions.length > 1 ? `${m.version} (of ${m.versions.length})` : String(m.version) }),
+      el("td", { class: "text", text: m.shape || "–" }),
+      el("td", { text: String(m.reports_per_day) }),
+      el("td", { class: "text" }, sparkline(days)),
+      el("td", { text: last ? `${fmtInt(last.n)} on ${last.day}` : "no reports yet", dataset: { col: "last_day" } }),
+      el("td", { text: String((m.days_by_version[String(m.version)] || []).length) }),
+      el("td", { text: m.lag === null ? "?" : fmtInt(m.lag), dataset: { col: "lag" } }));
+    body.append(row);
+  }
+}
+
+// ------------------------------------------------------------------------------------------ metric page
+const FORM_KEYS = ["from", "to", "version", "top", "estimator", "postprocess"];
+
+function queryBody(form) {
+  const data = new FormData(form);
+  const body = {};
+  for (const key of FORM_KEYS) {
+    const v = (data.get(key) || "").trim();
+    if (v) body[key] = v;
+  }
+  const text = data.get("candidates") || "";
+  if (text.trim()) body.candidates = text;
+  return body;
+}
+
+function jsonLink(path, body) {
+  const params = new URLSearchParams();
+  for (const [k, v] of Object.entries(body)) {
+    if (k === "candidates") v.split("\n").map((s) => s.trim()).filter((s) => s && !s.startsWith("#")).forEach((c) => params.append("candidate", c));
+    else params.set(k, v);
+  }
+  return `${path}?${params}`;
+}
+
+function summaryCards(doc) {
+  const box = document.getElementById("summary");
+  box.replaceChildren();
+  const span = doc.days.length ? `${doc.days[0]} – ${doc.days[doc.days.length - 1]} · ${doc.days.length} day(s)` : "no days";
+  box.append(statCard("reports", fmtInt(doc.n), span, "n"));
+  for (const [key, val] of Object.entries(doc)) {
+    if (!val || typeof val !== "object" || Array.isArray(val) || !("estimate" in val && "ci_low" in val && "ci_high" in val)) continue;
+    const spec = SUMMARY_FORMATS[key] || { title: key, fmt: fmtNumber };
+    const pct = Math.round(100 * doc.confidence);
+    box.append(statCard(spec.title, spec.fmt(val.estimate), `${pct}% interval ${spec.fmt(val.ci_low)} – ${spec.fmt(val.ci_high)}`, key));
+  }
+}
+
+function statCard(label, big, small, key) {
+  return el("div", { class: "stat", dataset: { summary: key } },
+    el("div", { class: "label", text: label }), el("div", { class: "big", text: big }), el("div", { class: "small", text: small }));
+}
+
+// Horizontal bars: each row's estimate, its interval as a whisker, the post-processed value as a diamond.
+const drawable = (r) => "value" in r && ["estimate", "ci_low", "ci_high"].every((k) => typeof r[k] === "number");
+const nothing = (text) => el("p", { class: "muted", text });
+
+function intervalChart(doc) {
+  const rows = doc.rows.filter(drawable);
+  if (!rows.length) return nothing("No rows with an estimate and an interval to draw: see the table below.");
+  const labelled = doc.estimator === "both";
+  const rowH = 26, left = 150, right = 24, top = 8, bottom = 28, width = 860;
+  const height = top + bottom + rows.length * rowH;
+  const lo = Math.min(0, ...rows.map((r) => r.ci_low)), hi = Math.max(0, ...rows.map((r) => r.ci_high), ...rows.map((r) => r.adjusted ?? 0));
+  const ts = ticks(lo, hi, 8);
+  const x0 = Math.min(lo, ts[0]), x1 = Math.max(hi, ts[ts.length - 1]);
+  const X = (v) => left + ((v - x0) / (x1 - x0 || 1)) * (width - left - right);
+  const node = svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "estimates with intervals" });
+  for (const t of ts) {
+    node.append(svg("line", { class: "grid", x1: X(t), x2: X(t), y1: top, y2: height - bottom }));
+    node.append(svg("text", { x: X(t), y: height - bottom + 16, "text-anchor": "middle" }, tickLabel(t, false)));
+  }
+  node.append(svg("line", { class: "axis", x1: X(0), x2: X(0), y1: top, y2: height - bottom }));
+  rows.forEach((r, i) => {
+    const y = top + i * rowH, mid = y + rowH / 2;
+    const name = labelled ? `${r.value} · ${r.estimator}` : String(r.value);
+    node.append(svg("text", { class: "label", x: left - 8, y: mid + 4, "text-anchor": "end" }, name.length > 22 ? name.slice(0, 21) + "…" : name));
+    const bar = svg("rect", { class: `bar ${r.estimator || ""}`, x: Math.min(X(0), X(r.estimate)), y: y + 5, width: Math.abs(X(r.estimate) - X(0)), height: rowH - 10 });
+    bar.append(svg("title", {}, `${r.value}: ${fmtCount(r.estimate)} (${Math.round(100 * doc.confidence)}% interval ${fmtCount(r.ci_low)} – ${fmtCount(r.ci_high)})`));
+    node.append(bar);
+    node.append(svg("line", { class: "whisker", x1: X(r.ci_low), x2: X(r.ci_high), y1: mid, y2: mid }));
+    for (const v of [r.ci_low, r.ci_high]) node.append(svg("line", { class: "whisker", x1: X(v), x2: X(v), y1: mid - 5, y2: mid + 5 }));
+    if (doc.postprocess !== "none" && "adjusted" in r) {
+      const ax = X(r.adjusted);
+      node.append(svg("path", { class: "marker", d: `M${ax} ${mid - 6}L${ax + 6} ${mid}L${ax} ${mid + 6}L${ax - 6} ${mid}Z` }));
+    }
+  });
+  const legend = document.getElementById("estimates-legend");
+  legend.replaceChildren(
+    el("span", {}, el("span", { class: "swatch", dataset: { role: "bar" } }), `estimate (raw, unbiased) with ${Math.round(100 * doc.confidence)}% interval`));
+  legend.firstChild.firstChild.classList.add("swatch-bar");
+  if (labelled) {
+    legend.firstChild.lastChild.textContent = ` plain estimate with ${Math.round(100 * doc.confidence)}% interval`;
+    legend.append(el("span", {}, el("span", { class: "swatch swatch-corrected" }), "collision-corrected estimate"));
+  }
+  if (doc.postprocess !== "none") legend.append(el("span", {}, el("span", { class: "swatch swatch-marker" }), `${doc.postprocess} (post-processed)`));
+  return node;
+}
+
+// Lines per value over the days (gaps where a day has no reports), with interval bands.
+function seriesChart(doc, scale) {
+  const share = scale === "share";
+  const chosen = doc.estimator === "corrected" ? "corrected" : "plain";
+  const byValue = new Map();
+  for (const r of doc.rows) {
+    if (!drawable(r) || typeof r.n !== "number" || (r.estimator && r.estimator !== chosen)) continue;
+    if (!byValue.has(r.value)) byValue.set(r.value, []);
+    byValue.get(r.value).push(r);
+  }
+  const values = [...byValue.keys()].slice(0, SERIES_MAX);
+  if (!values.length) return nothing("No per-day rows with an estimate and an interval to draw.");
+  const day0 = Date.parse(doc.days[0]), dayMs = 86400000;
+  const span = Math.round((Date.parse(doc.days[doc.days.length - 1]) - day0) / dayMs);
+  const idx = (d) => Math.round((Date.parse(d) - day0) / dayMs);
+  const y = (r, k) => (share ? r[k] / r.n : r[k]);
+  const all = values.flatMap((v) => byValue.get(v));
+  const lo = Math.min(0, ...all.map((r) => y(r, "ci_low"))), hi = Math.max(...all.map((r) => y(r, "ci_high")), 0);
+  const ts = ticks(lo, hi, 5);
+  const y0 = Math.min(lo, ts[0]), y1 = Math.max(hi, ts[ts.length - 1]);
+  const width = 860, height = 300, left = 64, right = 16, top = 10, bottom = 30;
+  const X = (i) => left + (span ? (i / span) * (width - left - right) : (width - left - right) / 2);
+  const Y = (v) => top + (1 - (v - y0) / (y1 - y0 || 1)) * (height - top - bottom);
+  const node = svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "estimates per day" });
+  for (const t of ts) {
+    node.append(svg("line", { class: "grid", x1: left, x2: width - right, y1: Y(t), y2: Y(t) }));
+    node.append(svg("text", { x: left - 6, y: Y(t) + 4, "text-anchor": "end" }, tickLabel(t, share)));
+  }
+  const every = Math.max(1, Math.ceil((span + 1) / 10));
+  for (let i = 0; i <= span; i += every) {
+    const d = new Date(day0 + i * dayMs).toISOString().slice(5, 10);
+    node.append(svg("text", { x: X(i), y: height - bottom + 18, "text-anchor": "middle" }, d));
+  }
+  const legend = document.getElementById("series-legend");
+  legend.replaceChildren();
+  values.forEach((value, s) => {
+    const color = `var(--s${s % 8})`;
+    const pts = byValue.get(value).map((r) => ({ i: idx(r.day), r }));
+    // consecutive days form a segment; a missing day breaks the line and the band
+    const segments = [];
+    for (const p of pts) {
+      const seg = segments[segments.length - 1];
+      if (seg && p.i === seg[seg.length - 1].i + 1) seg.push(p);
+      else segments.push([p]);
+    }
+    for (const seg of segments) {
+      const upper = seg.map((p) => `${X(p.i)},${Y(y(p.r, "ci_high"))}`);
+      const lower = seg.slice().reverse().map((p) => `${X(p.i)},${Y(y(p.r, "ci_low"))}`);
+      const band = svg("polygon", { points: upper.concat(lower).join(" ") });
+      band.style.fill = color; band.style.opacity = "0.16";
+      node.append(band);
+      const line = svg("polyline", { points: seg.map((p) => `${X(p.i)},${Y(y(p.r, "estimate"))}`).join(" ") });
+      line.style.fill = "none"; line.style.stroke = color; line.style.strokeWidth = "2";
+      node.append(line);
+    }
+    for (const p of pts) {
+      const dot = svg("circle", { cx: X(p.i), cy: Y(y(p.r, "estimate")), r: 3 });
+      dot.style.fill = color;
+      const f = share ? fmtShare : fmtCount;
+      dot.append(svg("title", {}, `${value} on ${p.r.day}: ${f(y(p.r, "estimate"))} (${f(y(p.r, "ci_low"))} – ${f(y(p.r, "ci_high"))}), n = ${fmtInt(p.r.n)}`));
+      node.append(dot);
+    }
+    const swatch = el("span", { class: "swatch" });
+    swatch.style.background = color;
+    legend.append(el("span", {}, swatch, String(value)));
+  });
+  const hidden = byValue.size - values.length;
+  document.getElementById("series-note").textContent =
+    `${share ? "share of each day's reports" : "estimated count"} with ${Math.round(100 * doc.confidence)}% interval bands, ${chosen} estimator` +
+    (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "");
+  return node;
+}
+
+function reportsChart(daily) {
+  if (!daily.length) return nothing("No reports in this range.");
+  const width = 860, height = 90, left = 64, right = 16, top = 6, bottom = 22;
+  const max = Math.max(...daily.map((d) => d.n), 1);
+  const w = (width - left - right) / daily.length;
+  const node = svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "reports per day" });
+  node.append(svg("text", { x: left - 6, y: top + 10, "text-anchor": "end" }, tickLabel(max, false)));
+  daily.forEach((d, i) => {
+    const h = (d.n / max) * (height - top - bottom);
+    const bar = svg("rect", { class: "nbar", x: left + i * w + 1, y: height - bottom - h, width: Math.max(1, w - 2), height: h });
+    bar.append(svg("title", {}, `${d.day}: ${fmtInt(d.n)} reports`));
+    node.append(bar);
+  });
+  node.append(svg("text", { x: left, y: height - 6 }, daily[0].day));
+  node.append(svg("text", { x: width - right, y: height - 6, "text-anchor": "end" }, daily[daily.length - 1].day));
+  return node;
+}
+
+function rowsTable(doc) {
+  const table = document.getElementById("rows");
+  const keys = [];
+  for (const r of doc.rows) for (const k of Object.keys(r)) if (!keys.includes(k)) keys.push(k);
+  const hide = new Set(doc.estimator === "plain" ? ["estimator"] : []);
+  if (doc.postprocess === "none") { hide.add("adjusted"); hide.add("adjusted_frequency"); }
+  const cols = keys.filter((k) => !hide.has(k));
+  const head = el("tr", {});
+  for (const k of cols) {
+    const spec = COLUMN_FORMATS[k] || { title: k };
+    const title = k === "adjusted" || k === "adjusted_frequency" ? `${doc.postprocess}${k === "adjusted" ? "" : " share"}` : spec.title;
+    head.append(el("th", { class: spec.text ? "text" : "", text: title }));
+  }
+  table.tHead.replaceChildren(head);
+  const body = table.tBodies[0];
+  body.replaceChildren();
+  for (const r of doc.rows) {
+    const tr = el("tr", { dataset: { value: String(r.value), estimator: r.estimator || "" } });
+    for (const k of cols) {
+      const spec = COLUMN_FORMATS[k] || { fmt: fmtNumber };
+      tr.append(el("td", { class: spec.text ? "text" : "", text: spec.fmt(r[k]), dataset: { col: k } }));
+    }
+    body.append(tr);
+  }
+}
+
+async function metricPage() {
+  const name = document.body.dataset.metric;
+  const form = document.getElementById("query");
+  const info = await api(`/api/metrics/${encodeURIComponent(name)}`);
+  const meta = document.getElementById("meta");
+  const item = (label, value) => el("span", {}, `${label} `, el("b", { text: value }));
+  meta.replaceChildren(item("mechanism", info.mechanism), item("ε", fmtEps(info.epsilon)), item("effective ε", fmtEps(info.effective_epsilon)),
+    item("version", `${info.version} of ${info.versions.length}`), item("shape", info.shape || "–"),
+    item("reports/device/day", String(info.reports_per_day)), item("status", info.status),
+    item("lag", info.lag === null ? "?" : fmtInt(info.lag)));
+  if (info.description) meta.append(el("span", { text: info.description }));
+  const versionSelect = form.elements.version;
+  for (const v of info.versions.slice().reverse()) versionSelect.append(el("option", { value: String(v), text: `v${v}${v === info.version ? " (current)" : ""}` }));
+  if (!info.needs_candidates) document.getElementById("estimator-field").hidden = true;
+  form.elements.candidates.placeholder = info.needs_candidates
+    ? "required: the values to estimate (a sketch has no list of its values)"
+    : "optional: the labels to show (default: all)";
+  if (info.mechanism && !info.needs_candidates && !Object.prototype.hasOwnProperty.call(info.record.current.params, "domain")) {
+    document.getElementById("candidates-field").hidden = true;
+  }
+
+  // defaults: the URL's parameters, else the version's days; candidates are kept per metric in this browser
+  const params = new URLSearchParams(location.search);
+  const stored = localStorage.getItem(`ldptel.candidates.${name}`);
+  if (stored) form.elements.candidates.value = stored;
+  if (params.has("candidate")) form.elements.candidates.value = params.getAll("candidate").join("\n");
+  for (const key of FORM_KEYS) if (params.get(key)) form.elements[key].value = params.get(key);
+  if (params.get("day")) form.elements.from.value = form.elements.to.value = params.get("day"); // the CLI's --day
+  const setRange = () => {
+    const days = info.days_by_version[form.elements.version.value] || [];
+    if (days.length) { form.elements.from.value = days[0]; form.elements.to.value = days[days.length - 1]; }
+  };
+  if (!params.get("from") && !params.get("to") && !params.get("day")) setRange();
+  versionSelect.addEventListener("change", setRange);
+  if (info.needs_candidates && !params.get("top") && !form.elements.top.value) form.elements.top.value = "10";
+
+  let lastSeries = null;
+  const draw = () => {
+    if (!lastSeries) return;
+    const scale = document.querySelector("input[name=scale]:checked").value;
+    document.getElementById("series-chart").replaceChildren(seriesChart(lastSeries, scale));
+  };
+  document.querySelectorAll("input[name=scale]").forEach((r) => r.addEventListener("change", draw));
+
+  const run = async () => {
+    const body = queryBody(form);
+    const shown = new URLSearchParams(Object.entries(body).filter(([k]) => k !== "candidates"));
+    history.replaceState(null, "", `${location.pathname}?${shown}`);
+    if (body.candidates) localStorage.setItem(`ldptel.candidates.${name}`, body.candidates);
+    showError("");
+    document.body.dataset.state = "loading";
+    const base = `/api/metrics/${encodeURIComponent(name)}`;
+    try {
+      const [doc, daily] = await Promise.all([api(`${base}/estimate`, body), api(`${base}/by-day`, body)]);
+      summaryCards(doc);
+      document.getElementById("estimates-chart").replaceChildren(intervalChart(doc));
+      document.getElementById("estimates-note").textContent =
+        `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`;
+      document.getElementById("estimates-json").href = jsonLink(`${base}/estimate`, body);
+      document.getElementById("series-json").href = jsonLink(`${base}/by-day`, body);
+      lastSeries = daily;
+      draw();
+      document.getElementById("reports-chart").replaceChildren(reportsChart(daily.daily));
+      rowsTable(doc);
+      for (const id of ["estimates-card", "series-card", "table-card"]) document.getElementById(id).hidden = false;
+    } catch (err) {
+      showError(err.message);
+      for (const id of ["estimates-card", "series-card", "table-card"]) document.getElementById(id).hidden = true;
+      document.getElementById("summary").replaceChildren();
+    }
+    document.body.dataset.state = "ready";
+  };
+  form.addEventListener("submit", (e) => { e.preventDefault(); run(); });
+  await run();
+}
+
+document.addEventListener("DOMContentLoaded", async () => {
+  const page = document.body.dataset.page;
+  try {
+    if (page === "index") await indexPage();
+    else if (page === "metric") await metricPage();
+  } catch (err) {
+    showError(err.message);
+  }
+  document.body.dataset.state = "ready";
+});

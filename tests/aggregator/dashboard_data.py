@@ -1,0 +1,98 @@
+"""Folded data and a running ``ldptel dashboard`` for the dashboard's browser test and its screenshot script
+(``scripts/dashboard_screenshot.py``): three metrics over several UTC days, appended with the ingest's own
+appender (one batch per day, so each day is a chosen one), folded by the real worker; the dashboard runs as
+the real console command in a subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import selectors
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import redis as redis_lib
+
+from ldptel.aggregator.demo.distribution import load_distribution
+from ldptel.client import MetricSpec
+from ldptel.client.protocol.specs import params_from_dict
+from tests.aggregator.agg_helpers import append_reports, create, drain
+
+# names of mechanisms are data here (a user's --mechanism), never branched on
+SKETCH = {"mechanism": "cms", "epsilon": 4.0, "k": 256, "m": 1024}
+BOOLEAN = {"mechanism": "rr", "epsilon": 1.0}
+PLATFORMS = ("android", "ios", "web", "desktop")
+CATEGORIES = {"mechanism": "grr", "epsilon": 2.0, "domain": list(PLATFORMS)}
+BATCH = 2000  # reports per appended batch
+PLATFORM_SHARES = (0.46, 0.31, 0.15, 0.08)
+RISING = "🔥"  # an emoji whose share grows over the days, so the per-day chart has a trend to show
+
+
+@dataclass(frozen=True)
+class Populated:
+    days: tuple[str, ...]
+    candidates: tuple[str, ...]  # the emoji a reader would paste: the shipped distribution's head
+
+
+def day_list(last: str, count: int) -> tuple[str, ...]:
+    end = dt.date.fromisoformat(last)
+    return tuple((end - dt.timedelta(days=count - 1 - i)).isoformat() for i in range(count))
+
+
+def populate(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, seed: int = 7) -> Populated:
+    """Create ``emoji`` (sketch), ``dark_mode`` (boolean) and ``platform`` (categories), append ``per_day``
+    reports of each on every day (emoji: the shipped distribution, with :data:`RISING` gaining share; dark mode
+    from 30% to 40%), and fold them."""
+    rng = np.random.default_rng(seed)
+    dist = load_distribution()
+    weights = np.asarray(dist.weights, dtype=float)
+    rising = dist.values.index(RISING)
+    emoji = create(r, MetricSpec(name="emoji", params=params_from_dict(SKETCH), reports_per_day=1,
+                                 description="emoji sent in chats"), shards=2)
+    dark = create(r, MetricSpec(name="dark_mode", params=params_from_dict(BOOLEAN), description="dark mode is on"), shards=2)
+    platform = create(r, MetricSpec(name="platform", params=params_from_dict(CATEGORIES), description="device platform"), shards=1)
+    for i, day in enumerate(days):
+        weekday = dt.date.fromisoformat(day).weekday()
+        per_day_now = per_day if weekday < 5 else per_day * 3 // 4  # fewer reports at weekends
+        w = weights.copy()
+        w[rising] += 0.004 * i
+        values = rng.choice(len(w), size=per_day_now, p=w / w.sum())
+        append_reports(r, emoji, [dist.values[v] for v in values], rng, day=day, batch_size=BATCH)
+        share = 0.30 + 0.10 * i / max(1, len(days) - 1)
+        append_reports(r, dark, list(rng.random(per_day_now) < share), rng, day=day, batch_size=BATCH)
+        picks = rng.choice(len(PLATFORMS), size=per_day_now, p=PLATFORM_SHARES)
+        append_reports(r, platform, [PLATFORMS[p] for p in picks], rng, day=day, batch_size=BATCH)
+    drain(r)
+    return Populated(days=days, candidates=tuple(dist.values[:12]) + (RISING,))
+
+
+@contextmanager
+def running_dashboard(redis_url: str, token: str, *, timeout: float = 60.0, log: list[str] | None = None) -> Iterator[str]:
+    """``ldptel dashboard --port 0`` in a subprocess; yields its base URL (from its first line), stops it after
+    (and appends what it wrote to stderr to ``log``)."""
+    env = {**os.environ, "LDPTEL_REDIS_URL": redis_url, "LDPTEL_DASHBOARD_TOKEN": token}
+    proc = subprocess.Popen([sys.executable, "-m", "ldptel.aggregator.cli", "dashboard", "--port", "0"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                raise RuntimeError(f"ldptel dashboard printed nothing in {timeout} s")
+        line = proc.stdout.readline()
+        if "http://" not in line:
+            raise RuntimeError(f"ldptel dashboard did not start: {line}{proc.stderr.read() if proc.stderr else ''}")
+        yield line.split()[2].rstrip("/")
+    finally:
+        proc.terminate()
+        try:
+            _, stderr = proc.communicate(timeout=10)  # reads and closes the pipes
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, stderr = proc.communicate()
+        if log is not None:
+            log.append(stderr)

@@ -1,0 +1,174 @@
+"""The dashboard in a real browser: headless Chromium (Playwright driving the system's ``chromium``) against
+``ldptel dashboard`` on a loopback port over a real Redis with folded data. The numbers the pages show must be
+the CLI's ``--format json`` numbers (to the digits shown), and each chart's JSON link must return the CLI's
+document. In CI (``CI=true``) a missing browser fails the test; elsewhere it is skipped, saying why."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis as redis_lib
+
+from ldptel.aggregator.cli import main
+from tests.aggregator.dashboard_data import Populated, day_list, populate, running_dashboard
+
+TOKEN = "browser-0123456789abcdef-ABCDEFGHIJ"
+DAYS = day_list("2026-03-05", 5)
+CHROMIUM_ENV = "LDPTEL_CHROMIUM"
+
+pytestmark = pytest.mark.slow
+
+
+def _browser_or_why() -> tuple[str | None, str]:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return None, "the playwright package is not installed (pip install '.[test]')"
+    path = os.environ.get(CHROMIUM_ENV) or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not path:
+        return None, f"no Chromium: apt-get install chromium (Debian), or set {CHROMIUM_ENV} to a Chromium binary"
+    return path, ""
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    path, why = _browser_or_why()
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the browser test: {why}")
+        pytest.skip(why)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=path, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def site(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Populated]]:
+    monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
+    data = populate(redis, days=DAYS, per_day=2000)
+    with running_dashboard(redis_url, TOKEN) as base:
+        yield base, data
+
+
+def cli_json(*argv: str) -> Any:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(list(argv), stdout=out, stderr=err) == 0, err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def logged_in(chromium: Any, base: str, *, scheme: str = "light") -> Any:
+    page = chromium.new_context(viewport={"width": 1366, "height": 900}, color_scheme=scheme).new_page()
+    page.goto(f"{base}/metrics/emoji")
+    assert page.url.startswith(f"{base}/login?next=")  # the gate sends a browser to the login form
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_selector("body[data-state=ready]")
+    return page
+
+
+def show(page: Any, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector("body[data-state=ready]")
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", "").rstrip("%"))
+
+
+def assert_shown(text: str, want: float, *, share: bool = False) -> None:
+    """A count is shown with 1 decimal, a share as a percentage with 2: equal to the CLI's value to that digit."""
+    got = number(text) / 100 if share else number(text)
+    assert abs(got - want) <= (0.5e-4 if share else 0.05) + 1e-9, (text, want)
+
+
+def table_rows(page: Any) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = page.eval_on_selector_all(
+        "#rows tbody tr", "trs => trs.map(tr => Object.fromEntries([...tr.cells].map(td => [td.dataset.col, td.textContent])))"
+    )
+    return rows
+
+
+def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Populated]) -> None:
+    base, data = site
+    page = logged_in(chromium, base)
+    candidates = list(data.candidates)
+    query = "&".join(f"candidate={c}" for c in candidates)
+    show(page, f"{base}/metrics/emoji?top=5&postprocess=norm-sub&from={DAYS[1]}&{query}")
+    assert page.inner_text("#error") == ""
+    args = [a for c in candidates for a in ("--candidate", c)] + ["--top", "5", "--postprocess", "norm-sub", "--from", DAYS[1]]
+    want = cli_json("estimate", "emoji", *args, "--format", "json")
+    shown = table_rows(page)
+    assert [r["value"] for r in shown] == [r["value"] for r in want["rows"]] and len(shown) == 5
+    for got, exp in zip(shown, want["rows"], strict=True):
+        for col in ("estimate", "stderr", "ci_low", "ci_high", "adjusted"):
+            assert_shown(got[col], exp[col])
+        for col in ("frequency", "adjusted_frequency"):
+            assert_shown(got[col], exp[col], share=True)
+    assert number(page.inner_text("[data-summary=n] .big")) == want["n"]
+    assert page.locator("#estimates-chart svg rect.bar").count() == 5
+    assert page.locator("#estimates-chart svg path.marker").count() == 5  # post-processed values drawn
+
+    # per day: one dot per (day, value), and each chart's JSON link returns exactly the CLI's document
+    daily = cli_json("estimate", "emoji", *args, "--by-day", "--format", "json")
+    assert page.locator("#series-chart svg circle").count() == len(daily["rows"]) == 5 * (len(DAYS) - 1)
+    for link, doc in (("#estimates-json", want), ("#series-json", daily)):
+        href = page.get_attribute(link, "href")
+        assert page.request.get(f"{base}{href}").json() == doc
+    first = daily["rows"][0]
+    tip = page.locator("#series-chart svg circle title").first.text_content()
+    assert f"{first['value']} on {first['day']}" in tip and f"{100 * first['frequency']:.2f}%" in tip
+    page.check("input[name=scale][value=count]")
+    tip = page.locator("#series-chart svg circle title").first.text_content()
+    assert f"{first['estimate']:,.1f}" in tip
+
+    # both estimators: each value's plain row, then its collision-corrected row, as the CLI prints them
+    show(page, f"{base}/metrics/emoji?top=3&estimator=both&{query}")
+    both = cli_json("estimate", "emoji", *[a for c in candidates for a in ("--candidate", c)], "--top", "3",
+                    "--estimator", "both", "--format", "json")
+    shown = table_rows(page)
+    assert [(r["value"], r["estimator"]) for r in shown] == [(r["value"], r["estimator"]) for r in both["rows"]]
+    for got, exp in zip(shown, both["rows"], strict=True):
+        assert_shown(got["estimate"], exp["estimate"])
+        assert_shown(got["ci_high"], exp["ci_high"])
+    assert page.locator("#estimates-chart svg rect.bar.corrected").count() == 3
+
+
+def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated]) -> None:
+    base, _ = site
+    page = logged_in(chromium, base)
+    show(page, f"{base}/")
+    for name in ("dark_mode", "emoji", "platform"):
+        record = cli_json("metrics", "show", name)
+        row = page.locator(f"#metrics tr[data-metric={name}]")
+        assert float(row.locator("[data-col=effective_epsilon]").inner_text()) == pytest.approx(
+            record["current"]["effective_epsilon"], abs=5e-5)
+        last = cli_json("estimate", name, "--day", DAYS[-1], "--format", "json", "--candidate", "x") if name == "emoji" \
+            else cli_json("estimate", name, "--day", DAYS[-1], "--format", "json")
+        assert row.locator("[data-col=last_day]").inner_text() == f"{last['n']:,} on {DAYS[-1]}"
+        assert row.locator("[data-col=lag]").inner_text() == "0"
+    show(page, f"{base}/metrics/dark_mode?day={DAYS[0]}")
+    want = cli_json("estimate", "dark_mode", "--day", DAYS[0], "--format", "json")
+    assert_shown(page.inner_text("[data-summary=proportion] .big"), want["proportion"]["estimate"], share=True)
+    for got, exp in zip(table_rows(page), want["rows"], strict=True):
+        assert got["value"] == exp["value"]
+        assert_shown(got["estimate"], exp["estimate"])
+
+
+def test_errors_are_shown_and_dark_mode_applies(chromium: Any, site: tuple[str, Populated]) -> None:
+    base, _ = site
+    page = logged_in(chromium, base, scheme="dark")
+    page.evaluate("localStorage.clear()")
+    show(page, f"{base}/metrics/emoji")
+    assert "candidates must be a non-empty list" in page.inner_text("#error")
+    assert page.locator("#estimates-card").is_hidden()
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(20, 23, 28)"  # --bg of prefers-color-scheme: dark

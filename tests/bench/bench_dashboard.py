@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The dashboard's reads: its metric list and its per-day series, each beside a same-run baseline.
+
+Prints one JSON line per figure and run:
+
+* ``dashboard_metric_list``: :func:`ldptel.aggregator.dashboard.overview.metric_list` for one cms metric
+  (k = 1024, m = 1024) with ``--days`` × ``--shards`` sketches: registry, sketch index, stream lag and the
+  reports of each day read with GETRANGE (header and row counts only); baseline: the same reports per day from
+  reading and summing every blob (``sum_sketches`` per day), what the list would cost without ranged reads;
+* ``dashboard_by_day``: :func:`ldptel.aggregator.query.estimate_by_day` over the days with ``--candidates``
+  candidates (one estimate per day: what the per-day chart asks for); baseline: one
+  :func:`~ldptel.aggregator.query.estimate_metric` over the whole range (the estimates chart).
+
+Usage::
+
+    .venv/bin/python tests/bench/bench_dashboard.py [--days 14] [--shards 2] [--candidates 1000] [--repeat 3]
+
+Uses ``LDPTEL_REDIS_URL`` when set (the db is flushed!), else a private embedded server. Not collected by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import redis as redis_lib
+
+from ldptel.aggregator.dashboard.overview import metric_list
+from ldptel.aggregator.query import estimate_by_day, estimate_metric
+from ldptel.client import CmsParams, MetricSpec, SketchState
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
+from ldptel.storage.embedded import EmbeddedRedis
+
+METRIC = "bench.dashboard"
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--days", type=int, default=14)
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--candidates", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    url = os.environ.get("LDPTEL_REDIS_URL")
+    server = None if url else EmbeddedRedis(appendonly=False).start()
+    try:
+        r = redis_lib.Redis.from_url(url or server.url, socket_timeout=120)  # type: ignore[union-attr]
+        r.flushdb()
+        params = CmsParams(epsilon=4.0, k=1024, m=1024)
+        registry.create_metric(r, MetricSpec(name=METRIC, params=params), shards=args.shards)
+        rng = np.random.default_rng(5)
+        first = dt.date(2026, 1, 1)
+        days = [(first + dt.timedelta(days=i)).isoformat() for i in range(args.days)]
+        for shard in range(args.shards):
+            for day in days:
+                row_counts = rng.multinomial(200_000, np.full(params.k, 1 / params.k)).astype(np.int64)
+                counts = rng.binomial(row_counts[:, None], 0.12, size=(params.k, params.m)).astype(np.int64)
+                pipe = r.pipeline(transaction=True)
+                pipe.set(keys.sketch(METRIC, shard, 1, day), SketchState(params.mechanism, counts, row_counts).to_bytes())
+                pipe.sadd(keys.sketch_index(METRIC, shard), store.index_member(1, day))
+                pipe.execute()
+        candidates = [f"/page/{i}" for i in range(args.candidates)]
+        common = {"days": args.days, "shards": args.shards, "k": params.k, "m": params.m}
+        for run in range(args.repeat):
+            start = time.perf_counter()
+            listed = metric_list(r)
+            list_s = time.perf_counter() - start
+            start = time.perf_counter()
+            full = {}
+            for day in days:
+                state, _ = store.sum_sketches(r, METRIC, params=params, pairs=[(s, 1, day) for s in range(args.shards)])
+                full[day] = state.n
+            base_s = time.perf_counter() - start
+            assert {d["day"]: d["n"] for d in listed[0]["reports_by_day"]} == full
+            emit(figure="dashboard_metric_list", run=run, seconds=round(list_s, 4), baseline_full_read_s=round(base_s, 3),
+                 ratio=round(list_s / base_s, 4), **common)
+
+            start = time.perf_counter()
+            daily = estimate_by_day(r, METRIC, candidates=candidates)
+            by_day_s = time.perf_counter() - start
+            start = time.perf_counter()
+            estimate_metric(r, METRIC, candidates=candidates)
+            range_s = time.perf_counter() - start
+            assert len(daily.results) == args.days
+            emit(figure="dashboard_by_day", run=run, candidates=args.candidates, seconds=round(by_day_s, 3),
+                 baseline_one_range_s=round(range_s, 3), ratio=round(by_day_s / range_s, 2), **common)
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
