@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from typing import TextIO
 
 from ldptel.aggregator.cli import aggregate, demo, estimate, metrics, plan, serve, status
@@ -19,6 +20,7 @@ from ldptel.aggregator.cli.common import EXIT_OK, EXIT_USER, redis_url_option
 from ldptel.aggregator.cli.extras import from_import_error, require
 from ldptel.client.errors import LdpError
 
+DISTRIBUTION = "ldp-telemetry"  # the package whose version --version prints
 COMMANDS = (aggregate, estimate, metrics, status, serve, demo, plan)
 _BY_NAME = {command.NAME: command for command in COMMANDS}
 
@@ -28,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ldptel",
         description="ldptel: local-differential-privacy telemetry — aggregation, queries and the metric registry.",
     )
+    parser.add_argument("--version", action="version", version=f"ldptel {metadata.version(DISTRIBUTION)}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = redis_url_option()
     for command in COMMANDS:

@@ -11,7 +11,7 @@ from typing import TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, confidence, connected, day, positive_int, read_values
 from ldptel.aggregator.cli.extras import install_hint
-from ldptel.aggregator.cli.output import RESULT_FORMATS, plot_result, write_result
+from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, write_result
 from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
 
 NAME = "estimate"
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--from", dest="day_from", type=day, metavar="DAY", help="first UTC day, YYYY-MM-DD")
     p.add_argument("--to", dest="day_to", type=day, metavar="DAY", help="last UTC day, YYYY-MM-DD")
     p.add_argument("--day", type=day, metavar="DAY", help="one UTC day (same as --from DAY --to DAY)")
-    p.add_argument("--candidates", metavar="FILE", help="sketch metrics: values to estimate, one per line")
+    p.add_argument("--candidates", metavar="FILE", help="sketch metrics: values to estimate, one per line ('-': stdin)")
     p.add_argument("--candidate", action="append", metavar="VALUE", help="a value to estimate (repeatable)")
     p.add_argument("--top", type=positive_int, metavar="N", help="keep the N largest estimates")
     p.add_argument("--format", choices=RESULT_FORMATS, default="table")
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     day_from, day_to = args.day_from, args.day_to
     if args.day:
         day_from = day_to = args.day
-    with connected(args.redis_url) as r:
+    with connected(args.redis_url) as r, no_data_as_empty(args.format, out, err) as empty:
         result = estimate_metric(
             r,
             args.metric,
@@ -82,6 +82,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             postprocess=args.postprocess,
             estimator=args.estimator,
         )
+    if empty.written:
+        return EXIT_OK
     if args.plot:
         plot_result(result, args.plot)
     write_result(result, args.format, out)
