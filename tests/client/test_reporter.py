@@ -182,6 +182,26 @@ def test_unknown_metric_and_unreachable_server_return_no_spec(live: LiveServer, 
     rep.close()
 
 
+def test_no_spec_errors_say_retired_unregistered_or_token_rejected(live: LiveServer, app_token, tmp_path, clock) -> None:
+    """Regression: every case read "no usable spec for 'x' (HTTP 200)" or "(HTTP 401)"."""
+    from ldptel.storage.registry import retire_metric
+
+    live.create(cms("old.metric"))
+    retire_metric(live.redis, "old.metric")
+    errors: list[UploadError] = []
+    rep = _sync(live.url, app_token, tmp_path / "a", clock, on_error=errors.append, metrics=["old.metric", "never.made"])
+    assert not rep.wait_for_specs(10)
+    messages = {e.metric: str(e) for e in errors}
+    assert "'old.metric' is retired" in messages["old.metric"]
+    assert "'never.made' is not registered" in messages["never.made"] and "create it first" in messages["never.made"]
+    rep.close()
+    errors.clear()
+    rep = _sync(live.url, "wrong-token", tmp_path / "b", clock, on_error=errors.append, metrics=["old.metric"])
+    assert not rep.wait_for_specs(10)
+    assert errors[0].status == 401 and "rejected the token" in str(errors[0])
+    rep.close()
+
+
 def test_on_error_exceptions_never_reach_the_app(live: LiveServer, app_token, tmp_path, clock) -> None:
     spec = live.create(cms())
 
