@@ -17,10 +17,9 @@ from typing import TextIO
 
 from ldptel.aggregator.cli import aggregate, demo, estimate, metrics, plan, serve, status
 from ldptel.aggregator.cli.common import EXIT_OK, EXIT_USER, redis_url_option
-from ldptel.aggregator.cli.extras import from_import_error, require
+from ldptel.aggregator.cli.extras import DISTRIBUTION, from_import_error, require
 from ldptel.client.errors import LdpError
 
-DISTRIBUTION = "ldp-telemetry"  # the package whose version --version prints
 COMMANDS = (aggregate, estimate, metrics, status, serve, demo, plan)
 _BY_NAME = {command.NAME: command for command in COMMANDS}
 
