@@ -26,11 +26,12 @@ import datetime
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli.common import UserError, read_text
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
 
@@ -76,6 +77,12 @@ def load_metrics_file(path: str) -> list[FileMetric]:
 def _file_metric(name: str, table: object) -> FileMetric:
     if not isinstance(table, dict):
         raise InvalidParameterError("metrics." + name, "a table of fields", table)
+    mechanism = table.get("mechanism")
+    if isinstance(mechanism, str) and mechanism in mechanism_names():
+        allowed = ["mechanism", *(f.name for f in dataclass_fields(get_mechanism(mechanism).params_type)), *SPEC_KEYS, "shards"]
+        for key in table:
+            if key not in allowed:
+                raise InvalidParameterError(key, f"one of the keys of a {mechanism} metric {allowed}", table[key])
     params = {key: value for key, value in table.items() if key not in SPEC_KEYS and key != "shards"}
     fields: dict[str, Any] = {key: table[key] for key in SPEC_KEYS if key in table}
     expires = fields.get("expires")
