@@ -79,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         mfile = msub.add_parser(action, parents=[common], help=help_text, description=help_text + ". "
                                 "Format: deploy/metrics.example.toml.")
         mfile.add_argument("file", metavar="FILE", help="a TOML file of [metrics.NAME] tables ('-': standard input)")
+        if action != "diff":
+            mfile.add_argument("--format", choices=RECORD_FORMATS, default="table",
+                               help="json: per metric the change, versions, changed fields and consequences")
     met.set_defaults(func=run)
 
 
@@ -103,11 +106,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out)
         else:
-            return _run_file(r, action, args.file, out)
+            return _run_file(r, action, args.file, args.format if action != "diff" else "table", out)
     return EXIT_OK
 
 
-def _run_file(r: redis.Redis, action: str, path: str, out: TextIO) -> int:
+def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO) -> int:
     """``plan``/``diff``/``apply`` FILE: validate the whole file, compare it with the registry, maybe write."""
     from ldptel.storage import registry
 
@@ -115,14 +118,16 @@ def _run_file(r: redis.Redis, action: str, path: str, out: TextIO) -> int:
     changes, missing = metrics_file.plan_file(registry.list_metrics(r), metrics)
     if action == "diff":
         return EXIT_DIFFERS if metrics_file.write_diff(changes, missing, out) else EXIT_OK
-    if action == "plan":
-        metrics_file.write_plan(changes, missing, out)
-        return EXIT_OK
-    try:
-        applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
-    except registry.RegistryConflictError as exc:
-        raise UserError(f"{exc}; nothing was changed") from None
-    metrics_file.write_plan([change for _, change in applied], missing, out, applied=True)
+    if action == "apply":
+        try:
+            applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
+        except registry.RegistryConflictError as exc:
+            raise UserError(f"{exc}; nothing was changed") from None
+        changes = [change for _, change in applied]
+    if fmt == "json":
+        write_json(metrics_file.plan_document(changes, missing, applied=action == "apply"), out)
+    else:
+        metrics_file.write_plan(changes, missing, out, applied=action == "apply")
     return EXIT_OK
 
 

@@ -189,6 +189,23 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
         out.write(f"  {name}: registered but not in the file (left as it is)\n")
 
 
+def plan_document(changes: Sequence[Change], missing: Sequence[str], *, applied: bool = False) -> dict[str, Any]:
+    """The plan as JSON: per metric the change, versions, changed fields and, for a new version, its consequences."""
+    metrics = []
+    for change in changes:
+        old = change.before
+        fields = [] if old is None else differences(old.current, change.spec)
+        metrics.append({
+            "name": change.spec.name,
+            "change": change.kind,
+            "version": change.version,
+            "current_version": None if old is None else old.current_version,
+            "fields": [{"field": k, "before": b, "after": a, "privatization": privatization_field(k)} for k, b, a in fields],
+            "consequences": consequences(old.current, change.spec) if old is not None and change.kind == "version" else [],
+        })  # fmt: skip
+    return {"applied": applied, "metrics": metrics, "not_in_file": list(missing)}
+
+
 def write_change_note(change: Change, err: TextIO) -> None:
     """One line on what ``metrics create`` did (plus a new version's ε consequences), for stderr."""
     notes = {

@@ -95,6 +95,13 @@ def test_plan_flags_new_versions_with_their_epsilon_and_apply_edits_metadata_in_
     assert "!! ε per report 1 → 2" in out
     assert "ε∞ " in out and "+" in out  # rr: a new permanent randomization adds up
     assert redis.hgetall(keys.registry()) == before
+    doc = json.loads(run("metrics", "plan", str(edited), "--format", "json")[1])
+    by_name = {m["name"]: m for m in doc["metrics"]}
+    assert doc["applied"] is False and by_name["theme"]["change"] == "unchanged"
+    assert by_name["dark_mode"]["change"] == "version" and by_name["dark_mode"]["version"] == 2
+    assert {"field": "epsilon", "before": 1.0, "after": 2.0, "privatization": True} in by_name["dark_mode"]["fields"]
+    assert by_name["dark_mode"]["consequences"] and not by_name["emoji"]["consequences"]
+    assert [f["privatization"] for f in by_name["emoji"]["fields"]] == [False]
     code, out, _ = run("metrics", "diff", str(edited))
     assert code == 1 and "dark_mode (v1):" in out and "description: 'dark mode is on' → 'dark mode is on (system or app)'" in out
     assert run("metrics", "apply", str(edited))[0] == 0
