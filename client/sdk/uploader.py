@@ -223,14 +223,18 @@ class Uploader:
             return True
         if outcome == "retry" or outcome == "auth":
             self._retry(resp.retry_after)
-            self._notify(_batch_error(batch, f"HTTP {resp.status}; will retry", status=resp.status, outcome=outcome))
+            why = f"the server rejected the token (HTTP {resp.status})" if outcome == "auth" else f"HTTP {resp.status}"
+            self._notify(_batch_error(batch, f"{why}; will retry", status=resp.status, outcome=outcome))
             return False
         if outcome == "stale":
             self._settle(batch, "stale")
-            self._specs.adopt(batch.metric, resp.json())
+            body = resp.json()
+            self._specs.adopt(batch.metric, body)
+            retired = isinstance(body, dict) and body.get("error") == "metric_retired"
+            why = f"metric {batch.metric!r} is retired" if retired else (
+                f"version {batch.version} of {batch.metric!r} is no longer accepted")
             self._notify(_batch_error(
-                batch, f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; "
-                f"{batch.n} reports dropped", status=409, outcome="stale"))
+                batch, f"HTTP 409: {why}; {batch.n} reports dropped", status=409, outcome="stale"))
             return True
         self._settle(batch, "rejected")
         self._notify(_batch_error(
