@@ -44,7 +44,11 @@ ESTIMATOR_CHOICES: tuple[EstimatorChoice, ...] = ("plain", "corrected", "both")
 
 
 class EmptyRangeError(LdpError, ValueError):
-    """No sketch of the metric version falls in the asked day range."""
+    """No sketch of the metric version falls in the asked day range (``metric``, ``version``, ``mechanism``)."""
+
+    def __init__(self, message: str, *, metric: str, version: int, mechanism: str) -> None:
+        super().__init__(message)
+        self.metric, self.version, self.mechanism = metric, version, mechanism
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -222,7 +226,8 @@ def estimate_metric(
         have = f"it has days {all_days[0]} to {all_days[-1]}" if all_days else "it has no folded reports yet"
         raise EmptyRangeError(
             f"no sketches of {name!r} version {version} between {day_from or 'the start'} and "
-            f"{day_to or 'the end'} ({have})"
+            f"{day_to or 'the end'} ({have})",
+            metric=name, version=version, mechanism=mechanism.name,
         )
     wanted = set(days)
     index = store.sketch_index(r, name, record.shards)

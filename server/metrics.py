@@ -1,8 +1,8 @@
 """The ``metrics`` blueprint: the metric registry API (not Prometheus metrics, which are in ``ops.py``).
 
 ``GET /v1/metrics`` and ``GET /v1/metrics/<name>`` (app or admin token) list and read registry records;
-``POST /v1/metrics`` (admin) creates a metric or a new version of it (201; 200 when the posted spec equals the
-current version) and ``POST /v1/metrics/<name>/retire`` (admin) stops a metric's ingest. The registry itself
+``POST /v1/metrics`` (admin) creates a metric or a new version of it when the privatization changes (201), or
+else updates the current version's metadata in place, reactivates it, or leaves it unchanged (200), and ``POST /v1/metrics/<name>/retire`` (admin) stops a metric's ingest. The registry itself
 (versions, shard counts, concurrent changes) is :mod:`ldptel.storage.registry`.
 """
 
@@ -20,14 +20,12 @@ from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
 from ldptel.server.state import cached_record, current_state
-from ldptel.storage import keys
 from ldptel.storage.registry import (
     MAX_SHARDS,
     RegistryConflictError,
     UnknownMetricError,
-    create_metric,
     list_metrics,
-    parse_record,
+    register_metric,
     retire_metric,
 )
 
@@ -69,16 +67,14 @@ def post_metric() -> Response:
         if null_shards:
             check_int("shards", None, 1, MAX_SHARDS)
         spec = MetricSpec.from_dict(data)
-        before = state.redis.hget(keys.registry(), spec.name)
-        record = create_metric(state.redis, spec, shards=shards, default_shards=state.config.shards)
+        record, change = register_metric(state.redis, spec, shards=shards, default_shards=state.config.shards)
         state.recent.pop(spec.name, None)
     except InvalidParameterError as exc:
         _invalid_spec(exc)
     except RegistryConflictError as exc:
         raise ApiError(409, "registry_conflict", str(exc)) from None
-    unchanged = before is not None and parse_record(before) == record
-    log.info("metric %s: version %d (%s)", record.name, record.current_version, "unchanged" if unchanged else "changed")
-    return json_response(record.to_dict(), 200 if unchanged else 201)
+    log.info("metric %s: version %d (%s)", record.name, record.current_version, change.kind)
+    return json_response(record.to_dict(), 201 if change.new_version else 200)
 
 
 @bp.post("/v1/metrics/<name>/retire")

@@ -12,7 +12,13 @@ from typing import Any, get_args
 
 from ldptel.client.mechanisms import mechanisms
 from ldptel.client.protocol.params import EPSILON_RANGE, MAX_CELLS
-from ldptel.client.protocol.specs import MAX_DESCRIPTION_CHARS, MAX_REPORTS_PER_DAY, NAME_RE
+from ldptel.client.protocol.specs import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_NOTES_CHARS,
+    MAX_OWNER_CHARS,
+    MAX_REPORTS_PER_DAY,
+    NAME_RE,
+)
 from ldptel.storage.registry import MAX_SHARDS, Status
 
 __all__ = ["openapi_document"]
@@ -46,6 +52,13 @@ _ERROR_CODES = [
 _NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 _REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": MAX_REPORTS_PER_DAY}
 _DESCRIPTION = {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS}
+# Metadata: edited in place, never a new version (only params and reports_per_day make one).
+_METADATA = {
+    "description": _DESCRIPTION,
+    "owner": {"type": "string", "maxLength": MAX_OWNER_CHARS},
+    "expires": {"type": ["string", "null"], "format": "date", "description": "UTC day after which the metric is listed as expired"},
+    "notes": {"type": "string", "maxLength": MAX_NOTES_CHARS},
+}
 _STATUS = {"type": "string", "enum": list(get_args(Status))}
 
 
@@ -90,13 +103,13 @@ _SCHEMAS: dict[str, Any] = {
     },
     "MetricSpec": {
         "type": "object",
-        "required": ["name", "version", "params", "reports_per_day", "description", "effective_epsilon"],
+        "required": ["name", "version", "params", "reports_per_day", *_METADATA, "effective_epsilon"],
         "properties": {
             "name": {"type": "string"},
             "version": {"type": "integer", "minimum": 1},
             "params": {"$ref": "#/components/schemas/Params"},
             "reports_per_day": {"type": "integer", "minimum": 1},
-            "description": {"type": "string"},
+            **_METADATA,
             "effective_epsilon": {"type": "number"},
         },
         "additionalProperties": False,
@@ -108,7 +121,7 @@ _SCHEMAS: dict[str, Any] = {
             "name": _NAME,
             "params": {"$ref": "#/components/schemas/Params"},
             "reports_per_day": _REPORTS_PER_DAY,
-            "description": _DESCRIPTION,
+            **_METADATA,
             "shards": {
                 "type": "integer",
                 "minimum": 1,
@@ -238,11 +251,11 @@ _PATHS: dict[str, Any] = {
             "responses": {"200": _json("all metrics", "MetricList"), **_AUTH_ERRORS},
         },
         "post": {
-            "summary": "Create a metric or a new version of it (admin token)",
+            "summary": "Create a metric, a new version of it (params or reports_per_day changed) or edit its metadata (admin token)",
             "requestBody": {"required": True, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NewMetric"}}}},
             "responses": {
-                "200": _json("identical to the current version: unchanged", "MetricRecord"),
-                "201": _json("created, or a new version became current", "MetricRecord"),
+                "200": _json("same privatization as the current version: metadata updated in place, reactivated, or unchanged", "MetricRecord"),
+                "201": _json("created, or a new version became current (the privatization changed)", "MetricRecord"),
                 "400": _error("malformed JSON or invalid spec"),
                 "409": _error("the change conflicts with the existing metric (e.g. its shard count)"),
                 "413": _error("body too large"),

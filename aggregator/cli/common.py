@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -71,12 +72,21 @@ def connected(url: str | None, *, socket_timeout: float | None = SOCKET_TIMEOUT)
         r.close()
 
 
-def read_values(path: str, *, what: str) -> list[str]:
-    """The non-empty, non-``#`` lines of a text file (candidates, domain labels): at least one."""
+def read_text(path: str, *, what: str) -> str:
+    """A UTF-8 text file (``-``: standard input), without the byte-order mark some editors put first."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        if path == "-":
+            raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+        else:
+            raw = Path(path).read_bytes()
+        return raw.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"cannot read {what} {path}: {exc}") from None
+
+
+def read_values(path: str, *, what: str) -> list[str]:
+    """The non-empty, non-``#`` lines of a text file (candidates, domain labels; ``-``: standard input)."""
+    text = read_text(path, what=what)
     values = [line.strip() for line in text.splitlines()]
     values = [v for v in values if v and not v.startswith("#")]
     if not values:

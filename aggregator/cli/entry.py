@@ -12,11 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from typing import TextIO
 
 from ldptel.aggregator.cli import aggregate, dashboard, demo, estimate, metrics, plan, serve, status
 from ldptel.aggregator.cli.common import EXIT_OK, EXIT_USER, redis_url_option
-from ldptel.aggregator.cli.extras import from_import_error, require
+from ldptel.aggregator.cli.extras import DISTRIBUTION, from_import_error, require
 from ldptel.client.errors import LdpError
 
 COMMANDS = (aggregate, estimate, metrics, status, serve, demo, plan, dashboard)
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ldptel",
         description="ldptel: local-differential-privacy telemetry — aggregation, queries and the metric registry.",
     )
+    parser.add_argument("--version", action="version", version=f"ldptel {metadata.version(DISTRIBUTION)}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     common = redis_url_option()
     for command in COMMANDS:

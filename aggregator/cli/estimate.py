@@ -12,7 +12,7 @@ from typing import TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, UserError, confidence, connected, day, positive_int, read_values
 from ldptel.aggregator.cli.extras import install_hint
-from ldptel.aggregator.cli.output import RESULT_FORMATS, plot_result, write_daily, write_result
+from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, write_daily, write_result
 from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
 
 NAME = "estimate"
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--from", dest="day_from", type=day, metavar="DAY", help="first UTC day, YYYY-MM-DD")
     p.add_argument("--to", dest="day_to", type=day, metavar="DAY", help="last UTC day, YYYY-MM-DD")
     p.add_argument("--day", type=day, metavar="DAY", help="one UTC day (same as --from DAY --to DAY)")
-    p.add_argument("--candidates", metavar="FILE", help="sketch metrics: values to estimate, one per line")
+    p.add_argument("--candidates", metavar="FILE", help="sketch metrics: values to estimate, one per line ('-': stdin)")
     p.add_argument("--candidate", action="append", metavar="VALUE", help="a value to estimate (repeatable)")
     p.add_argument("--top", type=positive_int, metavar="N", help="keep the N largest estimates")
     p.add_argument("--format", choices=RESULT_FORMATS, default="table")
@@ -79,11 +79,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
         "confidence": args.confidence, "postprocess": args.postprocess, "estimator": args.estimator,
     }
-    with connected(args.redis_url) as r:
+    with connected(args.redis_url) as r, no_data_as_empty(args.format, out, err) as empty:
         if args.by_day:
             write_daily(estimate_by_day(r, args.metric, **options), args.format, out)
             return EXIT_OK
         result = estimate_metric(r, args.metric, **options)
+    if empty.written:
+        return EXIT_OK
     if args.plot:
         plot_result(result, args.plot)
     write_result(result, args.format, out)

@@ -1,11 +1,12 @@
 """Which optional dependency comes with which extra of ``ldp-telemetry``: the one mapping, and the one-line
 error a command prints when a dependency it needs is not installed.
 
-``pip install ldp-telemetry`` installs the client SDK alone (numpy, mmh3); the services come with extras (see
-pyproject.toml). Commands import their heavy dependencies inside the command, so ``ldptel --help`` and every
-command's ``--help`` work without them; a missing one becomes, e.g.::
+``pip install .`` in a checkout installs the client SDK alone (numpy, mmh3); the services come with extras (see
+pyproject.toml; the package is on no index, so the hint names the checkout, not the distribution). Commands
+import their heavy dependencies inside the command, so ``ldptel --help`` and every command's ``--help`` work
+without them; a missing one becomes, e.g.::
 
-    ldptel: error: 'ldptel estimate' needs redis-py: pip install 'ldp-telemetry[aggregator]'
+    ldptel: error: 'ldptel estimate' needs redis-py: pip install '.[aggregator]' in the ldptel checkout
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class MissingDependencyError(UserError):
 
 
 def install_hint(extra: str) -> str:
-    """``pip install 'ldp-telemetry[EXTRA]'``."""
-    return f"pip install '{DISTRIBUTION}[{extra}]'"
+    """``pip install '.[EXTRA]' in the ldptel checkout`` (``pip install 'ldp-telemetry[EXTRA]'`` finds no index)."""
+    return f"pip install '.[{extra}]' in the ldptel checkout"
 
 
 def extra_for(module: str, *, prefer: str) -> str | None:

@@ -1,31 +1,37 @@
-"""``ldptel metrics list|show|create|retire``: the metric registry (:mod:`ldptel.storage.registry`).
+"""``ldptel metrics list|show|create|retire|plan|diff|apply``: the metric registry (:mod:`ldptel.storage.registry`).
 
 ``create`` builds the spec from a ``--spec-file`` (a MetricSpec as JSON) or from options: the mechanism
 options the user gave (:data:`PARAMS_OPTIONS`) go to :func:`~ldptel.client.protocol.specs.params_from_dict`
-as they are, so the params themselves say which options a mechanism takes and which values are valid.
+as they are, so the params themselves say which options a mechanism takes and which values are valid. A
+spec with the current version's privatization edits its metadata in place; any other is a new version.
+``plan``, ``diff`` and ``apply`` take a TOML file of many metrics (:mod:`ldptel.aggregator.cli.metrics_file`).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ldptel.aggregator.cli.common import EXIT_OK, UserError, comma_list, connected, read_values
+from ldptel.aggregator.cli import metrics_file
+from ldptel.aggregator.cli.common import EXIT_OK, UserError, comma_list, connected, day, read_text, read_values
 from ldptel.aggregator.cli.output import table, write_json
 from ldptel.client.mechanisms import mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
 if TYPE_CHECKING:
+    import redis
+
     from ldptel.storage.registry import MetricRecord
 
 NAME = "metrics"
 EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 RECORD_FORMATS = ("table", "json")
-RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards")
+RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "expires", "owner")
+EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
 # options of `metrics create` that are params fields, passed to params_from_dict when given
 PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits")
@@ -33,14 +39,18 @@ PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits")
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     sketches = ", ".join(mechanism_names(candidates=True))
-    met = sub.add_parser(NAME, help="manage the metric registry", description="List, show, create or retire metrics.")
+    met = sub.add_parser(NAME, help="manage the metric registry",
+                         description="List, show, create or retire metrics, or plan, diff and apply a TOML file of them.")
     msub = met.add_subparsers(dest="action", metavar="ACTION", required=True)
-    mlist = msub.add_parser("list", parents=[common], help="every metric")
+    mlist = msub.add_parser("list", parents=[common], help="every metric (status 'expired' past its expires day)")
     mlist.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mshow = msub.add_parser("show", parents=[common], help="one metric's record (JSON)")
     mshow.add_argument("name", metavar="NAME")
-    mcreate = msub.add_parser("create", parents=[common], help="create a metric or a new version of it",
-                              description="Create a metric (or a new version when its parameters change).")
+    mcreate = msub.add_parser(
+        "create", parents=[common], help="create a metric, a new version of it, or edit its metadata",
+        description="Create a metric. On an existing one: a new version when the privatization (params or "
+        "--reports-per-day) changes, else its description, owner, expiry and notes are edited in place (no new "
+        "version). The options are the whole definition: metadata left out is cleared.")
     mcreate.add_argument("name", metavar="NAME", nargs="?")
     mcreate.add_argument("--spec-file", metavar="FILE", help="a MetricSpec as JSON instead of the options below")
     mcreate.add_argument("--mechanism", choices=mechanism_names())
@@ -52,12 +62,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--domain-file", metavar="FILE", help="grr labels, one per line")
     mcreate.add_argument("--prob-bits", type=int, help="probability resolution in bits (default: automatic)")
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
-    mcreate.add_argument("--description", default="")
+    mcreate.add_argument("--description", default="", help="metadata: what the metric measures")
+    mcreate.add_argument("--owner", default="", help="metadata: who to ask about it (a team or an address)")
+    mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
+    mcreate.add_argument("--notes", default="", help="metadata: free text")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only)")
     mcreate.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    for action, help_text in (
+        ("plan", "what applying a TOML file of metrics would change (a dry run; new versions flagged with their ε)"),
+        ("diff", "field by field, where the registry differs from a TOML file (exit 1 when it does)"),
+        ("apply", "create, version or edit every metric of a TOML file, all or nothing"),
+    ):
+        mfile = msub.add_parser(action, parents=[common], help=help_text, description=help_text + ". "
+                                "Format: deploy/metrics.example.toml.")
+        mfile.add_argument("file", metavar="FILE", help="a TOML file of [metrics.NAME] tables ('-': standard input)")
+        if action != "diff":
+            mfile.add_argument("--format", choices=RECORD_FORMATS, default="table",
+                               help="json: per metric the change, versions, changed fields and consequences")
     met.set_defaults(func=run)
 
 
@@ -73,23 +97,44 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
-            rec = registry.create_metric(r, spec_from_args(args), shards=args.shards)
+            rec, change = registry.register_metric(r, spec_from_args(args), shards=args.shards)
+            metrics_file.write_change_note(change, err)
             if args.format == "json":
                 write_json(rec.to_dict(), out)
             else:
                 _write_records([rec], "table", out)
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out)
+        else:
+            return _run_file(r, action, args.file, args.format if action != "diff" else "table", out)
+    return EXIT_OK
+
+
+def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO) -> int:
+    """``plan``/``diff``/``apply`` FILE: validate the whole file, compare it with the registry, maybe write."""
+    from ldptel.storage import registry
+
+    metrics = metrics_file.load_metrics_file(path)
+    changes, missing = metrics_file.plan_file(registry.list_metrics(r), metrics)
+    if action == "diff":
+        return EXIT_DIFFERS if metrics_file.write_diff(changes, missing, out) else EXIT_OK
+    if action == "apply":
+        try:
+            applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
+        except registry.RegistryConflictError as exc:
+            raise UserError(f"{exc}; nothing was changed") from None
+        changes = [change for _, change in applied]
+    if fmt == "json":
+        write_json(metrics_file.plan_document(changes, missing, applied=action == "apply"), out)
+    else:
+        metrics_file.write_plan(changes, missing, out, applied=action == "apply")
     return EXIT_OK
 
 
 def spec_from_args(args: argparse.Namespace) -> MetricSpec:
     """The spec of ``metrics create``: from ``--spec-file`` (NAME overrides its name), else from the options."""
     if args.spec_file:
-        try:
-            text = Path(args.spec_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read spec file {args.spec_file}: {exc}") from None
+        text = read_text(args.spec_file, what="spec file")
         try:
             data = json.loads(text)
         except ValueError as exc:
@@ -107,6 +152,9 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         params=params_from_dict({"mechanism": args.mechanism, "epsilon": args.epsilon, **given}),
         reports_per_day=args.reports_per_day,
         description=args.description,
+        owner=args.owner,
+        expires=args.expires,
+        notes=args.notes,
     )
 
 
@@ -116,16 +164,22 @@ def _shape(record: MetricRecord) -> str:
     return shape
 
 
+def _status(record: MetricRecord, today: str) -> str:
+    """The registry status, or ``expired`` for an active metric past its expires day (still accepting reports)."""
+    return "expired" if record.active and record.current.expired(today) else record.status
+
+
 def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> None:
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
     if fmt == "json":
-        write_json([rec.to_dict() for rec in records], out)
+        write_json([{**rec.to_dict(), "expired": rec.current.expired(today)} for rec in records], out)
         return
     if not records:
         out.write("no metrics registered (create one: ldptel metrics create NAME --mechanism ... --epsilon ...)\n")
         return
     rows = [
-        [rec.name, rec.status, rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
-         _shape(rec), rec.current.reports_per_day, rec.shards]
+        [rec.name, _status(rec, today), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
+         _shape(rec), rec.current.reports_per_day, rec.shards, rec.current.expires or "", rec.current.owner]
         for rec in records
     ]
-    table(RECORD_HEADERS, rows, out)
+    table(RECORD_HEADERS, rows, out, left=(0, 1, len(RECORD_HEADERS) - 1))

@@ -14,7 +14,9 @@ import csv
 import json
 import math
 import unicodedata
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
@@ -39,10 +41,11 @@ LABEL_WIDTH = 24  # longest tick label of a chart
 
 # ---------------------------------------------------------------------------------------------- tables
 def fmt_num(value: float) -> str:
-    """A float for a table: 4 significant digits when large or tiny, else 2 or 4 decimals."""
+    """A float for a table: 2 decimals from 10 up (never scientific notation: 287000.00, not 2.87e+05),
+    4 below, 4 significant digits when tiny."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if abs(value) >= 1e5 or (abs(value) < 1e-3 and value != 0):
+    if abs(value) < 1e-3 and value != 0:
         return f"{value:.4g}"
     return f"{value:.2f}" if abs(value) >= 10 else f"{value:.4f}"
 
@@ -80,6 +83,33 @@ def table(
 
 def write_json(document: object, out: TextIO, *, indent: int | None = 2) -> None:
     out.write(json.dumps(document, indent=indent) + "\n")
+
+
+@dataclass
+class NoData:
+    written: bool = False  # the empty document was written in place of a result
+
+
+@contextmanager
+def no_data_as_empty(fmt: str, out: TextIO, err: TextIO) -> Iterator[NoData]:
+    """Around a query: with json or csv, no data in the range (``EmptyRangeError``) is a valid document with
+    no rows (json: the metric, version, mechanism, ``"rows": []`` and the reason; csv: the header), the reason
+    on ``err``, and ``written`` set; a table keeps the one-line error."""
+    from ldptel.aggregator.query import EmptyRangeError
+
+    state = NoData()
+    try:
+        yield state
+    except EmptyRangeError as exc:
+        if fmt == "json":
+            write_json({"metric": exc.metric, "version": exc.version, "mechanism": exc.mechanism, "days": [],
+                        "n": 0, "rows": [], "message": str(exc)}, out)
+        elif fmt == "csv":
+            out.write(",".join(RESULT_COLUMNS) + "\n")
+        else:
+            raise
+        err.write(f"ldptel: {exc}\n")
+        state.written = True
 
 
 def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.registry import get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.params import ParamsBase
-from ldptel.client.protocol.validate import check_int
+from ldptel.client.protocol.validate import check_day, check_int, check_text
 
 Params = ParamsBase  # any registered mechanism's params (each mechanism module defines its own type)
 MECHANISMS: tuple[str, ...] = mechanism_names()
@@ -23,6 +23,11 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")  # use fullmatch: "$" would a
 NAME_RULE = "1-64 characters of a-z, 0-9, '_', '.', '-', starting with a letter or digit"
 MAX_REPORTS_PER_DAY = 10_000
 MAX_DESCRIPTION_CHARS = 1000
+MAX_OWNER_CHARS = 200
+MAX_NOTES_CHARS = 4000
+# Fields that describe a metric without changing how a device privatizes or how often: editing only these
+# updates the current version in place (a new version would restart the devices' permanent randomization).
+METADATA_FIELDS = ("description", "owner", "expires", "notes")
 
 
 def params_from_dict(data: object) -> Params:
@@ -52,8 +57,10 @@ class MetricSpec:
     """A named, versioned metric: mechanism params plus the device reporting policy.
 
     ``reports_per_day`` is how many reports one device may send per UTC day; its daily privacy spend is
-    ``effective_epsilon × reports_per_day`` (:attr:`daily_epsilon`). Changing any parameter is a new
-    ``version``; sketches are kept per version and never mixed.
+    ``effective_epsilon × reports_per_day`` (:attr:`daily_epsilon`). The privatization (``params`` and
+    ``reports_per_day``) is fixed per ``version``: changing it is a new version, and sketches are kept per
+    version and never mixed. The metadata (:data:`METADATA_FIELDS`: ``description``, ``owner``, ``expires``,
+    a UTC day after which the metric is listed as expired, and ``notes``) is edited in place.
     """
 
     name: str
@@ -61,6 +68,9 @@ class MetricSpec:
     version: int = 1
     reports_per_day: int = 1
     description: str = ""
+    owner: str = ""
+    expires: str | None = None
+    notes: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
@@ -68,10 +78,11 @@ class MetricSpec:
         mechanism_of(self.params)  # any registered mechanism's params
         check_int("version", self.version, 1, (1 << 31) - 1)
         check_int("reports_per_day", self.reports_per_day, 1, MAX_REPORTS_PER_DAY)
-        if not isinstance(self.description, str) or len(self.description) > MAX_DESCRIPTION_CHARS:
-            raise InvalidParameterError(
-                "description", f"a string of at most {MAX_DESCRIPTION_CHARS} characters", self.description
-            )
+        check_text("description", self.description, MAX_DESCRIPTION_CHARS)
+        check_text("owner", self.owner, MAX_OWNER_CHARS)
+        check_text("notes", self.notes, MAX_NOTES_CHARS)
+        if self.expires is not None:
+            check_day(self.expires, what="expires")
 
     @property
     def mechanism(self) -> str:
@@ -86,6 +97,14 @@ class MetricSpec:
         """Privacy spent by a device that uses its whole daily policy."""
         return self.params.effective_epsilon * self.reports_per_day
 
+    def same_privatization(self, other: MetricSpec) -> bool:
+        """Devices privatize and budget both alike: equal params and ``reports_per_day`` (metadata aside)."""
+        return self.params == other.params and self.reports_per_day == other.reports_per_day
+
+    def expired(self, today: str) -> bool:
+        """Past its ``expires`` day (``today`` is a UTC day ``YYYY-MM-DD``)."""
+        return self.expires is not None and self.expires < today
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -93,6 +112,9 @@ class MetricSpec:
             "params": self.params.to_dict(),
             "reports_per_day": self.reports_per_day,
             "description": self.description,
+            "owner": self.owner,
+            "expires": self.expires,
+            "notes": self.notes,
             "effective_epsilon": self.effective_epsilon,
         }
 
@@ -103,7 +125,7 @@ class MetricSpec:
     def from_dict(cls, data: object) -> MetricSpec:
         if not isinstance(data, dict):
             raise InvalidParameterError("metric", "a JSON object", type(data).__name__)
-        allowed = {"name", "version", "params", "reports_per_day", "description", "effective_epsilon"}
+        allowed = {"name", "version", "params", "reports_per_day", *METADATA_FIELDS, "effective_epsilon"}
         for key in data:
             if key not in allowed:
                 raise InvalidParameterError(key, f"not set: a metric takes {sorted(allowed)}", data[key])
@@ -115,6 +137,9 @@ class MetricSpec:
             version=data.get("version", 1),
             reports_per_day=data.get("reports_per_day", 1),
             description=data.get("description", ""),
+            owner=data.get("owner", ""),
+            expires=data.get("expires"),
+            notes=data.get("notes", ""),
         )
 
     @classmethod
@@ -126,11 +151,5 @@ class MetricSpec:
         return cls.from_dict(data)
 
     def with_version(self, version: int) -> MetricSpec:
-        return MetricSpec(
-            name=self.name,
-            params=self.params,
-            version=version,
-            reports_per_day=self.reports_per_day,
-            description=self.description,
-        )
+        return replace(self, version=version)
 

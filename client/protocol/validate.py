@@ -46,6 +46,13 @@ def check_choice(name: str, value: object, choices: Collection[str]) -> str:
     return value
 
 
+def check_text(name: str, value: object, max_chars: int) -> str:
+    """A ``str`` of at most ``max_chars`` characters."""
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise InvalidParameterError(name, f"a string of at most {max_chars} characters", value)
+    return value
+
+
 def check_day(day: object, *, what: str = "day") -> str:
     """A UTC day ``YYYY-MM-DD`` (the finest time ldptel keeps)."""
     if not isinstance(day, str) or len(day) != 10:

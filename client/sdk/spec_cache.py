@@ -189,11 +189,11 @@ class SpecCache:
             resp = transport.get_metric(metric)
         except NETWORK_ERRORS as exc:
             return UploadError(f"could not fetch the spec of {metric!r}: {exc}", metric=metric)
-        spec = _spec_from_body(resp.json(), metric) if resp.status == 200 else None
+        body = resp.json()
+        spec = _spec_from_body(body, metric) if resp.status == 200 else None
         if spec is None:
-            return UploadError(
-                f"no usable spec for {metric!r} (HTTP {resp.status})", status=resp.status, outcome="no_spec",
-                metric=metric)
+            return UploadError(_no_spec_reason(metric, resp.status, body), status=resp.status, outcome="no_spec",
+                               metric=metric)
         self._save([spec], current=True)
         self._want_refresh.discard(metric)
         return spec
@@ -252,6 +252,19 @@ def pinned_by_name(specs: Mapping[str, MetricSpec] | Iterable[MetricSpec] | None
             raise InvalidParameterError("specs", "MetricSpec objects", type(spec).__name__)
         pinned[spec.name] = spec
     return pinned
+
+
+def _no_spec_reason(metric: str, status: int, body: object) -> str:
+    """Why a fetch gave no spec, in the app developer's terms (nothing of ``metric`` is reported meanwhile)."""
+    if status == 200 and isinstance(body, dict) and body.get("status") == "retired":
+        return f"metric {metric!r} is retired: the server accepts no reports of it (HTTP 200)"
+    reasons = {
+        401: "the server rejected the token (HTTP 401): check the app token given to the Reporter",
+        403: "the token may not read metric specs (HTTP 403): give the Reporter an app token",
+        404: f"metric {metric!r} is not registered on the server (HTTP 404): create it first "
+        "(ldptel metrics create or apply)",
+    }
+    return f"no spec for {metric!r}: " + reasons.get(status, f"the server answered HTTP {status} without a usable spec")
 
 
 def _spec_from_body(data: object, metric: str) -> MetricSpec | None:

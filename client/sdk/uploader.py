@@ -227,7 +227,8 @@ class Uploader:
         outcome = classify(resp.status)
         if outcome == "retry" or outcome == "auth":
             self._retry(resp.retry_after)
-            self._notify(_batch_error(batch, f"HTTP {resp.status}; will retry", status=resp.status, outcome=outcome))
+            why = f"the server rejected the token (HTTP {resp.status})" if outcome == "auth" else f"HTTP {resp.status}"
+            self._notify(_batch_error(batch, f"{why}; will retry", status=resp.status, outcome=outcome))
             return False
         if outcome == "ack":
             self._backoff.reset()
@@ -276,10 +277,13 @@ class Uploader:
     def _told(self, batch: _queue.StoredBatch, resp: Response, outcome: str) -> None:
         """What follows a settled batch: adopt the spec a 409 carries; tell the app about a dropped batch."""
         if outcome == "stale":
-            self._specs.adopt(batch.metric, resp.json())
+            body = resp.json()
+            self._specs.adopt(batch.metric, body)
+            retired = isinstance(body, dict) and body.get("error") == "metric_retired"
+            why = f"metric {batch.metric!r} is retired" if retired else (
+                f"version {batch.version} of {batch.metric!r} is no longer accepted")
             self._notify(_batch_error(
-                batch, f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; "
-                f"{batch.n} reports dropped", status=409, outcome="stale"))
+                batch, f"HTTP 409: {why}; {batch.n} reports dropped", status=409, outcome="stale"))
         elif outcome == "rejected":
             self._notify(_batch_error(
                 batch, f"HTTP {resp.status}: batch rejected for good; {batch.n} reports dropped ({resp.body[:200]!r})",

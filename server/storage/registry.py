@@ -1,8 +1,11 @@
 """The metric registry: named, versioned metric specs in one Redis hash (``keys.registry()``).
 
 Each hash field is a metric name; its value is the JSON of a :class:`MetricRecord` (every version's spec, the
-current version, the status and the shard count). A parameter or policy change appends a new version and makes
-it current; old versions stay readable so that their sketches can still be estimated. Every change is a
+current version, the status and the shard count). A change of privatization (params or reports per day)
+appends a new version and makes it current; old versions stay readable so that their sketches can still be
+estimated. A change of metadata only (description, owner, expiry, notes) rewrites the current version in place,
+and so does re-creating a retired metric with its privatization unchanged: no new version, so devices keep
+their permanent randomization and queued reports stay valid (:func:`plan_change` decides). Every change is a
 WATCH/MULTI/EXEC on the registry hash, retried on conflict, so two concurrent changes can never hand out the
 same version number or lose one another.
 
@@ -13,7 +16,7 @@ count would send a retried batch to a different shard's dedupe key (a double cou
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -27,6 +30,8 @@ from ldptel.storage import keys
 __all__ = [
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
+    "Change",
+    "ChangeKind",
     "MetricRecord",
     "RegistryConflictError",
     "RegistryCorruptError",
@@ -37,11 +42,17 @@ __all__ = [
     "get_metric",
     "list_metrics",
     "parse_record",
+    "plan_change",
+    "register_metric",
+    "register_metrics",
     "retire_metric",
     "spec_for",
 ]
 
 Status = Literal["active", "retired"]  # a metric's status (the OpenAPI document lists these values)
+# What registering a spec does to a metric (plan_change): a new metric, nothing, metadata rewritten in place,
+# a retired metric made active again under its current version, or a new version.
+ChangeKind = Literal["create", "unchanged", "metadata", "reactivate", "version"]
 _MAX_WATCH_RETRIES = 50
 DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
 MAX_SHARDS = 1024
@@ -138,8 +149,34 @@ def parse_record(raw: bytes | str) -> MetricRecord:
     return MetricRecord.from_dict(data)
 
 
-def _same_definition(a: MetricSpec, b: MetricSpec) -> bool:
-    return a.with_version(1) == b.with_version(1)
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """What :func:`create_metric` would do with ``spec``: ``kind``, the record before and the spec it would store."""
+
+    kind: ChangeKind
+    version: int  # the version ``spec`` would be stored as
+    before: MetricRecord | None
+    spec: MetricSpec  # ``spec`` labelled with ``version``
+
+    @property
+    def new_version(self) -> bool:
+        return self.kind in ("create", "version")
+
+
+def plan_change(old: MetricRecord | None, spec: MetricSpec) -> Change:
+    """Classify registering ``spec`` over ``old`` (None: no such metric). The privatization (params and
+    reports per day) decides: unchanged, it is the current version (metadata edited in place, a retired metric
+    reactivated); changed, it is the next version (even when an older version had the same privatization:
+    versions only move forward)."""
+    if old is None:
+        return Change(kind="create", version=1, before=None, spec=spec.with_version(1))
+    current = old.current
+    if not current.same_privatization(spec):
+        version = max(old.versions) + 1
+        return Change(kind="version", version=version, before=old, spec=spec.with_version(version))
+    stored = spec.with_version(old.current_version)
+    kind: ChangeKind = "reactivate" if not old.active else "unchanged" if stored == current else "metadata"
+    return Change(kind=kind, version=old.current_version, before=old, spec=stored)
 
 
 def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], MetricRecord]) -> MetricRecord:
@@ -171,44 +208,88 @@ def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], M
 def create_metric(
     r: redis.Redis, spec: MetricSpec, *, shards: int | None = None, default_shards: int = DEFAULT_SHARDS
 ) -> MetricRecord:
-    """Register ``spec`` (its ``version`` is ignored and assigned here).
+    """Register ``spec``: the record after :func:`register_metrics` (which also says what changed)."""
+    return register_metrics(r, [(spec, shards)], default_shards=default_shards)[0][0]
 
-    New name: version 1, ``shards`` (else ``default_shards``, the service's ``LDPTEL_SHARDS``). Existing name
-    with the same params, policy and description as the current version of an active metric: returns the
-    record unchanged (idempotent). Otherwise: the next version becomes current and the metric is active again. ``shards`` must
-    be None or equal to the existing count (:class:`RegistryConflictError`).
+
+def register_metric(
+    r: redis.Redis, spec: MetricSpec, *, shards: int | None = None, default_shards: int = DEFAULT_SHARDS
+) -> tuple[MetricRecord, Change]:
+    """Register one ``spec``: its record and the change applied (see :func:`register_metrics`)."""
+    return register_metrics(r, [(spec, shards)], default_shards=default_shards)[0]
+
+
+def register_metrics(
+    r: redis.Redis, specs: Sequence[tuple[MetricSpec, int | None]], *, default_shards: int = DEFAULT_SHARDS
+) -> list[tuple[MetricRecord, Change]]:
+    """Register every ``(spec, shards)`` at once, all or nothing; each one as :func:`plan_change` classifies it.
+
+    Specs' ``version`` is ignored and assigned here. New name: version 1 with ``shards`` (None: ``default_shards``,
+    the service's ``LDPTEL_SHARDS``). Existing name with the privatization of its current version: that version
+    is rewritten in place with the spec's metadata and the metric is active (nothing is written when nothing
+    differs: idempotent). Otherwise the next version becomes current and the metric is active. ``shards`` must
+    be None or the existing count (:class:`RegistryConflictError`, and then nothing is written). One
+    WATCH/MULTI/EXEC covers every metric, so a concurrent change re-plans them all. Returns, in order, each
+    stored record and the change applied to it.
     """
-    if not isinstance(spec, MetricSpec):
-        raise InvalidParameterError("spec", "a MetricSpec", type(spec).__name__)
-    if shards is not None:
-        check_int("shards", shards, 1, MAX_SHARDS)
+    names = [spec.name for spec, _ in specs]
+    for spec, shards in specs:
+        if not isinstance(spec, MetricSpec):
+            raise InvalidParameterError("spec", "a MetricSpec", type(spec).__name__)
+        if shards is not None:
+            check_int("shards", shards, 1, MAX_SHARDS)
+        if names.count(spec.name) > 1:
+            raise InvalidParameterError("name", "each metric once", spec.name)
     check_int("shards", default_shards, 1, MAX_SHARDS)
+    if not specs:
+        return []
+    key = keys.registry()
+    for _ in range(_MAX_WATCH_RETRIES):
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py's Pipeline.watch has no annotations
+                raws = pipe.hmget(key, names)
+                results = [
+                    _register(None if raw is None else parse_record(raw), spec, shards, default_shards)
+                    for (spec, shards), raw in zip(specs, raws, strict=True)
+                ]
+                writes = [(rec.name, rec.to_json()) for rec, change in results if change.kind != "unchanged"]
+                if not writes:
+                    pipe.unwatch()
+                    return results
+                pipe.multi()
+                for name, value in writes:
+                    pipe.hset(key, name, value)
+                pipe.execute()
+                return results
+            except redis.WatchError:
+                continue
+    raise RegistryConflictError(f"metrics {names} are being changed concurrently; try again")
 
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            return MetricRecord(
-                name=spec.name,
-                current_version=1,
-                status="active",
-                shards=shards if shards is not None else default_shards,
-                versions={1: spec.with_version(1)},
-            )
-        if shards is not None and shards != old.shards:
-            raise RegistryConflictError(
-                f"metric {spec.name!r} has {old.shards} shards; the shard count of an existing metric cannot change"
-            )
-        if old.active and _same_definition(old.current, spec):
-            return old
-        version = max(old.versions) + 1
-        return MetricRecord(
-            name=old.name,
-            current_version=version,
-            status="active",
-            shards=old.shards,
-            versions={**old.versions, version: spec.with_version(version)},
+
+def _register(
+    old: MetricRecord | None, spec: MetricSpec, shards: int | None, default_shards: int
+) -> tuple[MetricRecord, Change]:
+    """The record after registering ``spec`` over ``old``, and the change (``old`` itself when unchanged)."""
+    if old is not None and shards is not None and shards != old.shards:
+        raise RegistryConflictError(
+            f"metric {spec.name!r} has {old.shards} shards; the shard count of an existing metric cannot change"
         )
-
-    return _update(r, spec.name, change)
+    planned = plan_change(old, spec)
+    if old is None:
+        count = shards if shards is not None else default_shards
+        record = MetricRecord(name=spec.name, current_version=1, status="active", shards=count, versions={1: planned.spec})
+        return record, planned
+    if planned.kind == "unchanged":
+        return old, planned
+    record = MetricRecord(
+        name=old.name,
+        current_version=planned.version,
+        status="active",
+        shards=old.shards,
+        versions={**old.versions, planned.version: planned.spec},
+    )
+    return record, planned
 
 
 def get_metric(r: redis.Redis, name: str) -> MetricRecord:

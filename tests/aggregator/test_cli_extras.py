@@ -50,15 +50,15 @@ def test_help_works_with_the_sdk_alone(command: tuple[str, ...]) -> None:
 @pytest.mark.parametrize(
     ("argv", "line"),
     [
-        (("estimate", "pages"), "ldptel: error: 'ldptel estimate' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
+        (("estimate", "pages"), "ldptel: error: 'ldptel estimate' needs redis-py: pip install '.[aggregator]' in the ldptel checkout"),
         (("estimate", "pages", "--from", "2026-03-01"),  # the day type imports the sketch store
-         "ldptel: error: 'ldptel estimate' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
-        (("aggregate", "--once"), "ldptel: error: 'ldptel aggregate' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
-        (("status",), "ldptel: error: 'ldptel status' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
-        (("metrics", "list"), "ldptel: error: 'ldptel metrics' needs redis-py: pip install 'ldp-telemetry[aggregator]'"),
-        (("serve",), "ldptel: error: 'ldptel serve' needs flask and redis-py: pip install 'ldp-telemetry[server]'"),
+         "ldptel: error: 'ldptel estimate' needs redis-py: pip install '.[aggregator]' in the ldptel checkout"),
+        (("aggregate", "--once"), "ldptel: error: 'ldptel aggregate' needs redis-py: pip install '.[aggregator]' in the ldptel checkout"),
+        (("status",), "ldptel: error: 'ldptel status' needs redis-py: pip install '.[aggregator]' in the ldptel checkout"),
+        (("metrics", "list"), "ldptel: error: 'ldptel metrics' needs redis-py: pip install '.[aggregator]' in the ldptel checkout"),
+        (("serve",), "ldptel: error: 'ldptel serve' needs flask and redis-py: pip install '.[server]' in the ldptel checkout"),
         (("demo", "--no-chart"),
-         "ldptel demo: error: 'ldptel demo' needs redis-py and flask: pip install 'ldp-telemetry[server]'"),
+         "ldptel demo: error: 'ldptel demo' needs redis-py and flask: pip install '.[server]' in the ldptel checkout"),
     ],
 )
 def test_a_missing_dependency_is_one_line_naming_the_extra(argv: tuple[str, ...], line: str) -> None:
@@ -76,4 +76,4 @@ def test_plot_without_matplotlib_names_the_plot_extra(
         monkeypatch.setitem(sys.modules, name, None)
     out, err = io.StringIO(), io.StringIO()
     code = main(["estimate", "pages", "--candidate", "/a", "--plot", "x.png", "--redis-url", redis_url], stdout=out, stderr=err)
-    assert (code, err.getvalue()) == (2, "ldptel: error: --plot needs matplotlib: pip install 'ldp-telemetry[plot]'\n")
+    assert (code, err.getvalue()) == (2, "ldptel: error: --plot needs matplotlib: pip install '.[plot]' in the ldptel checkout\n")

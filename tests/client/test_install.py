@@ -8,9 +8,12 @@ server on loopback. It must work with neither Flask nor redis-py importable.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
+import tomllib
 import venv
 from pathlib import Path
 
@@ -72,3 +75,23 @@ def test_the_bare_wheel_embeds_the_sdk_without_flask_or_redis(tmp_path: Path, li
     # Each value is memoized per day (7 distinct values), but every one of the 50 reports is sent and counted.
     assert out["delivered"] == 50
     assert live.delivered("install.check")["total"] == 50
+
+
+def test_the_readme_installs_from_the_checkout_or_a_wheel_it_builds() -> None:
+    """The package is on no index: every pip command of the README names the checkout or the wheel built from
+    it (the one this file's slow test installs), with extras that exist and the version of pyproject.toml."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wheel = f"ldp_telemetry-{project['version']}-py3-none-any.whl"
+    commands = re.findall(r"pip (?:install|wheel) [^`\n#]*", text)
+    assert len(commands) >= 4
+    for command in commands:
+        words = shlex.split(command)
+        targets = [w for w in words[2:] if not w.startswith("-") and w != "dist"]
+        assert targets, command
+        for target in targets:
+            base, _, extras = target.partition("[")
+            assert base in (".", wheel), f"README: {command!r} installs {base!r}, which no index has"
+            for extra in extras.rstrip("]").split(","):
+                assert not extra or extra in project["optional-dependencies"], command
+    assert f"dist/{wheel}" in text

@@ -160,6 +160,7 @@ def test_permanent_4xx_drops_and_counts_auth_errors_keep_the_batch(live: LiveSer
     rep.report("app.page", "x")
     assert rep.flush(timeout=50) is False
     assert rep.stats().pending == 1 and errors[-1].status == 401 and errors[-1].outcome == "auth"
+    assert "rejected the token" in str(errors[-1])  # regression: read "HTTP 401; will retry"
     rep.close(timeout=0)
     rep = _sync(live.url, app_token, tmp_path / "b", clock, specs=[spec])  # token fixed: delivered
     assert rep.flush(timeout=10) and live.delivered("app.page")["total"] == 1
@@ -180,6 +181,35 @@ def test_unknown_metric_and_unreachable_server_return_no_spec(live: LiveServer, 
     assert rep.wait_for_specs(10)
     assert rep.report("nope", "x").queued
     assert rep.stats().no_spec == 3
+    rep.close()
+
+
+def test_no_spec_errors_say_retired_unregistered_or_token_rejected(live: LiveServer, app_token, tmp_path, clock) -> None:
+    """Regression: every case read "no usable spec for 'x' (HTTP 200)" or "(HTTP 401)"."""
+    from ldptel.storage.registry import retire_metric
+
+    live.create(cms("old.metric"))
+    retire_metric(live.redis, "old.metric")
+    errors: list[UploadError] = []
+    rep = _sync(live.url, app_token, tmp_path / "a", clock, on_error=errors.append, metrics=["old.metric", "never.made"])
+    assert not rep.wait_for_specs(10)
+    messages = {e.metric: str(e) for e in errors}
+    assert "'old.metric' is retired" in messages["old.metric"]
+    assert "'never.made' is not registered" in messages["never.made"] and "create it first" in messages["never.made"]
+    rep.close()
+    errors.clear()
+    rep = _sync(live.url, "wrong-token", tmp_path / "b", clock, on_error=errors.append, metrics=["old.metric"])
+    assert not rep.wait_for_specs(10)
+    assert errors[0].status == 401 and "rejected the token" in str(errors[0])
+    rep.close()
+    # A batch queued before its metric was retired: dropped, and the message says why.
+    spec = live.create(cms("soon.retired"))
+    errors.clear()
+    rep = _sync(live.url, app_token, tmp_path / "c", clock, on_error=errors.append, specs=[spec])
+    rep.report("soon.retired", "x")
+    retire_metric(live.redis, "soon.retired")
+    assert rep.flush(timeout=10)
+    assert errors[-1].status == 409 and "'soon.retired' is retired; 1 reports dropped" in str(errors[-1])
     rep.close()
 
 

@@ -11,15 +11,29 @@ import configparser
 import json
 import runpy
 import shlex
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
+import redis
 import yaml
 
 from ldptel.aggregator.cli import build_parser
+from ldptel.aggregator.cli.common import read_values
+from ldptel.aggregator.cli.metrics_file import load_metrics_file
+from ldptel.client.mechanisms import mechanism_of
+from ldptel.storage.embedded import find_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _compose() -> dict:
@@ -57,7 +71,8 @@ def test_compose_file_has_the_services_and_valid_commands() -> None:
             assert dep in services, f"{name} depends on unknown service {dep}"
     # Redis is started with our config and a persistent volume.
     redis = services["redis"]
-    assert redis["command"][-1] == "/usr/local/etc/redis/redis.conf"
+    assert redis["command"][1] == "/usr/local/etc/redis/redis.conf"
+    assert redis["command"][2:] == ["--dir", "/data"] and any(v.endswith(":/data") for v in redis["volumes"])
     assert any(v.startswith("./redis.conf:") for v in redis["volumes"])
     assert "redis-data" in compose["volumes"]
     ingest = services["ingest"]
@@ -74,10 +89,43 @@ def test_compose_references_existing_files() -> None:
         for volume in svc.get("volumes", []):
             source = volume.split(":")[0]
             if source.startswith("./"):
-                assert (DEPLOY / source).is_file(), f"missing {source}"
+                assert (DEPLOY / source).exists(), f"missing {source}"
         env_file = svc.get("env_file")
         if env_file:
             assert (DEPLOY / f"{env_file}.example").is_file(), "ship an example of every env file"
+
+
+def _host_path(service: dict, container_path: str) -> Path:
+    """The host file behind a path inside a service's container, through its bind-mounted volumes."""
+    for volume in service.get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("./") and (container_path == target or container_path.startswith(target + "/")):
+            return DEPLOY / source / Path(container_path).relative_to(target)
+    raise AssertionError(f"{container_path} is on no volume of the service: the container cannot read it")
+
+
+def test_the_compose_files_own_cli_examples_work() -> None:
+    """Regression: its `cli ldptel estimate emoji` example had no candidates file and no volume to give one."""
+    compose = _compose()
+    services = compose["services"]
+    examples = [line.split("run ", 1)[1] for line in (DEPLOY / "docker-compose.yml").read_text().splitlines()
+                if line.startswith("#") and "docker compose" in line and " run " in line]
+    assert any("estimate" in example for example in examples)
+    apply = services["create-metrics"]["command"]
+    assert apply[1:3] == ["metrics", "apply"]
+    specs = {m.spec.name: m.spec for m in load_metrics_file(str(_host_path(services["create-metrics"], apply[3])))}
+    for example in examples:
+        words = shlex.split(example.split("<")[0])
+        options = [w for w in words[: words.index("ldptel")] if w.startswith("-")]
+        assert set(options) <= {"--rm", "-T"}, example
+        service = services[words[len(options)]]
+        argv = words[words.index("ldptel"):]
+        _check_command(argv)
+        args = build_parser().parse_args(argv[1:])
+        if args.command == "estimate" and mechanism_of(specs[args.metric].params).needs_candidates:
+            assert args.candidates or args.candidate, f"{example}: a sketch metric needs candidates"
+        if getattr(args, "candidates", None) not in (None, "-"):
+            assert len(read_values(str(_host_path(service, args.candidates)), what="candidates")) >= 20
 
 
 def test_dockerfile_copies_existing_paths_and_runs_gunicorn_with_our_config() -> None:
@@ -112,6 +160,37 @@ def test_redis_conf_keeps_reports() -> None:
     assert settings["appendfsync"] in ("everysec", "always")
     assert settings["maxmemory-policy"] == "noeviction"
     assert settings["rdbcompression"] == "no"  # the AOF rewrite does not LZF incompressible report bits
+
+
+def test_redis_conf_runs_outside_a_container_with_dir_on_the_command_line(tmp_path: Path) -> None:
+    """Regression: `dir /data` in the file was fatal on any host without /data, before --dir was read."""
+    port = _free_port()
+    log = tmp_path / "redis.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(find_server_binary()), str(DEPLOY / "redis.conf"), "--dir", str(tmp_path), "--port", str(port),
+             "--bind", "127.0.0.1"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+        )  # fmt: skip
+    try:
+        client = redis.Redis(port=port, socket_connect_timeout=1)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(log.read_text()) from None
+                time.sleep(0.05)
+        assert client.config_get("dir")["dir"] == str(tmp_path)
+        assert client.config_get("appendonly")["appendonly"] == "yes"
+        client.set("k", "v")
+        assert (tmp_path / "appendonly").is_dir()  # the AOF went where --dir said
+        client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
 
 
 @pytest.mark.parametrize("unit", sorted((DEPLOY / "systemd").glob("*.service")), ids=lambda p: p.name)

@@ -2,12 +2,13 @@
 
 Supports the JSON Schema subset the document uses: ``$ref`` (local), ``type`` (a name or a list), ``enum``,
 ``const``, ``oneOf``, ``required``, ``properties``, ``additionalProperties`` (bool or schema), ``items``,
-``minItems``, ``maxItems``, ``uniqueItems``, ``minimum``, ``maximum``, ``minLength``, ``maxLength``, ``pattern``;
+``minItems``, ``maxItems``, ``uniqueItems``, ``minimum``, ``maximum``, ``minLength``, ``maxLength``, ``pattern``, ``format: date``;
 any other keyword is an error here, so the checker cannot silently skip a rule the document adds.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from typing import Any
@@ -35,6 +36,14 @@ def _is_type(value: Any, kind: str) -> bool:
     if kind == "number":
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return isinstance(value, _TYPES[kind])
+
+
+def _is_date(text: str) -> bool:
+    """RFC 3339 full-date, the JSON Schema ``date`` format."""
+    try:
+        return len(text) == 10 and datetime.date.fromisoformat(text) is not None
+    except ValueError:
+        return False
 
 
 class SchemaViolation(AssertionError):
@@ -84,6 +93,8 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> None:
             raise SchemaViolation(f"{where}: length {len(value)} outside the allowed lengths")
         if "pattern" in schema and not re.search(schema["pattern"], value):
             raise SchemaViolation(f"{where}: {value!r} does not match {schema['pattern']}")
+        if schema.get("format") == "date" and not _is_date(value):
+            raise SchemaViolation(f"{where}: {value!r} is not a full-date (YYYY-MM-DD)")
     if isinstance(value, dict):
         props = schema.get("properties", {})
         for key in schema.get("required", []):

@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import struct
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -109,6 +110,18 @@ def test_new_version_moves_clients_and_old_version_gets_409_with_current_spec(ap
     assert api.post_batch(data_v2).status_code == 202
     (_, _, fields), = stream_entries(redis, cms.name, 4)
     assert fields[b"v"] == b"2"
+
+
+def test_a_metadata_edit_keeps_the_version_and_queued_batches_are_accepted(api, rng, cms) -> None:  # type: ignore[no-untyped-def]
+    """Regression: a new description made version 2, and batches of version 1 were then refused with 409."""
+    data_v1, _ = make_batch(cms, 10, rng)
+    response = api.create(replace(cms, description="feature usage, per device and day"))
+    assert response.status_code == 200 and response.json["current_version"] == 1
+    assert list(response.json["versions"]) == ["1"]
+    assert api.post_batch(data_v1).status_code == 202
+    edited = replace(cms, owner="growth", expires="2030-01-01", notes="n")
+    response = api.create(edited)
+    assert response.status_code == 200 and response.json["current"] == edited.to_dict()
 
 
 def test_metric_endpoints(api, cms) -> None:  # type: ignore[no-untyped-def]

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import pytest
 
-from ldptel.client import InvalidParameterError, LdpError
+from ldptel.client import InvalidParameterError, LdpError, RrParams
 from ldptel.storage import keys
 from ldptel.storage.registry import (
     MetricRecord,
@@ -17,6 +18,9 @@ from ldptel.storage.registry import (
     create_metric,
     get_metric,
     list_metrics,
+    plan_change,
+    register_metric,
+    register_metrics,
     retire_metric,
     spec_for,
 )
@@ -37,13 +41,41 @@ def test_create_version_idempotent_and_old_versions_readable(redis) -> None:  # 
     assert MetricRecord.from_dict(back.to_dict()) == back
 
 
-def test_policy_and_description_changes_are_versions(redis) -> None:  # type: ignore[no-untyped-def]
+def test_a_policy_change_is_a_version_a_metadata_change_is_not(redis) -> None:  # type: ignore[no-untyped-def]
     base = rr_spec()
     create_metric(redis, base)
-    from dataclasses import replace
+    v2 = create_metric(redis, replace(base, reports_per_day=3))
+    assert v2.current_version == 2
+    # Regression: a description-only edit used to create version 3 (devices then restarted their permanent
+    # randomization, and reports they had queued under v2 were refused with 409).
+    edited, change = register_metric(redis, replace(base, reports_per_day=3, description="x"))
+    assert change.kind == "metadata" and not change.new_version
+    assert edited.current_version == 2 and sorted(edited.versions) == [1, 2]
+    assert edited.current.description == "x" and edited.versions[1].description == base.description
+    assert get_metric(redis, "app.flag") == edited
 
-    assert create_metric(redis, replace(base, reports_per_day=3)).current_version == 2
-    assert create_metric(redis, replace(base, reports_per_day=3, description="x")).current_version == 3
+
+def test_metadata_fields_are_edited_in_place_and_round_trip(redis) -> None:  # type: ignore[no-untyped-def]
+    base = cms_spec()
+    create_metric(redis, base)
+    meta = replace(base, description="emoji usage", owner="growth@example.com", expires="2027-01-31", notes="see RFC 12")
+    record, change = register_metric(redis, meta)
+    assert (change.kind, record.current_version) == ("metadata", 1)
+    assert record.current == meta.with_version(1)
+    assert MetricRecord.from_dict(record.to_dict()) == record
+    assert register_metric(redis, meta)[1].kind == "unchanged"
+    # Any params change is a version, metadata and all.
+    record, change = register_metric(redis, replace(meta, params=cms_spec(k=32).params, owner="someone else"))
+    assert (change.kind, record.current_version, record.current.owner) == ("version", 2, "someone else")
+    assert record.versions[1].owner == "growth@example.com"
+
+
+def test_plan_change_does_not_write(redis) -> None:  # type: ignore[no-untyped-def]
+    assert plan_change(None, rr_spec()).kind == "create"
+    record = create_metric(redis, rr_spec())
+    assert plan_change(record, replace(rr_spec(), owner="x")).kind == "metadata"
+    assert plan_change(record, replace(rr_spec(), reports_per_day=2)).kind == "version"
+    assert get_metric(redis, "app.flag") == record
 
 
 def test_unknown_metric_and_version(redis) -> None:  # type: ignore[no-untyped-def]
@@ -63,8 +95,11 @@ def test_retire_and_reactivate(redis) -> None:  # type: ignore[no-untyped-def]
     retired = retire_metric(redis, "app.flag")
     assert retired.status == "retired" and not retired.active
     assert retire_metric(redis, "app.flag") == retired  # idempotent
-    again = create_metric(redis, rr_spec())  # re-registering revives it under a new version
-    assert again.active and again.current_version == 2
+    again, change = register_metric(redis, rr_spec())  # same privatization: revived under its version
+    assert change.kind == "reactivate" and again.active and again.current_version == 1
+    retire_metric(redis, "app.flag")
+    changed = create_metric(redis, replace(rr_spec(), params=RrParams(epsilon=2.0)))
+    assert changed.active and changed.current_version == 2
 
 
 def test_shards(redis) -> None:  # type: ignore[no-untyped-def]
@@ -112,3 +147,16 @@ def test_corrupt_registry_value_is_a_typed_error(redis) -> None:  # type: ignore
     redis.hset(keys.registry(), "bad", b'{"name": "bad"}')
     with pytest.raises(RegistryCorruptError):
         get_metric(redis, "bad")
+
+
+def test_register_metrics_is_all_or_nothing(redis) -> None:  # type: ignore[no-untyped-def]
+    create_metric(redis, rr_spec(), shards=2)
+    before = redis.hgetall(keys.registry())
+    with pytest.raises(RegistryConflictError):
+        register_metrics(redis, [(cms_spec(), None), (replace(rr_spec(), owner="x"), 8)])
+    assert redis.hgetall(keys.registry()) == before  # app.feature was not created
+    with pytest.raises(InvalidParameterError, match="each metric once"):
+        register_metrics(redis, [(cms_spec(), None), (cms_spec(), None)])
+    done = register_metrics(redis, [(cms_spec(), None), (replace(rr_spec(), owner="x"), None)])
+    assert [change.kind for _, change in done] == ["create", "metadata"]
+    assert [rec.current_version for rec, _ in done] == [1, 1]

@@ -1,0 +1,243 @@
+"""Metrics as code: ``ldptel metrics plan|diff|apply FILE``, one TOML file that describes many metrics.
+
+Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is a complete example)::
+
+    [metrics.emoji]
+    mechanism = "..."              # the params: mechanism, epsilon and the mechanism's own fields
+    epsilon = 4                    #   (k, m, hash_seed, domain, prob_bits: what its params type takes)
+    k = 2048
+    m = 1024
+    reports_per_day = 1            # device policy
+    description = "emoji usage"    # metadata: description, owner, expires (a TOML date), notes
+    owner = "growth@example.com"
+    expires = 2027-06-30
+    shards = 4                     # only when the metric is created
+
+Params and ``reports_per_day`` are the privatization: changing them is a new version, which devices see as a
+new metric (see :func:`consequences`). Metadata is edited in place. The whole file is read and validated before
+anything is written, every error names its metric and field, and ``apply`` writes all the metrics in one Redis
+transaction (:func:`ldptel.storage.registry.register_metrics`): nothing is ever half-applied. Metrics in the
+registry but not in the file are listed and left as they are (``ldptel metrics retire NAME`` retires one).
+"""
+
+from __future__ import annotations
+
+import datetime
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ldptel.aggregator.cli.common import UserError, read_text
+from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
+from ldptel.client.protocol.validate import check_int
+
+if TYPE_CHECKING:
+    from ldptel.storage.registry import Change, MetricRecord
+
+SPEC_KEYS = ("reports_per_day", *METADATA_FIELDS)  # a metric's keys besides its params and shards
+PRIVATIZATION_KEYS = ("reports_per_day",)  # besides the params: what a version fixes
+SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileMetric:
+    """One ``[metrics.NAME]`` table: the spec it defines and its shard count (None: the default)."""
+
+    spec: MetricSpec
+    shards: int | None
+
+
+def load_metrics_file(path: str) -> list[FileMetric]:
+    """Every metric of the TOML file at ``path``, validated; a :class:`UserError` listing every problem."""
+    text = read_text(path, what="metrics file")
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"metrics file {path} is not valid TOML: {exc}") from None
+    extra = sorted(set(document) - {"metrics"})
+    tables = document.get("metrics")
+    if extra or not isinstance(tables, dict) or not tables:
+        raise UserError(f"metrics file {path} must hold [metrics.NAME] tables and nothing else (found {sorted(document)})")
+    metrics, errors = [], []
+    for name, table in tables.items():
+        try:
+            metrics.append(_file_metric(name, table))
+        except InvalidParameterError as exc:
+            errors.append(f"metric {name!r}, field {exc.parameter!r}: {exc}")
+    if errors:
+        lines = "\n  ".join(errors)
+        raise UserError(f"metrics file {path}: {len(errors)} invalid metric(s), nothing was changed:\n  {lines}")
+    return metrics
+
+
+def _file_metric(name: str, table: object) -> FileMetric:
+    if not isinstance(table, dict):
+        raise InvalidParameterError("metrics." + name, "a table of fields", table)
+    mechanism = table.get("mechanism")
+    if isinstance(mechanism, str) and mechanism in mechanism_names():
+        allowed = ["mechanism", *(f.name for f in dataclass_fields(get_mechanism(mechanism).params_type)), *SPEC_KEYS, "shards"]
+        for key in table:
+            if key not in allowed:
+                raise InvalidParameterError(key, f"one of the keys of a {mechanism} metric {allowed}", table[key])
+    params = {key: value for key, value in table.items() if key not in SPEC_KEYS and key != "shards"}
+    fields: dict[str, Any] = {key: table[key] for key in SPEC_KEYS if key in table}
+    expires = fields.get("expires")
+    if isinstance(expires, datetime.date) and not isinstance(expires, datetime.datetime):
+        fields["expires"] = expires.isoformat()
+    shards = table.get("shards")
+    if shards is not None:
+        check_int("shards", shards, 1, 1 << 20)  # the registry enforces the real maximum
+    spec = MetricSpec(name=name, params=params_from_dict(params), **fields)
+    return FileMetric(spec=spec, shards=shards)
+
+
+# ---------------------------------------------------------------------------------------------- planning
+def plan_file(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> tuple[list[Change], list[str]]:
+    """What applying ``metrics`` would do to the registry's ``records``, and the registered names the file
+    leaves out. A shard count that differs from an existing metric's is a :class:`UserError`."""
+    from ldptel.storage.registry import plan_change
+
+    by_name = {rec.name: rec for rec in records}
+    changes = []
+    for item in metrics:
+        old = by_name.get(item.spec.name)
+        if old is not None and item.shards is not None and item.shards != old.shards:
+            raise UserError(
+                f"metric {old.name!r}, field 'shards': it has {old.shards} shards and the count of an existing "
+                f"metric cannot change (remove shards = {item.shards} from the file)"
+            )
+        changes.append(plan_change(old, item.spec))
+    named = {item.spec.name for item in metrics}
+    return changes, sorted(set(by_name) - named)
+
+
+def flat_fields(spec: MetricSpec) -> dict[str, object]:
+    """A spec as the file writes it: params fields, then reports_per_day and the metadata."""
+    return {**spec.params.to_dict(), **{key: getattr(spec, key) for key in SPEC_KEYS}}
+
+
+def differences(old: MetricSpec | None, new: MetricSpec) -> list[tuple[str, object, object]]:
+    """``(field, before, after)`` for every field that differs (``before`` None for a new metric)."""
+    before = {} if old is None else flat_fields(old)
+    after = flat_fields(new)
+    return [(key, before.get(key), after.get(key)) for key in dict.fromkeys([*before, *after]) if before.get(key) != after.get(key)]
+
+
+def privatization_field(key: str) -> bool:
+    return key not in METADATA_FIELDS
+
+
+def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
+    """What a new version means for devices and queries: ε per report, per day and for repeated values."""
+    lines = [
+        f"ε per report {old.effective_epsilon:.4g} → {new.effective_epsilon:.4g}; per device and day "
+        f"{old.daily_epsilon:.4g} → {new.daily_epsilon:.4g} ({old.reports_per_day} → {new.reports_per_day} reports/day)"
+    ]
+    old_mech, new_mech = mechanism_of(old.params), mechanism_of(new.params)
+    if old_mech.permanent or new_mech.permanent:
+        a, b = old_mech.longitudinal_epsilon(old.params), new_mech.longitudinal_epsilon(new.params)
+        lines.append(
+            f"devices start a new permanent randomization: a value reported under both v{old.version} and "
+            f"v{new.version} is protected by ε∞ {a:.3g} + {b:.3g} = {a + b:.3g} instead of {a:.3g}"
+        )
+    else:
+        lines.append("sketch reports are memoized per version and day; the day's budget is per metric name, so the switch does not reopen it")
+    lines.append(
+        f"reports devices queued under v{old.version} are refused (409) and dropped, their budget spent; "
+        f"`ldptel estimate` shows v{new.version} (--version {old.version} for the old sketches)"
+    )
+    return lines
+
+
+def _value(value: object) -> str:
+    return "(none)" if value is None else repr(value) if isinstance(value, str) else str(value)
+
+
+def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *, applied: bool = False) -> None:
+    """The plan as text: one line per metric, the changed fields, and for a new version its ε consequences."""
+    counts = {kind: sum(c.kind == kind for c in changes) for kind in SYMBOLS}
+    verb = "applied" if applied else "would apply"
+    out.write(
+        f"{verb}: {counts['create']} to create, {counts['metadata']} metadata edit(s) in place, "
+        f"{counts['reactivate']} to reactivate, {counts['version']} NEW VERSION(S), {counts['unchanged']} unchanged\n"
+    )
+    for change in changes:
+        spec, old = change.spec, change.before
+        head = f"{SYMBOLS[change.kind]} {spec.name}"
+        if change.kind == "create":
+            out.write(f"{head}: create v1 ({spec.mechanism}, ε {spec.params.epsilon:g}, {spec.reports_per_day} reports/day)\n")
+        elif change.kind == "unchanged":
+            out.write(f"{head}: unchanged (v{spec.version})\n")
+        elif change.kind in ("metadata", "reactivate"):
+            what = "reactivate" if change.kind == "reactivate" else "edit"
+            out.write(f"{head}: {what} v{spec.version} in place (privatization unchanged: no new version)\n")
+        else:
+            assert old is not None
+            out.write(f"{head}: NEW VERSION v{spec.version} (current v{old.current_version}): the privatization changes\n")
+        if old is not None:
+            for key, before, after in differences(old.current, spec):
+                flag = "  (privatization)" if privatization_field(key) else ""
+                out.write(f"    {key}: {_value(before)} → {_value(after)}{flag}\n")
+            if change.kind == "version":
+                for line in consequences(old.current, spec):
+                    out.write(f"    !! {line}\n")
+    for name in missing:
+        out.write(f"  {name}: registered but not in the file (left as it is)\n")
+
+
+def plan_document(changes: Sequence[Change], missing: Sequence[str], *, applied: bool = False) -> dict[str, Any]:
+    """The plan as JSON: per metric the change, versions, changed fields and, for a new version, its consequences."""
+    metrics = []
+    for change in changes:
+        old = change.before
+        fields = [] if old is None else differences(old.current, change.spec)
+        metrics.append({
+            "name": change.spec.name,
+            "change": change.kind,
+            "version": change.version,
+            "current_version": None if old is None else old.current_version,
+            "fields": [{"field": k, "before": b, "after": a, "privatization": privatization_field(k)} for k, b, a in fields],
+            "consequences": consequences(old.current, change.spec) if old is not None and change.kind == "version" else [],
+        })  # fmt: skip
+    return {"applied": applied, "metrics": metrics, "not_in_file": list(missing)}
+
+
+def write_change_note(change: Change, err: TextIO) -> None:
+    """One line on what ``metrics create`` did (plus a new version's ε consequences), for stderr."""
+    notes = {
+        "create": "created",
+        "unchanged": "unchanged",
+        "metadata": "metadata edited in place (no new version)",
+        "reactivate": "reactivated (no new version)",
+        "version": "NEW VERSION: the privatization changed",
+    }
+    err.write(f"ldptel: {change.spec.name} v{change.version}: {notes[change.kind]}\n")
+    if change.kind == "version" and change.before is not None:
+        for line in consequences(change.before.current, change.spec):
+            err.write(f"  !! {line}\n")
+
+
+def write_diff(changes: Sequence[Change], missing: Sequence[str], out: TextIO) -> bool:
+    """Field by field, where the registry differs from the file; True when anything differs."""
+    differs = False
+    for change in changes:
+        if change.kind == "unchanged":
+            continue
+        differs = True
+        old = change.before
+        label = "not registered" if old is None else f"v{old.current_version}" + ("" if old.active else ", retired")
+        out.write(f"{change.spec.name} ({label}):\n")
+        if old is not None and not old.active:
+            out.write(f"    status: {old.status!r} → 'active'\n")
+        for key, before, after in differences(None if old is None else old.current, change.spec):
+            out.write(f"    {key}: {_value(before)} → {_value(after)}\n")
+    for name in missing:
+        differs = True
+        out.write(f"{name}: registered, not in the file\n")
+    if not differs:
+        out.write("no differences: the registry matches the file\n")
+    return differs
