@@ -34,6 +34,7 @@ from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
+from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
 
 if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
@@ -138,14 +139,19 @@ def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
         f"{old.daily_epsilon:.4g} → {new.daily_epsilon:.4g} ({old.reports_per_day} → {new.reports_per_day} reports/day)"
     ]
     old_mech, new_mech = mechanism_of(old.params), mechanism_of(new.params)
-    if old_mech.permanent or new_mech.permanent:
+    if old.params == new.params:
+        lines.append("the params are unchanged, so devices keep their permanent randomization and the day's memo "
+                     "(both are keyed by the privatization, not the version)")
+    elif old_mech.permanent or new_mech.permanent:
         a, b = old_mech.longitudinal_epsilon(old.params), new_mech.longitudinal_epsilon(new.params)
         lines.append(
             f"devices start a new permanent randomization: a value reported under both v{old.version} and "
-            f"v{new.version} is protected by ε∞ {a:.3g} + {b:.3g} = {a + b:.3g} instead of {a:.3g}"
+            f"v{new.version} is protected by ε∞ {a:.3g} + {b:.3g} = {a + b:.3g} instead of {a:.3g}; each device "
+            f"charges it to its lifetime ledger and refuses the new version if the sum passes its policy's ε∞ "
+            f"(default {DEFAULT_MAX_LONGITUDINAL_EPSILON:g})"
         )
     else:
-        lines.append("sketch reports are memoized per version and day; the day's budget is per metric name, so the switch does not reopen it")
+        lines.append("sketch reports are memoized per privatization and day; the day's budget is per metric name, so the switch does not reopen it")
     lines.append(
         f"reports devices queued under v{old.version} are refused (409) and dropped, their budget spent; "
         f"`ldptel estimate` shows v{new.version} (--version {old.version} for the old sketches)"
