@@ -1,4 +1,6 @@
-"""Gunicorn configuration of the ingest service: ``gunicorn -c deploy/gunicorn.conf.py``.
+"""Gunicorn configuration of the ingest service: ``gunicorn -c deploy/gunicorn.conf.py``, behind nginx with
+``deploy/nginx.conf``: a gthread worker gives a thread to each connection while it reads the request, so without
+a buffering front a few slow clients hold every thread (tests/faults/test_slow_clients.py).
 
 Every setting can be overridden on the command line (``-w 2 -b 127.0.0.1:9000``) or with the ``LDPTEL_*``
 variables below; the service itself is configured by the ``LDPTEL_*`` variables of
