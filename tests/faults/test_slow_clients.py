@@ -1,7 +1,7 @@
 """The shipped deployment (deploy/nginx.conf in front of deploy/gunicorn.conf.py) under slow and malformed clients.
 
-Bare gunicorn with the same config starves under the same 64 slow connections (19 of 40 legitimate requests
-timed out at 5 s when measured): tests/bench/bench_faults.py measures both in the same run.
+Bare gunicorn with the same config starves under the same 64 slow connections (19 and 40 of 40 legitimate requests
+timed out at 5 s in two runs): tests/bench/bench_faults.py measures both in the same run.
 """
 
 from __future__ import annotations
