@@ -22,9 +22,18 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 NGINX_CANDIDATES = ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
 
-__all__ = ["DEPLOY", "ROOT", "free_port", "gunicorn", "nginx", "nginx_binary", "nginx_conf"]
+__all__ = ["DEPLOY", "ROOT", "free_port", "gunicorn", "nginx", "nginx_binary", "nginx_conf", "worker_pids"]
 
 free_port = _free_port
+
+
+def worker_pids(master: int) -> list[int]:
+    """The live child processes of ``master`` (gunicorn's workers; an embedded Redis is not one when a URL is given)."""
+    try:
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(pid) for pid in children]
 
 
 def nginx_binary() -> str:
