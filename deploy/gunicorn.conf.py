@@ -9,7 +9,12 @@ variables below; the service itself is configured by the ``LDPTEL_*`` variables 
 
 import os
 
-from ldptel.server.gunicorn_hooks import child_exit, on_exit, on_starting  # noqa: F401  (gunicorn looks these up by name)
+from ldptel.server.gunicorn_hooks import (  # noqa: F401  (gunicorn looks these up by name)
+    child_exit,
+    on_exit,
+    on_starting,
+    post_worker_init,
+)
 
 wsgi_app = "ldptel.server:create_app()"
 bind = [os.environ.get("LDPTEL_BIND", "127.0.0.1:8000")]
