@@ -22,7 +22,8 @@ bind = [os.environ.get("LDPTEL_BIND", "127.0.0.1:8000")]
 # with parsing the next request. On 2 cores with Redis on loopback, 8 threads per worker measured as well as
 # or better than 2 or 4 (tests/bench/bench_ingest.py); more threads also hide a networked Redis's latency.
 workers = int(os.environ.get("LDPTEL_WORKERS", os.cpu_count() or 2))
-worker_class = "gthread"
+# gthread, whose own rejections (malformed request, request line or headers too large) answer JSON, not HTML.
+worker_class = "ldptel.server.gunicorn_worker.JsonErrorThreadWorker"
 threads = int(os.environ.get("LDPTEL_THREADS", "8"))
 keepalive = 5
 timeout = 30

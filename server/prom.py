@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
+
+from ldptel.server.config import ConfigError
 
 __all__ = ["LATENCY_BUCKETS", "MULTIPROC_ENV", "Telemetry"]
 
@@ -29,6 +31,10 @@ disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created serie
 
 class Telemetry:
     def __init__(self) -> None:
+        if os.environ.get(MULTIPROC_ENV) and values.ValueClass is values.MutexValue:
+            # prometheus_client picks its storage when first imported: counters would silently stay per process
+            raise ConfigError(f"{MULTIPROC_ENV} was set after prometheus_client was imported in this process; "
+                               "set it before (gunicorn: ldptel.server.gunicorn_hooks.on_starting)")
         self._registry = CollectorRegistry(auto_describe=True)
         r = self._registry
         self._accepted_reports = Counter("ldptel_reports_accepted", "Reports appended to Redis (duplicates excluded).",
