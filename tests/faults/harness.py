@@ -67,8 +67,12 @@ class _Acks:
 
 
 class FaultRun:
-    def __init__(self, tmp: Path, *, raw_clients: int = 2, reporters: int = 2, batch: int = 20, seed: int = 1) -> None:
+    def __init__(self, tmp: Path, *, raw_clients: int = 2, reporters: int = 2, batch: int = 20, seed: int = 1,
+                 report_interval: float = 0.002) -> None:
+        """``report_interval``: seconds between two ``report()`` calls of one Reporter (each device may send
+        ``reports_per_day`` = 10,000 a day: keep interval × run time under that)."""
         self.tmp, self.raw_clients, self.n_reporters, self.batch, self.seed = tmp, raw_clients, reporters, batch, seed
+        self.report_interval = report_interval
         self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis")
         self.port = free_port()
         self.gunicorn: subprocess.Popen[bytes] | None = None
@@ -239,7 +243,7 @@ class FaultRun:
                 break
             rep.report(SDK.name, f"v{(i * 7 + index) % 64}")
             i += 1
-            time.sleep(0.002)
+            time.sleep(self.report_interval)
 
     # ---------------------------------------------------------------------------------------- scenario
     def scenario(self, name: str, *, load_seconds: float = 1.0) -> dict[str, Any]:
