@@ -11,12 +11,14 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ldptel.storage.embedded import EmbeddedRedis
 from tests.faults.slow import create_metric, legit_load, slow_clients
 from tests.faults.stack import gunicorn, nginx, nginx_binary
-from tests.server.srv_helpers import cms_spec
+from tests.server.srv_helpers import OCTET, cms_spec, make_batch
+from tests.server.test_server_http import APP_TOKEN
 
 pytestmark = pytest.mark.slow
 
@@ -56,6 +58,18 @@ def test_nginx_front_keeps_serving_with_64_slow_connections(front: tuple[int, Pa
         result = legit_load(port, spec, threads=4, requests=10, timeout=BOUND_SECONDS)
     assert result.statuses == {202: 40}, result.summary()
     assert max(result.latencies) < BOUND_SECONDS
+
+
+def test_a_body_larger_than_nginx_memory_buffer_goes_through(front: tuple[int, Path]) -> None:
+    port, _ = front
+    spec = cms_spec("app.big")
+    create_metric(port, spec)
+    data, _ = make_batch(spec, 4000, np.random.default_rng(5))  # ~0.5 MiB: nginx spools it to a temp file
+    assert len(data) > 256 * 1024
+    got, content_type, body = _raw(port, b"POST /v1/reports HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                                   + APP_TOKEN.encode() + b"\r\nContent-Type: " + OCTET.encode()
+                                   + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(data) + data)
+    assert (got, content_type) == (202, "application/json"), body
 
 
 @pytest.mark.parametrize(("request_bytes", "status", "code"), [
