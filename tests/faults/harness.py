@@ -127,8 +127,8 @@ class FaultRun:
         cmd = [sys.executable, "-m", "gunicorn", "-c", str(DEPLOY / "gunicorn.conf.py"), "-w", "2",
                "-b", f"127.0.0.1:{self.port}"]
         with log.open("ab") as out:
-            self.gunicorn = subprocess.Popen(cmd, env=_env(self.redis.url), stdout=out, stderr=subprocess.STDOUT,
-                                             cwd=ROOT)
+            env = _env(self.redis.url) | {"PROMETHEUS_MULTIPROC_DIR": str(self.tmp / "prometheus")}  # emptied at start
+            self.gunicorn = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         _wait_http(self.port, self.gunicorn, log, timeout=30)
 
     def start_aggregator(self) -> str:

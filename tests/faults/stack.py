@@ -71,7 +71,8 @@ def gunicorn(redis_url: str, log: Path, *, port: int | None = None, workers: int
     cmd = [sys.executable, "-m", "gunicorn", "-c", str(DEPLOY / "gunicorn.conf.py"), "-b", f"127.0.0.1:{port}"]
     if workers is not None:
         cmd += ["-w", str(workers)]
-    env = _env(redis_url) | (extra_env or {})
+    # A private Prometheus directory: a master killed by a test cannot remove the one it would create in /tmp.
+    env = _env(redis_url) | {"PROMETHEUS_MULTIPROC_DIR": str(log.parent / f"prometheus-{port}")} | (extra_env or {})
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
     try:
