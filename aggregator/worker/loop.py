@@ -91,6 +91,7 @@ class Worker:
         self._unclaimed: tuple[str, ...] = ()
         self._started = time.monotonic()
         self._entries = self._reports = self._skipped = self._dead = self._commits = 0
+        self._errors: dict[str, int] = {}  # errors the follow loop survived, by kind (Prometheus: prometheus.py)
         self._last_scan = -1e18
         self._last_heartbeat = -1e18
         self._rr = 0
@@ -102,6 +103,14 @@ class Worker:
 
     def owned(self) -> list[str]:
         return sorted(sh.name for sh in self._owned.values())
+
+    def owned_shards(self) -> list[tuple[str, int]]:
+        """(metric, shard) of every shard this worker holds now."""
+        return sorted(self._owned)
+
+    def errors(self) -> dict[str, int]:
+        """Errors survived since start, by kind: ``redis_connection``, ``redis_refuses_writes``."""
+        return dict(self._errors)
 
     def stats(self, *, with_lag: bool = False) -> WorkerStats:
         return WorkerStats(
@@ -151,6 +160,7 @@ class Worker:
                     # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
                     # pending in Redis), wait, and claim again once Redis answers.
                     log.error("lost Redis; retrying", extra={"event": "redis_error", "error": str(exc), "retry_in": backoff})
+                    self._errors["redis_connection"] = self._errors.get("redis_connection", 0) + 1
                     backoff = self._back_off(backoff, "Redis connection lost")
                 except redis_lib.ResponseError as exc:
                     reason = refused_write(exc)
@@ -162,6 +172,7 @@ class Worker:
                         log.error("Redis refuses writes; waiting for it to accept them",
                                   extra={"event": "redis_refuses_writes", "error": reason})
                     refused = True
+                    self._errors["redis_refuses_writes"] = self._errors.get("redis_refuses_writes", 0) + 1
                     backoff = self._back_off(backoff, "Redis refuses writes")
         finally:
             self._shutdown()

@@ -77,6 +77,11 @@ def test_compose_file_has_the_services_and_valid_commands() -> None:
     assert "redis-data" in compose["volumes"]
     ingest = services["ingest"]
     assert ingest["environment"]["LDPTEL_REDIS_URL"].startswith("redis://redis:6379")
+    # Clients reach gunicorn only through the buffering front (slow clients would starve its threads).
+    assert "ports" not in ingest
+    front = services["front"]
+    assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in front["volumes"] and front["ports"] == ["8000:8080"]
+    assert "server ingest:8000;" in (DEPLOY / "nginx.conf").read_text()
 
 
 def test_compose_references_existing_files() -> None:

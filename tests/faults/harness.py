@@ -1,0 +1,439 @@
+"""The fault-injection harness: the real stack under real load, faults injected, then drained and audited.
+
+Stack: a Redis with AOF (embedded valkey, a data dir that survives kill -9 and restart on the same port),
+gunicorn with deploy/gunicorn.conf.py (2 workers), two ``ldptel aggregate`` follow workers (short leases) and
+load from raw HTTP clients (each keeps its batch until it is acknowledged, like the SDK) and from real
+:class:`~ldptel.client.Reporter`\\ s. Two metrics: ``fault.raw`` (raw clients; the test knows every batch it
+sent, so the expected sketch is the fold of exactly the acknowledged batches) and ``fault.sdk`` (Reporters; the
+expected sketch is the fold of the batches in the streams, each once, and its report count is what the
+Reporters were told was delivered).
+
+:meth:`FaultRun.scenario` runs load, injects one fault, measures recovery, then drains (load paused,
+Reporters flushed, aggregators caught up) and audits everything acknowledged so far: one JSON line each.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis as redis_lib
+
+from ldptel.aggregator.worker import shard_lag
+from ldptel.client import CmsParams, MetricSpec, ReportBatch, Reporter, SketchState, fold, privatize_batch
+from ldptel.client.protocol.wire import decode_batch, encode_batch
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
+from ldptel.storage.embedded import EmbeddedRedis
+from tests.faults.slow import create_metric
+from tests.faults.stack import DEPLOY, ROOT, free_port, worker_pids
+from tests.server.srv_helpers import OCTET, fill_to_maxmemory, lift_maxmemory
+from tests.server.test_server_http import APP_TOKEN, _env, _stop, _wait_http
+
+__all__ = ["SCENARIOS", "FaultRun"]
+
+RAW = MetricSpec(name="fault.raw", params=CmsParams(epsilon=4.0, k=16, m=256), reports_per_day=10_000)
+SDK = MetricSpec(name="fault.sdk", params=CmsParams(epsilon=4.0, k=16, m=256), reports_per_day=10_000)
+SHARDS = 4
+LEASE_TTL = 2.0
+REDIS_SCENARIOS = ("redis_kill9", "redis_maxmemory")
+SCENARIOS = ("redis_kill9", "aggregator_kill9", "gunicorn_worker_kill9", "gunicorn_master_kill9",
+             "lease_holder_sigstop", "redis_maxmemory")
+
+
+@dataclass
+class _Acks:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    batches: dict[bytes, ReportBatch] = field(default_factory=dict)
+    times: list[tuple[float, float]] = field(default_factory=list)  # (sent, acknowledged) of every batch, monotonic
+    statuses: dict[int, int] = field(default_factory=dict)  # of this scenario (0: no HTTP answer)
+
+    def first_after(self, t: float) -> float | None:
+        """When the first request sent at ``t`` or later was acknowledged (None: none yet)."""
+        with self.lock:
+            later = [acked for sent, acked in self.times if sent >= t]
+        return min(later) if later else None
+
+
+class FaultRun:
+    def __init__(self, tmp: Path, *, raw_clients: int = 2, reporters: int = 2, batch: int = 20, seed: int = 1,
+                 report_interval: float = 0.002) -> None:
+        """``report_interval``: seconds between two ``report()`` calls of one Reporter (each device may send
+        ``reports_per_day`` = 10,000 a day: keep interval × run time under that)."""
+        self.tmp, self.raw_clients, self.n_reporters, self.batch, self.seed = tmp, raw_clients, reporters, batch, seed
+        self.report_interval = report_interval
+        self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis")
+        self.port = free_port()
+        self.gunicorn: subprocess.Popen[bytes] | None = None
+        self.aggregators: dict[str, subprocess.Popen[bytes]] = {}
+        self.acks = _Acks()
+        self.reporters: list[Reporter] = []
+        self.delivered_before: list[int] = []
+        self._run = threading.Event()  # load runs while set
+        self._stop = threading.Event()
+        self._idle: list[threading.Event] = []  # per load thread: set while it holds no unacknowledged batch
+        self._threads: list[threading.Thread] = []
+        self._next_worker = 0
+        self.errors: list[BaseException] = []
+
+    # ------------------------------------------------------------------------------------------ stack
+    def __enter__(self) -> FaultRun:
+        self.redis.start()
+        self.start_gunicorn()
+        create_metric(self.port, RAW)
+        create_metric(self.port, SDK)
+        for _ in range(2):
+            self.start_aggregator()
+        self._wait_aggregators()
+        endpoint = f"http://127.0.0.1:{self.port}"
+        for i in range(self.n_reporters):
+            self.reporters.append(Reporter(endpoint, APP_TOKEN, self.tmp / f"device{i}", batch_size=self.batch,
+                                           flush_interval=0.2, metrics=[SDK.name], timeout=3.0,
+                                           backoff_base=0.05, backoff_cap=0.5))
+        for r in self.reporters:
+            assert r.wait_for_specs(20), "the Reporters never got the spec"
+        for i in range(self.raw_clients):
+            self._spawn(self._raw_client, self.seed * 1000 + i)
+        for i, rep in enumerate(self.reporters):
+            self._spawn(self._reporter_load, rep, i)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._run.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        for rep in self.reporters:
+            rep.close(timeout=5)
+        for proc in self.aggregators.values():
+            self._end(proc)
+        if self.gunicorn is not None:
+            _stop(self.gunicorn)
+        self.redis.stop()
+
+    def start_gunicorn(self) -> None:
+        log = self.tmp / "gunicorn.log"
+        cmd = [sys.executable, "-m", "gunicorn", "-c", str(DEPLOY / "gunicorn.conf.py"), "-w", "2",
+               "-b", f"127.0.0.1:{self.port}"]
+        with log.open("ab") as out:
+            env = _env(self.redis.url) | {"PROMETHEUS_MULTIPROC_DIR": str(self.tmp / "prometheus")}  # emptied at start
+            self.gunicorn = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        _wait_http(self.port, self.gunicorn, log, timeout=30)
+
+    def start_aggregator(self) -> str:
+        worker_id = f"agg{self._next_worker}"
+        self._next_worker += 1
+        log = (self.tmp / f"{worker_id}.log").open("ab")
+        cmd = [sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--worker-id", worker_id,
+               "--lease-ttl", str(LEASE_TTL), "--checkpoint-seconds", "0.2", "--block", "0.2", "--rescan", "0.5",
+               "--retention", "86400", "--log-level", "warning"]
+        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.redis.url},
+                                                       stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        log.close()
+        return worker_id
+
+    def _wait_aggregators(self, timeout: float = 60) -> None:
+        """Until every aggregator process heartbeats (it reached Redis and runs its loop)."""
+        r = self.redis.client()
+        try:
+            deadline = time.monotonic() + timeout
+            while {m.decode() for m in r.zrange(keys.aggregators(), 0, -1)} < set(self.aggregators):
+                for worker_id, proc in self.aggregators.items():
+                    assert proc.poll() is None, (self.tmp / f"{worker_id}.log").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the aggregators never started"
+                time.sleep(0.05)
+        finally:
+            r.close()
+
+    @staticmethod
+    def _end(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+    # ------------------------------------------------------------------------------------------- load
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        idle = threading.Event()
+        idle.set()
+        self._idle.append(idle)
+
+        def run() -> None:
+            try:
+                target(*args, idle)
+            except BaseException as exc:  # surfaced by the audit
+                self.errors.append(exc)
+                idle.set()
+
+        thread = threading.Thread(target=run, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _post(self, conn: http.client.HTTPConnection | None, data: bytes) -> tuple[http.client.HTTPConnection, int]:
+        conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        try:
+            conn.request("POST", "/v1/reports", body=data,
+                         headers={"Authorization": f"Bearer {APP_TOKEN}", "Content-Type": OCTET})
+            response = conn.getresponse()
+            response.read()
+            status = response.status
+            if response.getheader("Connection", "").lower() == "close":
+                conn.close()
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            status = 0
+        return conn, status
+
+    def _raw_client(self, seed: int, idle: threading.Event) -> None:
+        rng = np.random.default_rng(seed)
+        conn: http.client.HTTPConnection | None = None
+        try:
+            self._raw_loop(rng, conn_box := [conn], idle)
+        finally:
+            if conn_box[0] is not None:
+                conn_box[0].close()
+
+    def _raw_loop(self, rng: np.random.Generator, conn_box: list[http.client.HTTPConnection | None],
+                  idle: threading.Event) -> None:
+        while not self._stop.is_set():
+            self._run.wait()
+            if self._stop.is_set():
+                break
+            idle.clear()
+            values = [f"v{int(i)}" for i in rng.integers(0, 64, self.batch)]
+            batch = privatize_batch(values, RAW.params, rng=rng)
+            bid = os.urandom(16)
+            data = encode_batch(metric=RAW.name, version=1, batch_id=bid, batch=batch, params=RAW.params)
+            while True:  # keep the batch until it is acknowledged, as the SDK does
+                sent = time.monotonic()
+                conn_box[0], status = self._post(conn_box[0], data)
+                with self.acks.lock:
+                    self.acks.statuses[status] = self.acks.statuses.get(status, 0) + 1
+                    if status == 202:
+                        self.acks.batches[bid] = batch
+                        self.acks.times.append((sent, time.monotonic()))
+                if status == 202:
+                    break
+                if status not in (0, 503):
+                    raise AssertionError(f"raw client: HTTP {status}")
+                time.sleep(0.05)
+            idle.set()
+            time.sleep(0.005)
+
+    def _reporter_load(self, rep: Reporter, index: int, idle: threading.Event) -> None:
+        i = 0
+        while not self._stop.is_set():
+            self._run.wait()
+            if self._stop.is_set():
+                break
+            rep.report(SDK.name, f"v{(i * 7 + index) % 64}")
+            i += 1
+            time.sleep(self.report_interval)
+
+    # ---------------------------------------------------------------------------------------- scenario
+    def scenario(self, name: str, *, load_seconds: float = 1.0) -> dict[str, Any]:
+        with self.acks.lock:
+            self.acks.statuses = {}
+        self._run.set()
+        time.sleep(load_seconds)
+        recovery = getattr(self, f"_inject_{name}")()
+        time.sleep(load_seconds)
+        result = {"scenario": name, "recovery_s": round(recovery, 3), **self.drain_and_audit()}
+        result["statuses"] = {str(k): v for k, v in sorted(self.acks.statuses.items())}
+        bad = {s: n for s, n in self.acks.statuses.items() if s >= 500 and s != 503}
+        result["http_5xx_other_than_503"] = sum(bad.values())
+        result["http_503"] = self.acks.statuses.get(503, 0)
+        print(json.dumps({"bench": "faults", **result}), flush=True)
+        return result
+
+    def _inject_redis_kill9(self) -> float:
+        self.redis.kill()
+        time.sleep(0.5)
+        restarted = time.monotonic()
+        self.redis.start()
+        return self._wait_ack_after(restarted)
+
+    def _inject_redis_maxmemory(self) -> float:
+        r = self.redis.client()
+        try:
+            fill_to_maxmemory(r)
+            time.sleep(1.0)  # every write refused meanwhile: 503
+            lifted = time.monotonic()
+            lift_maxmemory(r)
+            for key in r.scan_iter("test:fill:*"):
+                r.delete(key)
+        finally:
+            r.close()
+        return self._wait_ack_after(lifted)
+
+    def _inject_aggregator_kill9(self) -> float:
+        victim = self._lease_holder()
+        self.aggregators[victim].kill()  # SIGKILL mid-fold: its uncommitted work stays pending in Redis
+        self.aggregators[victim].wait(timeout=10)
+        del self.aggregators[victim]
+        killed = time.monotonic()
+        self.start_aggregator()
+        taken = self._wait_leases_without(victim) - killed
+        self._wait_aggregators()
+        return taken
+
+    def _inject_lease_holder_sigstop(self) -> float:
+        victim = self._lease_holder()
+        proc = self.aggregators[victim]
+        proc.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            taken = self._wait_leases_without(victim)
+            time.sleep(LEASE_TTL / 2)  # past its lease: it resumes believing it holds shards; fencing refuses
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        return taken - stopped
+
+    def _inject_gunicorn_worker_kill9(self) -> float:
+        assert self.gunicorn is not None
+        victim = worker_pids(self.gunicorn.pid)[0]
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        deadline = killed + 30
+        while (len(pids := worker_pids(self.gunicorn.pid)) < 2 or victim in pids) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return max(self._wait_ack_after(killed), time.monotonic() - killed)
+
+    def _inject_gunicorn_master_kill9(self) -> float:
+        assert self.gunicorn is not None
+        orphans = worker_pids(self.gunicorn.pid)
+        self.gunicorn.kill()
+        self.gunicorn.wait(timeout=10)
+        killed = time.monotonic()
+        deadline = killed + 30
+        while True:  # a supervisor's restart (gunicorn retries the bind while the orphans hold the port)
+            try:
+                self.start_gunicorn()
+                break
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        # Served by the new master: the orphans are gone (they exit ~2 s after the kill) and its workers run.
+        while (any(Path(f"/proc/{pid}").exists() for pid in orphans) or len(worker_pids(self.gunicorn.pid)) < 2) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        ready = time.monotonic()
+        return ready - killed + self._wait_ack_after(ready)
+
+    def _lease_holder(self) -> str:
+        r = self.redis.client()
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                for metric in (RAW.name, SDK.name):
+                    for shard in range(SHARDS):
+                        owner = r.get(keys.lease(metric, shard))
+                        if owner is not None and owner.decode() in self.aggregators:
+                            return owner.decode()
+                time.sleep(0.05)
+        finally:
+            r.close()
+        raise AssertionError("no aggregator holds a lease")
+
+    def _wait_leases_without(self, victim: str, timeout: float = 30) -> float:
+        """Monotonic time at which every shard is leased by a live worker other than ``victim``."""
+        r = self.redis.client()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                owners = [r.get(keys.lease(m, s)) for m in (RAW.name, SDK.name) for s in range(SHARDS)]
+                if all(o is not None and o.decode() != victim for o in owners):
+                    return time.monotonic()
+                time.sleep(0.02)
+        finally:
+            r.close()
+        raise AssertionError(f"the shards of {victim} were never taken over")
+
+    def _wait_ack_after(self, t: float, timeout: float = 30) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            first = self.acks.first_after(t)
+            if first is not None:
+                return first - t
+            time.sleep(0.01)
+        raise AssertionError("no acknowledgement after the fault")
+
+    # ------------------------------------------------------------------------------------ drain, audit
+    def drain_and_audit(self) -> dict[str, Any]:
+        self._run.clear()
+        for idle in self._idle:
+            assert idle.wait(60), "a raw client never got its batch acknowledged"
+        for rep in self.reporters:
+            assert rep.flush(60), f"a Reporter kept {rep.stats().pending} reports: {rep.stats()}"
+        assert not self.errors, self.errors
+        for worker_id, proc in self.aggregators.items():  # every fault is survived: no aggregator exits
+            assert proc.poll() is None, (worker_id, (self.tmp / f"{worker_id}.log").read_text()[-2000:])
+        r = self.redis.client()
+        try:
+            self._wait_folded(r)
+            return self._audit(r)
+        finally:
+            r.close()
+
+    def _wait_folded(self, r: redis_lib.Redis, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lags = [shard_lag(r, m, s)[0] if r.exists(keys.stream(m, s)) else 0
+                    for m in (RAW.name, SDK.name) for s in range(SHARDS)]
+            if all(lag == 0 for lag in lags):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the aggregators did not catch up: lags {lags}")
+
+    def _audit(self, r: redis_lib.Redis) -> dict[str, Any]:
+        entries: dict[str, dict[bytes, list[ReportBatch]]] = {RAW.name: {}, SDK.name: {}}
+        for spec in (RAW, SDK):
+            for shard in range(SHARDS):
+                for _, fields in r.xrange(keys.stream(spec.name, shard)):
+                    header, batch = decode_batch(fields[b"b"], spec.params)
+                    entries[spec.name].setdefault(header.batch_id, []).append(batch)
+        with self.acks.lock:
+            acked = dict(self.acks.batches)
+        raw_stream = entries[RAW.name]
+        lost = sum(b.n for bid, b in acked.items() if bid not in raw_stream)
+        extra = sum(bs[0].n for bid, bs in raw_stream.items() if bid not in acked)  # appended, never acknowledged
+        in_stream_twice = sum(sum(b.n for b in bs[1:]) for stream in entries.values() for bs in stream.values())
+        raw_folded = _total(r, RAW.name)
+        raw_expected = fold(RAW.params, list(acked.values()))
+        sdk_folded = _total(r, SDK.name)
+        sdk_expected = fold(SDK.params, [bs[0] for bs in entries[SDK.name].values()])
+        delivered = sum(rep.stats().delivered for rep in self.reporters)
+        doubled = in_stream_twice + max(0, raw_folded.n - raw_expected.n) + max(0, sdk_folded.n - sdk_expected.n)
+        return {
+            "acknowledged_reports": len(acked) * self.batch + delivered,
+            "acknowledged_batches": len(acked) + len(entries[SDK.name]),
+            "lost": lost + max(0, delivered - sdk_folded.n) + max(0, raw_expected.n - raw_folded.n),
+            "doubled": doubled,
+            "appended_unacknowledged": extra,
+            "raw_sketch_equal": raw_folded.equals(raw_expected),
+            "sdk_sketch_equal": sdk_folded.equals(sdk_expected) and sdk_folded.n == delivered,
+            "reporters_pending": sum(rep.stats().pending for rep in self.reporters),
+        }
+
+
+def _total(r: redis_lib.Redis, name: str) -> SketchState:
+    record = registry.get_metric(r, name)
+    index = store.sketch_index(r, name, record.shards)
+    pairs = [(s, v, d) for s, members in index.items() for v, d in members]
+    return store.sum_sketches(r, name, params=record.current.params, pairs=pairs)[0]
