@@ -129,12 +129,14 @@ def test_aggregate_once_waits_for_a_dead_workers_leases_with_progress(
         redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
     sent = append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)
-    for s in range(2):  # what a SIGKILLed worker leaves behind: its leases, expiring
-        redis.set(keys.lease("color", s), "a-dead-worker", px=1500)
+    # What a SIGKILLed worker leaves behind: its leases, expiring. 5 s outlasts the CLI's start-up even on a
+    # loaded machine (1.5 s did not: the leases were sometimes gone before the CLI looked, and nothing waited).
+    for s in range(2):
+        redis.set(keys.lease("color", s), "a-dead-worker", px=5000)
     t0 = time.monotonic()
     proc = ldptel("aggregate", "--once", redis_url=redis_url)
     assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - t0 >= 1.4
+    assert time.monotonic() - t0 >= 4.9
     stats = json.loads(proc.stdout)
     assert stats["reports"] == sent.n and stats["unclaimed"] == []
     waits = [json.loads(line) for line in proc.stderr.splitlines() if '"wait_leases"' in line]
