@@ -23,12 +23,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, WireFormatError
-from ldptel.client.mechanisms.state import Estimate, SketchState
+from ldptel.client.mechanisms.state import Discovery, Estimate, SketchState
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.protocol.params import ParamsBase
 
@@ -117,6 +118,7 @@ class Mechanism(ABC, Generic[P, B]):
     candidates_pick_labels: ClassVar[bool] = False  # a query's candidates select labels of the declared domain
     proportion_of: ClassVar[str | None] = None  # the label whose share a query reports as the proportion
     permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
+    discovers: ClassVar[bool] = False  # finds frequent values without candidates (:meth:`discover`)
 
     # ------------------------------------------------------------------------------------- client half
     @abstractmethod
@@ -171,6 +173,21 @@ class Mechanism(ABC, Generic[P, B]):
         self, params: P, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
     ) -> Estimate:
         """Unbiased counts with standard errors; for candidate values when :attr:`needs_candidates`."""
+
+    def discover(
+        self,
+        params: P,
+        state: SketchState,
+        *,
+        keep: int,
+        threshold: float | None = None,
+        alpha: float,
+        confidence: float = 0.95,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Discovery:
+        """Frequent values found without candidates, with estimates (where :attr:`discovers`): ``keep``
+        candidates per round, reported above ``threshold`` standard errors (default: from ``alpha``)."""
+        raise InvalidParameterError("mechanism", "one that discovers values", self.name)
 
     @abstractmethod
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
