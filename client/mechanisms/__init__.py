@@ -15,9 +15,9 @@ import numpy as np
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.base import Mechanism, ReportBatch, Values
 from ldptel.client.mechanisms.cms import CmsParams
+from ldptel.client.mechanisms.discovery import PemParams
 from ldptel.client.mechanisms.grr import GrrParams, recommend_mechanism
 from ldptel.client.mechanisms.hcms import HcmsParams
-from ldptel.client.mechanisms.discovery import PemParams
 from ldptel.client.mechanisms.oue_cms import OueCmsParams
 from ldptel.client.mechanisms.registry import (
     get_mechanism,

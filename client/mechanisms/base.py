@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from collections.abc import Callable
 from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import numpy as np

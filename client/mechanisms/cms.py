@@ -352,7 +352,7 @@ def cells(params: UnaryParams, state: SketchState) -> Cells:
     return Cells(y, state.row_counts, q * (1 - q) / (p - q) ** 2, (1 - p - q) / (p - q))
 
 
-def variance(params: UnaryParams, counts: np.ndarray, n: int) -> np.ndarray:
+def variance(params: UnaryParams, counts: np.ndarray, n: int | np.ndarray) -> np.ndarray:
     """The randomization variance of the module docstring (privacy noise and row choice, averaged over hash
     families), with f the estimate clipped to [0, n]; the collision term is separate."""
     k, m, p, q = params.k, params.m, params.p, params.q

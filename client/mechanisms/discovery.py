@@ -54,15 +54,15 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
 from ldptel.client.mechanisms import cms
-from ldptel.client.mechanisms._sketch import base_sums, collision_variance, family_of, sketch_params_schema
+from ldptel.client.mechanisms._sketch import base_sums, concat_rows, family_of, sketch_params_schema
 from ldptel.client.mechanisms.base import Column, Mechanism, Values
 from ldptel.client.mechanisms.cms import UnaryBatch
 from ldptel.client.mechanisms.oue_cms import OueCmsParams
 from ldptel.client.mechanisms.state import Discovery, DiscoveryStage, Estimate, SketchState, codes_for
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.protocol.params import MAX_CELLS, MAX_K, ParamsBase
-from ldptel.client.protocol.validate import check_int, check_number
 from ldptel.client.protocol.rng import check_rng, uniform_below
+from ldptel.client.protocol.validate import check_int, check_number
 
 MAX_VALUE_BYTES = 32  # longest value a pem metric may declare (one group per byte)
 DEFAULT_KEEP = 50  # prefixes kept per round (ldp-math-2 §6 simulated 30 and 100)
@@ -254,7 +254,7 @@ class Pem(Mechanism[PemParams, UnaryBatch]):
         return int(sum(b.n for b in batches) * batches[0].bits.shape[1])
 
     def merge_order(self, batches: Sequence[UnaryBatch]) -> np.ndarray:
-        return cms.row_order(cms.concat_rows(batches))
+        return cms.row_order(concat_rows(batches))
 
     def estimate(
         self, params: PemParams, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
@@ -308,42 +308,35 @@ class Pem(Mechanism[PemParams, UnaryBatch]):
         sums = _Sums(params, state)
         width = 8 * params.lanes
         prefixes = np.zeros((1, width), dtype=np.uint8)  # the empty prefix
-        found: list[bytes] = []
-        counts: list[np.ndarray] = []
-        errors: list[np.ndarray] = []
+        found: list[bytes] = []  # complete values to test
+        heavy_keys, heavy_groups, heavy_counts = [], [], []  # kept prefixes: key, group, estimate
         stages = []
         ext = np.arange(1, _BYTES + 1, dtype=np.uint8)
         for t in range(g):
-            tested = 0
-            if t > 0:  # the kept prefixes themselves, as complete values (key p‖0, groups t..L−1)
-                values = _utf8(prefixes, t)
-                tested += len(values)
-                if values:
-                    est, se = sums.full(values)
-                    found += values
-                    counts.append(est)
-                    errors.append(se)
+            tested = _utf8(prefixes, t) if t > 0 else []  # kept prefixes as complete values (key p‖0, groups t..)
             cands = np.repeat(prefixes, _BYTES, axis=0)
             cands[:, t] = np.tile(ext, prefixes.shape[0])
             kept = 0
             if t < g - 1:
                 est_t = sums.group(t, cands, t + 1)
-                top = np.argsort(-est_t, kind="stable")[:keep]
-                prefixes = cands[np.sort(top)]
+                top = np.sort(np.argsort(-est_t, kind="stable")[:keep])
+                prefixes = cands[top]
                 kept = prefixes.shape[0]
+                heavy_keys.append(prefixes)
+                heavy_groups.append(np.full(kept, t))
+                heavy_counts.append(est_t[top])
             else:  # the last group: every extension is a complete value of L bytes
-                values = _utf8(cands, t + 1)
-                tested += len(values)
-                if values:
-                    est, se = sums.full(values)
-                    found += values
-                    counts.append(est)
-                    errors.append(se)
-            stages.append(DiscoveryStage(round=t, prefix_bytes=t + 1, examined=int(cands.shape[0]), kept=kept, tested=tested))
+                tested += _utf8(cands, t + 1)
+            found += tested
+            stages.append(DiscoveryStage(round=t, prefix_bytes=t + 1, examined=int(cands.shape[0]), kept=kept,
+                                         tested=len(tested)))
             if progress is not None:
                 progress(t + 1, g)
-        est_all = np.concatenate(counts) if counts else np.zeros(0)
-        se_all = np.concatenate(errors) if errors else np.zeros(0)
+        # Pass 1 finds the heavy complete values; pass 2 re-estimates every value away from the cells it
+        # shares with heavy keys (kept prefixes and pass-1 values), whose collisions are not normal noise.
+        est1, se1 = sums.full(found)
+        heavy = sums.heavy(heavy_keys, heavy_groups, heavy_counts, found, np.where(est1 >= z * se1, est1, 0.0))
+        est_all, se_all = sums.full(found, heavy)
         passed = np.flatnonzero(est_all >= z * se_all)
         order = passed[np.argsort(-est_all[passed], kind="stable")]
         labels = tuple(found[i].decode("utf-8") for i in order.tolist())
@@ -408,32 +401,91 @@ class _Sums:
             hit = self._suffix[t] = (counts, rows, f2)
         return hit
 
-    def full(self, values: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """Full-value estimates and stderrs of complete values (module docstring)."""
+    def heavy(
+        self,
+        prefixes: list[np.ndarray],
+        groups: list[np.ndarray],
+        counts: list[np.ndarray],
+        values: Sequence[bytes],
+        value_counts: np.ndarray,
+    ) -> Heavy:
+        """The keys whose one shared cell would move a null value's estimate by more than 1/8 of a null
+        stderr: kept prefixes (their group estimate) and complete values (their estimate spread over their
+        groups)."""
         params, inner = self.params, self.params.sketch
-        g, width, n = params.groups, 8 * params.lanes, self.n
+        g, k, n = params.groups, params.k, self.n
+        # One collision adds count/k to a k-row sketch's cell sum; scaled by n/N (≥ 1) it must stay ≤ se0/8,
+        # se0 = the null stderr of one group's sketch scaled by n/N: count ≤ k·sd0/8 in the group's units.
+        n_one = max(n // g, 1)
+        limit = k * math.sqrt(float(cms.variance(inner, np.zeros(1), n_one)[0])) / 8
+        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+        keylen = np.minimum(lengths + 1, g)
+        value_bases = key_bases(_pad(values, 8 * params.lanes), keylen, seed=params.hash_seed)
+        per_value = value_counts / g
+        big = per_value >= limit
+        parts_b, parts_g, parts_l, parts_c = [value_bases[big]], [np.minimum(lengths, g - 1)[big]], [np.full(int(big.sum()), g - 1)], [per_value[big]]
+        for keys, grp, cnt in zip(prefixes, groups, counts, strict=True):
+            big = cnt >= limit
+            if big.any():
+                t = int(grp[0])
+                parts_b.append(key_bases(keys[big], np.full(int(big.sum()), t + 1), seed=params.hash_seed))
+                parts_g.append(grp[big])
+                parts_l.append(grp[big])
+                parts_c.append(cnt[big])
+        return Heavy(np.concatenate(parts_b), np.concatenate(parts_g), np.concatenate(parts_l), np.concatenate(parts_c))
+
+    def full(self, values: Sequence[bytes], heavy: Heavy | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Full-value estimates and stderrs of complete values (module docstring). With ``heavy``, each value
+        skips the rows where it collides with a heavy key of its groups (:class:`Heavy`)."""
+        params, inner = self.params, self.params.sketch
+        g, width, n, k, m = params.groups, 8 * params.lanes, self.n, params.k, params.m
         lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))
         first = np.minimum(lengths, g - 1)
         keylen = np.minimum(lengths + 1, g)
-        keys = _pad(values, width)
-        bases = key_bases(keys, keylen, seed=params.hash_seed)
+        bases = key_bases(_pad(values, width), keylen, seed=params.hash_seed)
         est = np.zeros(len(values))
         var = np.zeros(len(values))
         for t in np.unique(first).tolist():
             sel = np.flatnonzero(first == t)
             counts, rows, f2 = self._block(t)
-            n_g = int(rows.sum())
-            if n_g == 0:
-                est[sel], var[sel] = 0.0, math.inf
-                continue
-            f_g = _plain(inner, base_sums(counts, self.fam, bases[sel]), n_g)
-            clipped = np.clip(f_g, 0, n_g)
-            v_g = cms.variance(inner, f_g, n_g) + collision_variance(inner, f2=f2, counts=clipped)
-            r = n / n_g
-            est[sel] = r * f_g
-            f = np.clip(r * f_g, 0, n)
-            var[sel] = r * r * v_g + f * (r - 1) * (n - f) / max(n - 1, 1)
+            hashes = self.fam.row_hashes_matrix(bases[sel])  # C × k
+            cells = counts[np.arange(k)[None, :], hashes]
+            use = np.ones(hashes.shape, dtype=bool)
+            if heavy is not None:
+                hb, hc = heavy.in_block(t)
+                f2 = max(f2 - float(np.sum(hc * hc)), 0.0)
+                for x, hx in zip(hb.tolist(), self.fam.row_hashes_matrix(hb), strict=True):
+                    use &= (hashes != hx[None, :]) | (bases[sel] == np.uint64(x))[:, None]
+            used = use.sum(axis=1)
+            n_j = (use * rows[None, :]).sum(axis=1).astype(np.float64)
+            ok = n_j > 0
+            s = np.where(use, cells, 0).sum(axis=1).astype(np.float64)
+            f_j = np.where(ok, m / (m - 1) * ((s - inner.q * n_j) / (inner.p - inner.q) - n_j / m), 0.0)
+            r = np.where(ok, n / np.maximum(n_j, 1), math.inf)
+            v_j = np.where(ok, cms.variance(inner, f_j, n_j), math.inf)
+            coll = used * np.maximum(f2 - f_j * f_j * (k / np.maximum(used, 1)) ** 2, 0.0) / (k * k * (m - 1))
+            f = np.clip(r * f_j, 0, n)
+            est[sel] = r * f_j
+            var[sel] = r * r * (v_j + coll) + f * (r - 1) * (n - f) / max(n - 1, 1)
         return est, np.sqrt(var)
+
+
+@dataclass(frozen=True)
+class Heavy:
+    """Keys with large counts in some groups (base hash, group, count in that group), whose collisions a
+    discovery's final estimates avoid: a value skips every row where it shares a cell with one of them."""
+
+    bases: np.ndarray
+    groups: np.ndarray  # first group the key is in (prefix keys: their only group)
+    last: np.ndarray  # last group the key is in
+    per_group: np.ndarray  # its count in each of its groups
+
+    def in_block(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """(base hashes, counts in the groups t..L−1 summed) of the keys present in those groups."""
+        lo = np.maximum(self.groups, t)
+        n_groups = np.maximum(self.last - lo + 1, 0)
+        present = n_groups > 0
+        return self.bases[present], (self.per_group * n_groups)[present]
 
 
 def _plain(inner: OueCmsParams, s: np.ndarray, n: int) -> np.ndarray:
