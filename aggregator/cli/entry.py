@@ -14,12 +14,12 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from ldptel.aggregator.cli import aggregate, demo, estimate, metrics, plan, serve, status
+from ldptel.aggregator.cli import aggregate, demo, discover, estimate, metrics, plan, serve, status
 from ldptel.aggregator.cli.common import EXIT_OK, EXIT_USER, redis_url_option
 from ldptel.aggregator.cli.extras import from_import_error, require
 from ldptel.client.errors import LdpError
 
-COMMANDS = (aggregate, estimate, metrics, status, serve, demo, plan)
+COMMANDS = (aggregate, estimate, metrics, status, serve, demo, plan, discover)
 _BY_NAME = {command.NAME: command for command in COMMANDS}
 
 

@@ -28,7 +28,7 @@ RECORD_FORMATS = ("table", "json")
 RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards")
 
 # options of `metrics create` that are params fields, passed to params_from_dict when given
-PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits")
+PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -51,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--domain", type=comma_list, metavar="A,B,...", help="grr labels, comma-separated")
     mcreate.add_argument("--domain-file", metavar="FILE", help="grr labels, one per line")
     mcreate.add_argument("--prob-bits", type=int, help="probability resolution in bits (default: automatic)")
+    mcreate.add_argument("--max-bytes", type=int, help="discovery metrics: longest value in UTF-8 bytes")
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
     mcreate.add_argument("--description", default="")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only)")

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, WireFormatError
-from ldptel.client.mechanisms.state import Discovery, Estimate, SketchState
+from ldptel.client.mechanisms.state import DEFAULT_ALPHA, DEFAULT_KEEP, Discovery, Estimate, SketchState
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.protocol.params import ParamsBase
 
@@ -178,9 +178,9 @@ class Mechanism(ABC, Generic[P, B]):
         params: P,
         state: SketchState,
         *,
-        keep: int,
+        keep: int = DEFAULT_KEEP,
         threshold: float | None = None,
-        alpha: float,
+        alpha: float = DEFAULT_ALPHA,
         confidence: float = 0.95,
         progress: Callable[[int, int], None] | None = None,
     ) -> Discovery:

@@ -58,15 +58,21 @@ from ldptel.client.mechanisms._sketch import base_sums, concat_rows, family_of, 
 from ldptel.client.mechanisms.base import Column, Mechanism, Values
 from ldptel.client.mechanisms.cms import UnaryBatch
 from ldptel.client.mechanisms.oue_cms import OueCmsParams
-from ldptel.client.mechanisms.state import Discovery, DiscoveryStage, Estimate, SketchState, codes_for
+from ldptel.client.mechanisms.state import (
+    DEFAULT_ALPHA,
+    DEFAULT_KEEP,
+    Discovery,
+    DiscoveryStage,
+    Estimate,
+    SketchState,
+    codes_for,
+)
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.protocol.params import MAX_CELLS, MAX_K, ParamsBase
 from ldptel.client.protocol.rng import check_rng, uniform_below
 from ldptel.client.protocol.validate import check_int, check_number
 
 MAX_VALUE_BYTES = 32  # longest value a pem metric may declare (one group per byte)
-DEFAULT_KEEP = 50  # prefixes kept per round (ldp-math-2 §6 simulated 30 and 100)
-DEFAULT_ALPHA = 0.05  # family-wise chance of reporting any value nobody holds
 _BYTES = 255  # extensions of a prefix: bytes 1..255 (0 terminates a value)
 _MASK = (1 << 64) - 1
 _PHI = 0x9E3779B97F4A7C15

@@ -196,6 +196,10 @@ class Estimate:
         ]
 
 
+DEFAULT_KEEP = 50  # discovery: candidates kept per round (ldp-math-2 §6 simulated 30 and 100)
+DEFAULT_ALPHA = 0.05  # discovery: family-wise chance of reporting any value nobody holds
+
+
 @dataclass(frozen=True, kw_only=True)
 class DiscoveryStage:
     """One round of a discovery: the prefix length it estimated, how many candidates it examined, how many

@@ -219,3 +219,20 @@ def test_discover_needs_reports_and_sane_arguments() -> None:
         estimate(params, state, candidates=["abcd"])
     with pytest.raises(InvalidParameterError, match="discovers"):
         get_mechanism("oue-cms").discover(params, state, keep=5, alpha=0.05)
+
+
+def test_the_device_ledger_charges_the_effective_epsilon_per_report(tmp_path) -> None:
+    from ldptel.client.sdk.ledger import spent, utc_day
+    from ldptel.client.sdk.reporter import Reporter
+    from tests.client.conftest import FakeClock
+
+    params = PemParams(epsilon=3, k=4, m=64, max_bytes=8)
+    spec = MetricSpec(name="words", params=params, reports_per_day=2)
+    clock = FakeClock()
+    rep = Reporter("http://127.0.0.1:9", "t", tmp_path, start=False, specs=[spec], clock=clock, sleep=clock.sleep)
+    with pytest.raises(InvalidValueError):
+        rep.report("words", "much too long")  # refused before any budget is spent
+    assert [rep.report("words", w).status for w in ("日本", "😀", "ok")] == ["queued", "queued", "budget_exceeded"]
+    count, eps = spent(rep._db, "words", utc_day(clock()))
+    assert count == 2 and eps == pytest.approx(2 * params.effective_epsilon, rel=1e-12)
+    rep.close(timeout=0)
