@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     write_result(found.result, args.format, out)
     if args.format == "table":
         d = found.discovery
-        rule = f"α = {d.alpha:g} (Bonferroni over {d.bound:,} possible tests)" if d.alpha is not None else "given"
+        rule = f"Bonferroni for α = {d.alpha:g} over {d.bound:,} possible tests" if d.alpha is not None else "as given"
         out.write(f"\n{len(d.estimate.labels)} values at ≥ {d.threshold:.2f} stderr ({rule}); "
                   f"{d.examined:,} candidates examined, {d.tested:,} tested, {d.keep} kept per round\n")
         table(["round", "prefix bytes", "examined", "kept", "tested"],
