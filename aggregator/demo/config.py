@@ -40,13 +40,13 @@ MAX_TOP = 100
 MAX_THREADS = 256
 SERVERS = ("auto", "gunicorn", "werkzeug")  # auto: gunicorn when installed
 # The discovered metric: each device types WORDS_PER_DEVICE words from the shipped words.tsv (never given to the
-# aggregator); `ldptel discover` finds them. 16-byte values (UTF-8: emoji and other scripts), k = 32 rows per
-# byte: at 4,000 devices (16,000 reports) the top 6-10 words clear the false-discovery threshold.
+# aggregator); `ldptel discover` finds them. Values up to 12 UTF-8 bytes (emoji and other scripts), k = 32 rows
+# per byte: at 4,000 devices (12,000 reports) the top 5-7 words clear the false-discovery threshold (simulated).
 WORDS_METRIC = "demo.words"
 WORDS_MECHANISM = "pem"
 WORDS_FILE = "words.tsv"
-WORDS_PER_DEVICE = 4
-WORDS_MAX_BYTES, WORDS_K, WORDS_M = 16, 32, 1024
+WORDS_PER_DEVICE = 3
+WORDS_MAX_BYTES, WORDS_K, WORDS_M = 12, 32, 1024
 
 
 @dataclass(frozen=True, kw_only=True)
