@@ -35,6 +35,14 @@ is independent of the selection. At most C = Σ_{t=1}^{L−1} s_t + 255·s_{L−
 s_t = min(keep, 255·s_{t−1})), so reporting those with f̂ ≥ z·stderr, z = Φ⁻¹(1 − α/C) (Bonferroni), bounds
 the chance of reporting any value nobody holds by α (normal approximation of each estimate).
 
+That approximation fails for collisions with heavy hitters: one shared cell with a key held by thousands moves
+an estimate by a jump, not by normal noise (on small sketches 76 of 200 runs reported a false value). So the
+final estimates are made twice: the first finds the heavy keys (kept prefixes and complete values whose one
+shared cell would move a null estimate by more than 1/8 of its stderr); the second estimates every value from
+the rows where it shares no cell with a heavy key of its groups (:class:`Heavy`), rescaled by n/N over those
+rows' reports (rows are drawn independently of values, so this stays unbiased), with F2 less the heavy keys'
+share in the collision term.
+
 Keys are hashed by a fixed-width function every part evaluates alike (Python integers on the device, numpy on
 the server): the key zero-padded to 8·⌈L/8⌉ bytes is read as little-endian u64 lanes, h₀ = fmix64((seed·256 +
 len) ⊕ φ), h_{i+1} = fmix64(h_i ⊕ lane_i) (fmix64: MurmurHash3's 64-bit finalizer, a bijection); the row

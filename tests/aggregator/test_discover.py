@@ -145,3 +145,12 @@ def test_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert "Bonferroni" in capsys.readouterr().out
     assert main(["discover", "words", "--alpha", "2"]) == 2
     assert "expected a number in (0, 1)" in capsys.readouterr().err
+
+
+def test_metrics_create_takes_max_bytes(redis: redis_lib.Redis, env_url: str) -> None:
+    code, out, err = run("metrics", "create", "typed2", "--mechanism", "pem", "--epsilon", "4", "--k", "8", "--m", "64",
+                         "--max-bytes", "6")
+    assert code == 0, err
+    assert "k=8 m=64 L=6" in out
+    code, _, err = run("metrics", "create", "typed3", "--mechanism", "pem", "--epsilon", "4", "--k", "8", "--m", "64")
+    assert code == 2 and "max_bytes" in err
