@@ -1,6 +1,6 @@
 """Discovery (pem) benchmarks: one JSON line per figure, each beside a baseline measured in the same run.
 
-    .venv/bin/python tests/bench/bench_discovery.py [--quick] [--reps R] [--no-pure-ldp]
+    .venv/bin/python tests/bench/bench_discovery.py [--quick] [--reps R] [--pure-ldp pem|sfp|both|none]
 
 Population (issue 16): Zipf(1.1) counts over 100,000 distinct random strings of 1–10 letters a–z, n = 10⁶
 reports (2·10⁵ with --quick), total ε = 4 per report, pem with k = 256, m = 1024, L = 10 bytes, 50 prefixes
@@ -91,7 +91,7 @@ def fold_rate(params: Any, batch: Any, n: int) -> float:
     return median_rate(once, n)
 
 
-def pure_ldp(values: np.ndarray, words: list[str], counts: np.ndarray) -> None:
+def pure_ldp(values: np.ndarray, words: list[str], counts: np.ndarray, which: tuple[str, ...]) -> None:
     """pure-LDP's PEM (CMS oracle, k = 256) and SFP (CMS oracles, k = 32: its fragment search evaluates
     5 × 186,624 candidates × k hashes in Python) on the same values, beside ours."""
     try:
@@ -117,15 +117,18 @@ def pure_ldp(values: np.ndarray, words: list[str], counts: np.ndarray) -> None:
         "sfp": (lambda: _pl_sfp(CMSClient, CMSServer, SFPClient, SFPServer, alphabet)),
     }
     for name, make in runs.items():
+        if name not in which:
+            continue
         client, server, k = make()
         t = time.perf_counter()
         for v in values:
             server.aggregate(client.privatise(v))
         t_collect = time.perf_counter() - t
         t = time.perf_counter()
-        hh, _freq = server.find_heavy_hitters(k=KEEP)
+        hh, freq = server.find_heavy_hitters(k=KEEP)
         t_find = time.perf_counter() - t
-        r10, r20 = recalls(words, counts, [h.rstrip("*") for h in hh])
+        ranked = [h for _f, h in sorted(zip(freq, hh, strict=True), key=lambda item: -item[0])]  # sfp: unranked
+        r10, r20 = recalls(words, counts, [h.rstrip("*") for h in ranked])
         print(json.dumps({"figure": f"pure-LDP {name.upper()} (CMS k={k}, m={M}, ε={EPSILON:g} nominal per report)",
                           "n": int(values.size), "recall@10": r10, "recall@20": r20, "privatize+aggregate_s": round(t_collect, 2),
                           "find_s": round(t_find, 2), "epsilon": EPSILON}), flush=True)
@@ -143,7 +146,7 @@ def _pl_sfp(cms_client: Any, cms_server: Any, sfp_client: Any, sfp_server: Any, 
     srv = cms_server(EPSILON, k, M)
     cli = cms_client(EPSILON, srv.hash_funcs, M)
     return (sfp_client(EPSILON, 2, MAX_LEN, alphabet=alphabet, fo_client=cli),
-            sfp_server(EPSILON, 2, MAX_LEN, alphabet=alphabet, fo_server=srv), k)
+            sfp_server(EPSILON, 2, MAX_LEN, alphabet=set(alphabet), fo_server=srv), k)  # its server adds to a set
 
 
 def speeds(values: np.ndarray, params: PemParams, rng: np.random.Generator, n: int) -> None:
@@ -164,7 +167,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--no-pure-ldp", action="store_true")
+    ap.add_argument("--pure-ldp", choices=("pem", "sfp", "both", "none"), default="both",
+                    help="pure-LDP designs to run on the first repetition's values")
     args = ap.parse_args()
     n = 200_000 if args.quick else 1_000_000
     mech = get_mechanism("pem")
@@ -201,11 +205,11 @@ def main() -> None:
     share = float(np.mean(clean))
     emit("repetitions with no false value", share, "share", baseline="goal", baseline_value=0.95, goal=">= 0.95",
          ok=share >= 0.95, reps=args.reps)
-    if not args.no_pure_ldp and first is not None:
+    if args.pure_ldp != "none" and first is not None:
         words, counts, values = first
         print(json.dumps({"figure": "ldptel pem on the same values", "n": n, "recall@10": r10s[0], "recall@20": r20s[0],
                           "discover_s": round(discover_s[0], 3), "epsilon": round(eps, 4)}), flush=True)
-        pure_ldp(values, words, counts)
+        pure_ldp(values, words, counts, ("pem", "sfp") if args.pure_ldp == "both" else (args.pure_ldp,))
 
 
 if __name__ == "__main__":
