@@ -1,4 +1,4 @@
-"""What the demo runs with: its two metrics, its defaults, the ``ldptel demo`` arguments (:func:`parse_config`,
+"""What the demo runs with: its metrics, its defaults, the ``ldptel demo`` arguments (:func:`parse_config`,
 checked before anything starts) and the metric specs built from them (:func:`build_specs`)."""
 
 from __future__ import annotations

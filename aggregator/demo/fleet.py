@@ -75,7 +75,7 @@ class Fleet:
             self.stats.upload_errors += 1
 
     def run_device(self, i: int) -> None:
-        """One device: a fresh Reporter reports both metrics, uploads over HTTP and shuts down."""
+        """One device: a fresh Reporter reports its flag, its emoji and its words, uploads over HTTP and shuts down."""
         from ldptel.client.sdk.reporter import Reporter
 
         if self.cancel.is_set():

@@ -172,7 +172,7 @@ def _default_parent() -> Path:
 
 def _start_services(session: _Session, config: DemoConfig, specs: tuple[MetricSpec, ...], *, status: Status,
                     out: TextIO) -> _Services:
-    """Redis, the ingest service, the two metrics (over HTTP) and the worker; prints their pids."""
+    """Redis, the ingest service, the metrics (over HTTP) and the worker; prints their pids."""
     try:
         redis_server = session.redis_server = EmbeddedRedis(appendonly=True, data_dir=session.workdir / "redis").start()
     except EmbeddedRedisError as exc:
