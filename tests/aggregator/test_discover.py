@@ -81,6 +81,9 @@ def test_ingest_fold_and_discover_end_to_end(redis: redis_lib.Redis, client: Fla
     # The same metric answers listed values too (ldptel estimate --candidates), from the same sketches.
     listed = estimate_metric(redis, "typed", candidates=list(HEAVY))
     assert listed.labels == tuple(HEAVY) and listed.n == sent.n
+    with pytest.raises(InvalidParameterError, match="sketch mechanism") as info:  # no collision-corrected fit
+        estimate_metric(redis, "typed", candidates=list(HEAVY), estimator="corrected")
+    assert "pem" not in str(info.value)
 
 
 @pytest.mark.slow
