@@ -242,7 +242,7 @@ def corrected_estimate(
     """
     mech = mechanism_of(params)
     if not isinstance(mech, SketchMechanism) or not isinstance(params, SketchParams):
-        raise InvalidParameterError("params", f"params of a sketch mechanism ({', '.join(mechanism_names(candidates=True))})", params)
+        raise InvalidParameterError("params", f"params of a sketch mechanism ({', '.join(mechanism_names(candidates=True, discovers=False))})", params)
     check_number("confidence", confidence, 0, 1, open_interval=True)
     if isinstance(candidates, (str, bytes)) or len(candidates) == 0:
         raise InvalidParameterError("candidates", "a non-empty list of str or bytes values", candidates)

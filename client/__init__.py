@@ -36,6 +36,7 @@ _EXPORTS = {
     "HcmsParams": "ldptel.client.mechanisms",
     "MetricSpec": "ldptel.client.protocol.specs",
     "OueCmsParams": "ldptel.client.mechanisms",
+    "PemParams": "ldptel.client.mechanisms",
     "RrParams": "ldptel.client.mechanisms",
     "ReportBatch": "ldptel.client.mechanisms",
     "decode_batch": "ldptel.client.protocol.wire",
@@ -77,6 +78,9 @@ if TYPE_CHECKING:
     )
     from ldptel.client.mechanisms import (
         OueCmsParams as OueCmsParams,
+    )
+    from ldptel.client.mechanisms import (
+        PemParams as PemParams,
     )
     from ldptel.client.mechanisms import (
         ReportBatch as ReportBatch,

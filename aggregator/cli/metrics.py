@@ -34,7 +34,7 @@ RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", 
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
 # options of `metrics create` that are params fields, passed to params_from_dict when given
-PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits")
+PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -61,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--domain", type=comma_list, metavar="A,B,...", help="grr labels, comma-separated")
     mcreate.add_argument("--domain-file", metavar="FILE", help="grr labels, one per line")
     mcreate.add_argument("--prob-bits", type=int, help="probability resolution in bits (default: automatic)")
+    mcreate.add_argument("--max-bytes", type=int, help="discovery metrics: longest value in UTF-8 bytes")
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
     mcreate.add_argument("--description", default="", help="metadata: what the metric measures")
     mcreate.add_argument("--owner", default="", help="metadata: who to ask about it (a team or an address)")

@@ -5,17 +5,19 @@ What it runs, all real and all on loopback:
 1. a private Redis (:class:`~ldptel.storage.embedded.EmbeddedRedis`, AOF on);
 2. the ingest service as a real HTTP server in its own process group: gunicorn (gthread) when it is
    installed, else ``ldptel serve``; a free port and bearer tokens generated for this run;
-3. two metrics created through the HTTP admin API: ``demo.dark_mode`` (a boolean, ``rr``) and
-   ``demo.emoji`` (a sketch: ``cms``, ``oue-cms`` or ``hcms``);
+3. three metrics created through the HTTP admin API: ``demo.dark_mode`` (a boolean, ``rr``),
+   ``demo.emoji`` (a sketch: ``cms``, ``oue-cms`` or ``hcms``) and ``demo.words`` (``pem``: discovered);
 4. the fold worker, ``ldptel aggregate`` following the streams, in its own process group;
 5. a fleet of simulated devices. Each device is a real :class:`~ldptel.client.sdk.reporter.Reporter` with its
    own storage directory (sqlite queue, budget ledger, device secret), privatizing with the OS CSPRNG and
    uploading over HTTP. The true values are drawn from the emoji distribution shipped in
-   ``aggregator/data/emoji.tsv``; ``--seed`` seeds only that draw, never the privatization.
+   ``aggregator/data/emoji.tsv``, and each device's 3 typed words from ``aggregator/data/words.tsv`` (a list the
+   aggregator never gets); ``--seed`` seeds only those draws, never the privatization.
 
 Then it waits until the worker has folded every report the server acknowledged, queries the sketches
 (:func:`~ldptel.aggregator.query.estimate_metric`), prints the top-k estimates beside the true counts with
-their intervals and the rr proportion beside the truth, writes a PNG chart (the ``plot`` extra), and prints
+their intervals, the words ``ldptel discover`` found (no candidates) beside their true counts, and the rr
+proportion beside the truth, writes a PNG chart (the ``plot`` extra), and prints
 the wall time and an accuracy summary.
 
 Every process it started is stopped on the way out: on success, on errors, on Ctrl-C (SIGINT) and on SIGTERM

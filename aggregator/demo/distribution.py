@@ -30,10 +30,10 @@ class Distribution:
     weights: np.ndarray
 
 
-def load_distribution(*, path: str | os.PathLike[str] | None = None) -> Distribution:
-    """Read a ``value<TAB>weight<TAB>name`` file (``#`` comments); default: the shipped ``emoji.tsv``."""
+def load_distribution(*, path: str | os.PathLike[str] | None = None, shipped: str = DEFAULT_FILE) -> Distribution:
+    """Read a ``value<TAB>weight<TAB>name`` file (``#`` comments); default: the shipped file ``shipped``."""
     if path is None:
-        text = (resources.files(DATA_PACKAGE) / "data" / DEFAULT_FILE).read_text(encoding="utf-8")
+        text = (resources.files(DATA_PACKAGE) / "data" / shipped).read_text(encoding="utf-8")
     else:
         text = Path(path).read_text(encoding="utf-8")
     values: list[str] = []

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ldptel.aggregator.demo.config import DARK_MODE_SHARE, FLAG_METRIC, SKETCH_METRIC
+from ldptel.aggregator.demo.config import DARK_MODE_SHARE, FLAG_METRIC, SKETCH_METRIC, WORDS_METRIC, WORDS_PER_DEVICE
 from ldptel.aggregator.demo.distribution import Distribution
 from ldptel.client.protocol.specs import MetricSpec
 
@@ -39,6 +39,12 @@ class Truth:
         return cls(flags=flags, picks=picks, true_counts=np.bincount(picks, minlength=len(dist.values)))
 
 
+def draw_words(words: Distribution, *, devices: int, seed: int) -> np.ndarray:
+    """Seeded draw of the words each device types (devices × WORDS_PER_DEVICE indices into ``words``)."""
+    rng = np.random.default_rng([seed, 16])
+    return rng.choice(len(words.values), size=(devices, WORDS_PER_DEVICE), p=words.weights)
+
+
 @dataclass
 class FleetStats:
     """Totals over the devices that finished (updated under ``lock`` by the device threads)."""
@@ -62,13 +68,14 @@ class Fleet:
     keep: bool
     cancel: threading.Event
     stats: FleetStats
+    words: tuple[tuple[str, ...], ...] = ()  # the words each device types (WORDS_METRIC)
 
     def on_error(self, _exc: Exception) -> None:
         with self.stats.lock:
             self.stats.upload_errors += 1
 
     def run_device(self, i: int) -> None:
-        """One device: a fresh Reporter reports both metrics, uploads over HTTP and shuts down."""
+        """One device: a fresh Reporter reports its flag, its emoji and its words, uploads over HTTP and shuts down."""
         from ldptel.client.sdk.reporter import Reporter
 
         if self.cancel.is_set():
@@ -89,7 +96,8 @@ class Fleet:
         queued = refused = 0
         give_up = time.monotonic() + DEVICE_RETRY
         try:
-            for metric, value in ((FLAG_METRIC, bool(self.flags[i])), (SKETCH_METRIC, self.values[i])):
+            typed = [(WORDS_METRIC, w) for w in self.words[i]] if self.words else []
+            for metric, value in ((FLAG_METRIC, bool(self.flags[i])), (SKETCH_METRIC, self.values[i]), *typed):
                 result = rep.report(metric, value)
                 queued += result.queued
                 refused += not result.queued

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ldptel.aggregator.cli.output import MARKER_COLOR, interval_bars, new_figure, save_figure, table
-from ldptel.aggregator.demo.config import FLAG_METRIC, SKETCH_METRIC, DemoConfig
+from ldptel.aggregator.demo.config import FLAG_METRIC, SKETCH_METRIC, WORDS_METRIC, DemoConfig
 from ldptel.aggregator.demo.distribution import Distribution
 from ldptel.aggregator.demo.errors import DemoFailure
 from ldptel.aggregator.demo.fleet import FleetStats
@@ -17,6 +17,7 @@ from ldptel.aggregator.demo.progress import Timings
 from ldptel.client.protocol.specs import MetricSpec
 
 if TYPE_CHECKING:
+    from ldptel.aggregator.discover import DiscoverResult
     from ldptel.aggregator.query import Proportion, QueryResult
 
 FLAG_COLOR = "#55a868"
@@ -36,6 +37,9 @@ class Report:
     sketch: QueryResult
     stats: FleetStats
     folded: int
+    words: Distribution | None = None  # the discovered metric: its true word list (never given to the aggregator),
+    true_words: np.ndarray | None = None  # how often each word was typed,
+    found: DiscoverResult | None = None  # and what `ldptel discover` found
     _rows: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -99,6 +103,7 @@ class Report:
             for i, row in enumerate(self._rows, 1)
         ]
         table(headers, cells, out, left={1, 2}, rule=False)
+        self.print_words(out)
         prop = self.proportion
         inside = prop.ci_low <= self.true_share <= prop.ci_high
         out.write(
@@ -108,6 +113,33 @@ class Report:
             f"{self.config.devices:,}): {'inside' if inside else 'OUTSIDE'} the interval\n"
         )
         out.flush()
+
+    def print_words(self, out: TextIO) -> None:
+        """The discovered words, ranked, beside how often each was really typed (and its true rank)."""
+        if self.found is None or self.words is None or self.true_words is None:
+            return
+        res, disc = self.found.result, self.found.discovery
+        truth = dict(zip(self.words.values, self.true_words.tolist(), strict=True))
+        order = np.argsort(-self.true_words, kind="stable")
+        rank = {self.words.values[j]: i for i, j in enumerate(order.tolist(), 1)}
+        est = res.estimate
+        spec = res.mechanism
+        out.write(
+            f"\n{WORDS_METRIC}: {spec}, discovered with no word list · n = {res.n:,} reports · "
+            f"{len(disc.estimate.labels)} words at ≥ {disc.threshold:.2f} stderr, {disc.examined:,} candidates examined "
+            f"in {len(disc.stages)} rounds · {est.confidence:.0%} intervals\n"
+        )
+        cells = []
+        for i, (word, count, lo, hi) in enumerate(zip(est.labels, est.counts.tolist(), est.ci_low.tolist(),
+                                                        est.ci_high.tolist(), strict=True), 1):
+            true = truth.get(word)
+            cells.append((str(i), word, f"{count:,.0f}", f"[{lo:,.0f}, {hi:,.0f}]",
+                          "-" if true is None else f"{true:,}", "NOT TYPED" if true is None else str(rank[word]),
+                          "yes" if true is not None and lo <= true <= hi else "NO"))
+        table(("rank", "word", "estimate", f"{est.confidence:.0%} interval", "true", "true rank", "in"), cells, out,
+              left={1}, rule=False)
+        top = [self.words.values[j] for j in order[: len(est.labels)].tolist()]
+        out.write(f"true top {len(top)}: {' '.join(top)}\n")
 
     def print_summary(self, out: TextIO, *, times: Timings, seed: int, chart: str | None) -> None:
         flag_spec, sketch_spec = self.specs

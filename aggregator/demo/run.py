@@ -21,18 +21,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
 import redis
 
 from ldptel.aggregator.cli.extras import install_hint
-from ldptel.aggregator.demo.config import FLAG_METRIC, SKETCH_METRIC, DemoConfig, build_specs
+from ldptel.aggregator.demo.config import (
+    FLAG_METRIC,
+    SKETCH_METRIC,
+    WORDS_FILE,
+    WORDS_METRIC,
+    DemoConfig,
+    build_specs,
+    build_words_spec,
+)
 from ldptel.aggregator.demo.distribution import Distribution, load_distribution
 from ldptel.aggregator.demo.errors import EXIT_OK, DemoFailure, DemoUserError
-from ldptel.aggregator.demo.fleet import Fleet, FleetStats, Truth
+from ldptel.aggregator.demo.fleet import Fleet, FleetStats, Truth, draw_words
 from ldptel.aggregator.demo.processes import Child, Children, log_tail
 from ldptel.aggregator.demo.progress import Status, Timings
 from ldptel.aggregator.demo.report import Report
 from ldptel.aggregator.demo.services import create_metrics, folded_reports, service_env, start_ingest, start_worker
 from ldptel.aggregator.demo.signals import sigint_ignored
+from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.specs import MetricSpec
@@ -90,10 +100,11 @@ class _Services:
 def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
     """Run the demo (see the package docstring). Raises DemoUserError / DemoFailure / KeyboardInterrupt."""
     try:
-        specs = build_specs(config)
+        specs = (*build_specs(config), build_words_spec(config))
     except InvalidParameterError as exc:
         raise DemoUserError(str(exc)) from None
     dist = load_distribution()
+    words = load_distribution(shipped=WORDS_FILE)
     if config.top > len(dist.values):
         raise DemoUserError(f"--top must be at most {len(dist.values)} (the distribution's size)")
     if config.chart is not None and importlib.util.find_spec("matplotlib") is None:
@@ -118,14 +129,17 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         services = _start_services(session, config, specs, status=status, out=out)
         times.mark("ready")
         truth = Truth.draw(dist, devices=config.devices, seed=seed)
-        stats = _simulate(session, config, services, dist=dist, truth=truth, seed=seed, status=status)
+        typed = draw_words(words, devices=config.devices, seed=seed)
+        stats = _simulate(session, config, services, dist=dist, truth=truth, seed=seed, status=status,
+                          words=tuple(tuple(words.values[j] for j in row) for row in typed.tolist()))
         times.mark("fleet")
         r = services.redis_server.client()
         try:
-            folded = _wait_folded(r, session, dist=dist, stats=stats, status=status)
+            folded = _wait_folded(r, session, dist=dist, stats=stats, status=status, word=words.values[0])
             times.mark("folded")
             flag_result = estimate_metric(r, FLAG_METRIC)
             sketch_result = estimate_metric(r, SKETCH_METRIC, candidates=list(dist.values), top=config.top)
+            found = discover_metric(r, WORDS_METRIC, top=config.top)  # no word list: discovered
         except redis.RedisError as exc:
             raise DemoFailure(f"Redis failed: {exc}") from None
         finally:
@@ -133,6 +147,7 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         report = Report(
             config=config, dist=dist, specs=(services.specs[0], services.specs[1]), true_counts=truth.true_counts,
             true_flags=int(truth.flags.sum()), flag=flag_result, sketch=sketch_result, stats=stats, folded=folded,
+            words=words, true_words=np.bincount(typed.reshape(-1), minlength=len(words.values)), found=found,
         )
         report.print_results(out)
         if config.chart is not None:
@@ -155,9 +170,9 @@ def _default_parent() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def _start_services(session: _Session, config: DemoConfig, specs: tuple[MetricSpec, MetricSpec], *, status: Status,
+def _start_services(session: _Session, config: DemoConfig, specs: tuple[MetricSpec, ...], *, status: Status,
                     out: TextIO) -> _Services:
-    """Redis, the ingest service, the two metrics (over HTTP) and the worker; prints their pids."""
+    """Redis, the ingest service, the metrics (over HTTP) and the worker; prints their pids."""
     try:
         redis_server = session.redis_server = EmbeddedRedis(appendonly=True, data_dir=session.workdir / "redis").start()
     except EmbeddedRedisError as exc:
@@ -178,7 +193,7 @@ def _start_services(session: _Session, config: DemoConfig, specs: tuple[MetricSp
 
 
 def _simulate(session: _Session, config: DemoConfig, services: _Services, *, dist: Distribution, truth: Truth, seed: int,
-              status: Status) -> FleetStats:
+              status: Status, words: tuple[tuple[str, ...], ...]) -> FleetStats:
     """Run every device through a short queue of a thread pool, watching the children and the ingest progress."""
     fleet = Fleet(
         endpoint=services.endpoint,
@@ -190,11 +205,13 @@ def _simulate(session: _Session, config: DemoConfig, services: _Services, *, dis
         keep=config.keep,
         cancel=session.cancel,
         stats=FleetStats(),
+        words=words,
     )
-    flag_spec, sketch_spec = services.specs
+    flag_spec, sketch_spec = services.specs[:2]
     status.line(
         f"simulating {config.devices:,} devices (seed {seed}), each a Reporter reporting {FLAG_METRIC} "
-        f"({flag_spec.mechanism}) and {SKETCH_METRIC} ({config.mechanism}) at ε = {config.epsilon:g} over HTTP"
+        f"({flag_spec.mechanism}), {SKETCH_METRIC} ({config.mechanism}) and {len(words[0]) if words else 0} words "
+        f"to {WORDS_METRIC} ({services.specs[2].mechanism}) at ε = {config.epsilon:g} over HTTP"
     )
     executor = session.executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ldptel-device")
     started = time.monotonic()
@@ -227,13 +244,15 @@ def _simulate(session: _Session, config: DemoConfig, services: _Services, *, dis
     return fleet.stats
 
 
-def _wait_folded(r: redis.Redis, session: _Session, *, dist: Distribution, stats: FleetStats, status: Status) -> int:
+def _wait_folded(r: redis.Redis, session: _Session, *, dist: Distribution, stats: FleetStats, status: Status,
+                 word: str) -> int:
     """Wait until the worker has folded every report the ingest service acknowledged; returns how many it folded."""
     folded = 0
     fold_started = time.monotonic()
     status.reset()
     while True:
         folded = folded_reports(r, FLAG_METRIC, None) + folded_reports(r, SKETCH_METRIC, dist.values[0])
+        folded += folded_reports(r, WORDS_METRIC, word)
         status.progress("folded reports", folded, stats.delivered, started=fold_started)
         if folded >= stats.delivered:
             break

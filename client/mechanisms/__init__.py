@@ -15,6 +15,7 @@ import numpy as np
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.base import Mechanism, ReportBatch, Values
 from ldptel.client.mechanisms.cms import CmsParams
+from ldptel.client.mechanisms.discovery import PemParams
 from ldptel.client.mechanisms.grr import GrrParams, recommend_mechanism
 from ldptel.client.mechanisms.hcms import HcmsParams
 from ldptel.client.mechanisms.oue_cms import OueCmsParams
@@ -73,6 +74,7 @@ __all__ = [
     "HcmsParams",
     "Mechanism",
     "OueCmsParams",
+    "PemParams",
     "ReportBatch",
     "RrParams",
     "SketchState",

@@ -216,7 +216,11 @@ def candidate_sums(matrix: np.ndarray, fam: HashFamily, candidates: Sequence[obj
     """
     if isinstance(candidates, (str, bytes)) or len(candidates) == 0:
         raise InvalidParameterError("candidates", "a non-empty list of str or bytes values", candidates)
-    bases = fam.bases(candidates)
+    return base_sums(matrix, fam, fam.bases(candidates))
+
+
+def base_sums(matrix: np.ndarray, fam: HashFamily, bases: np.ndarray) -> np.ndarray:
+    """S = Σ_j matrix[j, h_j(x)] for every base hash x in ``bases`` (uint64), as float64 (:func:`candidate_sums`)."""
     rows = np.ascontiguousarray(matrix, dtype=np.int64)
     if bases.size * fam.k <= _ONE_SHOT_CELLS:  # few candidates: all C×k hashes in one expression
         h = fam.row_hashes_matrix(bases)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar, Generic, Literal, TypeVar
@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, WireFormatError
-from ldptel.client.mechanisms.state import Estimate, SketchState
+from ldptel.client.mechanisms.state import DEFAULT_ALPHA, DEFAULT_KEEP, Discovery, Estimate, SketchState
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.protocol.params import ParamsBase
 
@@ -117,6 +117,7 @@ class Mechanism(ABC, Generic[P, B]):
     candidates_pick_labels: ClassVar[bool] = False  # a query's candidates select labels of the declared domain
     proportion_of: ClassVar[str | None] = None  # the label whose share a query reports as the proportion
     permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
+    discovers: ClassVar[bool] = False  # finds frequent values without candidates (:meth:`discover`)
 
     # ------------------------------------------------------------------------------------- client half
     @abstractmethod
@@ -174,6 +175,21 @@ class Mechanism(ABC, Generic[P, B]):
         self, params: P, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
     ) -> Estimate:
         """Unbiased counts with standard errors; for candidate values when :attr:`needs_candidates`."""
+
+    def discover(
+        self,
+        params: P,
+        state: SketchState,
+        *,
+        keep: int = DEFAULT_KEEP,
+        threshold: float | None = None,
+        alpha: float = DEFAULT_ALPHA,
+        confidence: float = 0.95,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Discovery:
+        """Frequent values found without candidates, with estimates (where :attr:`discovers`): ``keep``
+        candidates per round, reported above ``threshold`` standard errors (default: from ``alpha``)."""
+        raise InvalidParameterError("mechanism", "one that discovers values", self.name)
 
     @abstractmethod
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:

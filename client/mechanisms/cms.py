@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
@@ -175,9 +175,16 @@ def privatize_batch(values: Values, params: UnaryParams, *, rng: np.random.Gener
     rng = check_rng(rng)
     fam = family_of(params)
     bases = report_bases(values, fam)
-    n, nb = bases.size, params.m // 8
-    rows = uniform_below(rng, params.k, n)
-    hot = fam.hash_rows(bases, rows)
+    rows = uniform_below(rng, params.k, bases.size)
+    return unary_reports(params, rows, fam.hash_rows(bases, rows), rng=rng)
+
+
+def unary_reports(
+    params: UnaryParams, rows: np.ndarray, hot: np.ndarray, *, rng: np.random.Generator | None
+) -> UnaryBatch:
+    """Reports whose rows are ``rows`` (int64, as sent) and whose hot bits are ``hot`` (int64 in [m]): the m
+    noisy bits of each report around its hot bit (vectorized; the distribution of :func:`unary_report`)."""
+    n, nb = hot.size, params.m // 8
     # Whole reports per chunk, a multiple of 8 bytes, so each chunk is generated in place as uint64 words
     # and its hot bits are set while it is still in cache.
     chunk = max(8, _CHUNK_BYTES // nb // 8 * 8)
@@ -218,14 +225,22 @@ def privatize_batch(values: Values, params: UnaryParams, *, rng: np.random.Gener
 
 def privatize(value: object, params: UnaryParams, *, rng: np.random.Generator | None = None) -> UnaryBatch:
     """One report with one CSPRNG call and Python integers; same distribution as :func:`privatize_batch`."""
-    rng = check_rng(rng)
     fam = family_of(params)
     x = fam.base(value)
+    return unary_report(params, params.k, lambda j: fam.hash_from_base(x, j), rng=rng)
+
+
+def unary_report(
+    params: UnaryParams, row_bound: int, hot_of: Callable[[int], int], *, rng: np.random.Generator | None
+) -> UnaryBatch:
+    """One report: a row uniform in [row_bound], its hot bit ``hot_of(row)`` and the m noisy bits around it,
+    from one CSPRNG call (Python integers)."""
+    rng = check_rng(rng)
     nb, m = params.m // 8, params.m
     prob_bits = params.bits
     raw = draw_bytes(rng, 9 + prob_bits * nb)
-    j = int_below(rng, params.k, int.from_bytes(raw[:8], "little"))
-    hot_bit = 1 << (m - 1 - fam.hash_from_base(x, j))  # bit a is byte a//8, MSB first
+    j = int_below(rng, row_bound, int.from_bytes(raw[:8], "little"))
+    hot_bit = 1 << (m - 1 - hot_of(j))  # bit a is byte a//8, MSB first
     y = bernoulli_int(params.noise_threshold, prob_bits, raw[9:], m)
     if params.fair_hot_bit:
         y = (y | hot_bit) if raw[8] & 1 else (y & ~hot_bit)
@@ -337,7 +352,7 @@ def cells(params: UnaryParams, state: SketchState) -> Cells:
     return Cells(y, state.row_counts, q * (1 - q) / (p - q) ** 2, (1 - p - q) / (p - q))
 
 
-def variance(params: UnaryParams, counts: np.ndarray, n: int) -> np.ndarray:
+def variance(params: UnaryParams, counts: np.ndarray, n: int | np.ndarray) -> np.ndarray:
     """The randomization variance of the module docstring (privacy noise and row choice, averaged over hash
     families), with f the estimate clipped to [0, n]; the collision term is separate."""
     k, m, p, q = params.k, params.m, params.p, params.q

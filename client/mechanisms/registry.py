@@ -11,6 +11,7 @@ from typing import Any
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.base import Mechanism
 from ldptel.client.mechanisms.cms import CMS
+from ldptel.client.mechanisms.discovery import PEM
 from ldptel.client.mechanisms.grr import GRR
 from ldptel.client.mechanisms.hcms import HCMS
 from ldptel.client.mechanisms.oue_cms import OUE_CMS
@@ -20,6 +21,7 @@ from ldptel.client.protocol.params import ParamsBase
 AnyMechanism = Mechanism[Any, Any]
 
 _MECHANISMS: tuple[AnyMechanism, ...] = (RR, GRR, CMS, HCMS, OUE_CMS)
+_MECHANISMS += (PEM,)  # discovery of values nobody listed (issue 16)
 _BY_NAME: dict[str, AnyMechanism] = {m.name: m for m in _MECHANISMS}
 _BY_CODE: dict[int, AnyMechanism] = {m.code: m for m in _MECHANISMS}
 assert len(_BY_NAME) == len(_BY_CODE) == len(_MECHANISMS), "mechanism names and wire codes must be unique"
@@ -30,9 +32,13 @@ def mechanisms() -> tuple[AnyMechanism, ...]:
     return _MECHANISMS
 
 
-def mechanism_names(*, candidates: bool | None = None) -> tuple[str, ...]:
-    """Registered names; ``candidates=True``: those whose estimates are asked for candidate values (sketches)."""
-    return tuple(m.name for m in _MECHANISMS if candidates is None or m.needs_candidates == candidates)
+def mechanism_names(*, candidates: bool | None = None, discovers: bool | None = None) -> tuple[str, ...]:
+    """Registered names; ``candidates=True``: those whose estimates are asked for candidate values (sketches);
+    ``discovers``: those that do (or do not) find values without candidates."""
+    return tuple(
+        m.name for m in _MECHANISMS
+        if (candidates is None or m.needs_candidates == candidates) and (discovers is None or m.discovers == discovers)
+    )
 
 
 def get_mechanism(name: str) -> AnyMechanism:

@@ -211,6 +211,44 @@ class Estimate:
         ]
 
 
+DEFAULT_KEEP = 50  # discovery: candidates kept per round (ldp-math-2 §6 simulated 30 and 100)
+DEFAULT_ALPHA = 0.05  # discovery: family-wise chance of reporting any value nobody holds
+
+
+@dataclass(frozen=True, kw_only=True)
+class DiscoveryStage:
+    """One round of a discovery: the prefix length it estimated, how many candidates it examined, how many
+    prefixes it kept for the next round and how many complete values it tested against the threshold."""
+
+    round: int
+    prefix_bytes: int
+    examined: int
+    kept: int
+    tested: int
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Discovery:
+    """Values found without a candidate list (``Mechanism.discover``): ``estimate`` holds those whose estimate
+    is at least ``threshold`` standard errors, ranked; ``alpha``: the family-wise error the threshold was
+    derived from (None when it was given); ``bound``: how many values could have been tested."""
+
+    estimate: Estimate
+    threshold: float
+    alpha: float | None
+    keep: int
+    bound: int
+    stages: tuple[DiscoveryStage, ...]
+
+    @property
+    def tested(self) -> int:
+        return sum(s.tested for s in self.stages)
+
+    @property
+    def examined(self) -> int:
+        return sum(s.examined for s in self.stages)
+
+
 def codes_for(values: Sequence[object] | np.ndarray) -> tuple[np.ndarray, list[object]]:
     """Map values to integer codes and their distinct values.
 

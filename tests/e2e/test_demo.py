@@ -87,7 +87,8 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
 
     # the top-5 table: rank, emoji, name, estimate, [low, high] interval, true count, true rank, inside
-    rows = re.findall(r"^\s+(\d+)\s+\S+\s+.+?\s+(-?[\d,]+)\s+\[(-?[\d,]+), (-?[\d,]+)\]\s+([\d,]+)\s+(\d+)\s+(yes|NO)$", out, re.M)
+    emoji_part = out.split("\ndemo.words:")[0]
+    rows = re.findall(r"^\s+(\d+)\s+\S+\s+.+?\s+(-?[\d,]+)\s+\[(-?[\d,]+), (-?[\d,]+)\]\s+([\d,]+)\s+(\d+)\s+(yes|NO)$", emoji_part, re.M)
     assert [int(r[0]) for r in rows] == [1, 2, 3, 4, 5], out
     for _rank, est, low, high, _true, _true_rank, _inside in rows:
         assert int(low.replace(",", "")) <= int(est.replace(",", "")) <= int(high.replace(",", ""))
@@ -99,7 +100,11 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path) -> None:
     # the summary
     assert re.search(r"^wall time: [\d.]+ s", out, re.M)
     assert "devices: 200 (seed 7" in out
-    assert "reports delivered: 400 of 400 queued" in out and "folded by the aggregator: 400" in out
+    assert "reports delivered: 1,000 of 1,000 queued" in out and "folded by the aggregator: 1,000" in out
+    # the discovered words (3 per device, no word list given to the aggregator) beside the truth
+    assert re.search(r"^demo\.words: pem, discovered with no word list · n = 600 reports · \d+ words at ≥ [\d.]+ stderr, "
+                     r"[\d,]+ candidates examined in 12 rounds", out, re.M), out
+    assert re.search(r"^true top \d+:", out, re.M), out
     assert re.search(r"epsilon per report \(effective\): demo\.emoji 3\.9\d+ \(cms\), demo\.dark_mode 4\.0000 \(rr\)", out), out
     assert re.search(r"accuracy: top-5 mean absolute error [\d.,]+ reports = [\d.]+ percentage points of frequency; "
                      r"\d/5 true counts inside their 95% intervals", out), out
@@ -235,3 +240,17 @@ def test_shipped_distribution_is_heavy_headed_with_a_long_tail() -> None:
     assert 0.25 < w[:10].sum() < 0.5  # heavy head
     assert w[100:].sum() > 0.15  # long tail
     assert dist.values[0] == "😂" and dist.names[0] == "face with tears of joy"
+
+
+def test_shipped_word_list_is_what_a_pem_metric_takes() -> None:
+    from ldptel.aggregator.demo.config import WORDS_FILE, DemoConfig, build_words_spec
+    from ldptel.client.mechanisms import get_mechanism
+
+    words = demo.load_distribution(shipped=WORDS_FILE)
+    spec = build_words_spec(DemoConfig())
+    mech = get_mechanism(spec.mechanism)
+    assert mech.discovers and len(words.values) >= 200 and len(set(words.values)) == len(words.values)
+    for word in words.values:  # every word is a value a device can report (1–16 UTF-8 bytes, no NUL)
+        mech.value_key(word, spec.params)
+    assert (words.weights[:-1] >= words.weights[1:]).all()
+    assert any(len(w.encode()) > len(w) for w in words.values[:30])  # other scripts and emoji in the head
