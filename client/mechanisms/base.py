@@ -176,6 +176,14 @@ class Mechanism(ABC, Generic[P, B]):
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
         """Variance of the estimated counts, plugging in ``counts`` (estimates) out of ``n`` reports."""
 
+    def bucket_edges(self, params: P) -> np.ndarray | None:
+        """Numeric histograms: the d + 1 edges of the buckets its estimate counts; None for other mechanisms."""
+        return None
+
+    def prefix_sums(self, params: P, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Numeric histograms: (S_J, Var S_J), J = 0..d, the estimated count below edge J from raw ``counts``."""
+        raise InvalidParameterError("mechanism", "a numeric histogram", self.name)
+
     def shape(self, params: P) -> str:
         """The size of a metric's params in a few characters, for listings ("" when there is none)."""
         return ""

@@ -175,9 +175,15 @@ def privatize_batch(values: Values, params: UnaryParams, *, rng: np.random.Gener
     rng = check_rng(rng)
     fam = family_of(params)
     bases = report_bases(values, fam)
-    n, nb = bases.size, params.m // 8
-    rows = uniform_below(rng, params.k, n)
-    hot = fam.hash_rows(bases, rows)
+    rows = uniform_below(rng, params.k, bases.size)
+    bits = unary_bits(fam.hash_rows(bases, rows), params, rng=rng)
+    return UnaryBatch(mechanism=params.mechanism, n=bases.size, rows=rows, bits=bits)
+
+
+def unary_bits(hot: np.ndarray, params: UnaryParams, *, rng: np.random.Generator | None) -> np.ndarray:
+    """(n, m/8) packed rows, one per report: noise bits Bernoulli(q), the hot bit ``hot[i]`` kept (cms) or
+    a fair coin (oue)."""
+    n, nb = hot.size, params.m // 8
     # Whole reports per chunk, a multiple of 8 bytes, so each chunk is generated in place as uint64 words
     # and its hot bits are set while it is still in cache.
     chunk = max(8, _CHUNK_BYTES // nb // 8 * 8)
@@ -212,8 +218,7 @@ def privatize_batch(values: Values, params: UnaryParams, *, rng: np.random.Gener
         gens = _children(rng, _THREADS)
         with ThreadPoolExecutor(_THREADS) as pool:
             list(pool.map(fill, gens, [starts[t::_THREADS] for t in range(_THREADS)]))
-    bits = bits[:n]
-    return UnaryBatch(mechanism=params.mechanism, n=n, rows=rows, bits=bits)
+    return bits[:n]
 
 
 def privatize(value: object, params: UnaryParams, *, rng: np.random.Generator | None = None) -> UnaryBatch:
