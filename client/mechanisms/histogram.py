@@ -105,7 +105,7 @@ class HistogramParams(ParamsBase):
     ones). ``encoding``: ``"auto"`` (grr when d < 3e^ε + 2, else oue; resolved when built, then stored),
     ``"grr"`` or ``"oue"``. ``prob_bits``: oue's, chosen when None and stored (grr always uses 32)."""
 
-    mechanism: ClassVar[str] = "histogram"
+    mechanism: ClassVar[str] = "num-histogram"
     edges: tuple[float, ...]
     encoding: str = "auto"
     prob_bits: int | None = None
@@ -165,13 +165,13 @@ class HistogramParams(ParamsBase):
 class HistogramBatch(ReportBatch):
     """histogram reports: ``cols`` (grr: the reported bucket) or ``bits`` (oue: (n, m/8) unary rows)."""
 
-    mechanism: str = "histogram"
+    mechanism: str = "num-histogram"
 
 
 class Histogram(Mechanism[HistogramParams, HistogramBatch]):
     """Numeric histogram: a bucket index (grr) or a unary row (oue) per report."""
 
-    name = "histogram"
+    name = "num-histogram"
     code = 9  # 6, 7 left to mechanisms added concurrently
     params_type = HistogramParams
     batch_type = HistogramBatch

@@ -34,7 +34,7 @@ def test_percentiles_are_monotone_and_within_range_even_for_negative_raw_counts(
     levels = np.linspace(1, 99, 40)
     for _ in range(50):
         counts = rng.normal(30, 60, p.d)  # many negative
-        est = Estimate("histogram", p.labels, counts, np.full(p.d, 60.0), 1000)
+        est = Estimate("num-histogram", p.labels, counts, np.full(p.d, 60.0), 1000)
         out = percentiles(p, est, levels.tolist())
         points = [x.estimate for x in out]
         assert points == sorted(points)
@@ -44,7 +44,7 @@ def test_percentiles_are_monotone_and_within_range_even_for_negative_raw_counts(
 
 def test_exact_counts_give_the_interpolated_percentile() -> None:
     p = HistogramParams(epsilon=4, edges=(0.0, 10.0, 20.0, 30.0, 40.0))
-    est = Estimate("histogram", p.labels, np.array([25.0, 25.0, 25.0, 25.0]), np.zeros(4), 100)
+    est = Estimate("num-histogram", p.labels, np.array([25.0, 25.0, 25.0, 25.0]), np.zeros(4), 100)
     (p50, p90) = percentiles(p, est, [50, 90])
     assert p50.estimate == pytest.approx(20.0) and p90.estimate == pytest.approx(36.0)
     assert (p90.ci_low, p90.ci_high) == (30.0, 40.0)  # zero noise: exactly the bucket
@@ -52,7 +52,7 @@ def test_exact_counts_give_the_interpolated_percentile() -> None:
 
 def test_bad_levels_and_non_histograms_are_refused() -> None:
     p = HistogramParams(epsilon=4, edges=(0.0, 1.0, 2.0))
-    est = Estimate("histogram", p.labels, np.array([1.0, 1.0]), np.zeros(2), 2)
+    est = Estimate("num-histogram", p.labels, np.array([1.0, 1.0]), np.zeros(2), 2)
     for bad in ([0], [100], ["50"], []):
         with pytest.raises(InvalidParameterError):
             percentiles(p, est, bad)
