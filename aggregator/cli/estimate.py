@@ -9,7 +9,16 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from ldptel.aggregator.cli.common import EXIT_OK, confidence, connected, day, positive_int, read_values
+from ldptel.aggregator.cli.common import (
+    EXIT_OK,
+    UserError,
+    comma_list,
+    confidence,
+    connected,
+    day,
+    positive_int,
+    read_values,
+)
 from ldptel.aggregator.cli.extras import install_hint
 from ldptel.aggregator.cli.output import RESULT_FORMATS, plot_result, write_result
 from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
@@ -54,7 +63,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
                    help="sketches: plain (Apple's count-mean-sketch estimate; its stderr includes hash collisions) | "
                         "corrected (least squares over the candidates, removing their collisions: give candidates "
                         "that cover most of the reports) | both (each value's plain row, then its corrected row)")
-    p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars (needs {install_hint('plot')})")
+    p.add_argument("--percentiles", type=comma_list, metavar="50,90,99",
+                   help="numeric histogram metrics: these percentiles (0-100) with intervals, below the buckets")
+    p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars, percentiles marked (needs {install_hint('plot')})")
     p.set_defaults(func=run)
 
 
@@ -81,8 +92,16 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             confidence=args.confidence,
             postprocess=args.postprocess,
             estimator=args.estimator,
+            percentiles=None if args.percentiles is None else [_level(v) for v in args.percentiles],
         )
     if args.plot:
         plot_result(result, args.plot)
     write_result(result, args.format, out)
     return EXIT_OK
+
+
+def _level(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"--percentiles takes numbers in (0, 100) separated by commas, got {text!r}") from None

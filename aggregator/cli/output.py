@@ -95,6 +95,9 @@ def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+        for pc in result.percentiles:  # numeric histograms: one row per asked percentile, value "p50", ...
+            writer.writerow({"value": f"p{pc.percentile:g}", "estimate": repr(pc.estimate),
+                             "ci_low": repr(pc.ci_low), "ci_high": repr(pc.ci_high)})
         return
     days = result.days
     span = days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]} ({len(days)} days)"
@@ -103,6 +106,8 @@ def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
         f"{result.metric} v{result.version} ({result.mechanism}) · {span} · n = {result.n:,} reports · "
         f"{result.confidence:.0%} intervals{estimators}\n"
     )
+    if result.note:
+        out.write(f"{result.note}\n")
     prop = result.proportion
     if prop is not None:
         out.write(
@@ -121,6 +126,10 @@ def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
             cells += [row["adjusted"], row["adjusted_frequency"]]
         table_rows.append(cells)
     table(headers, table_rows, out, left=(0, 1) if labelled else (0,))
+    if result.percentiles:
+        out.write("\n")
+        table(["percentile", "estimate", "ci_low", "ci_high"],
+              [[f"p{pc.percentile:g}", pc.estimate, pc.ci_low, pc.ci_high] for pc in result.percentiles], out)
 
 
 # ---------------------------------------------------------------------------------------------- charts
@@ -178,7 +187,12 @@ def plot_result(result: QueryResult, path: str, *, max_bars: int = 50) -> None:
     if result.postprocess != "none":
         ax.plot(x, result.adjusted[:count], "o", color=MARKER_COLOR, label=result.postprocess)
     ax.set_xticks(x, plot_labels(est.labels[:count]), rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("reports")
+    if len(result.edges) == count + 1:  # numeric histogram: each percentile where it falls inside its bar
+        for pc in result.percentiles:
+            at = float(np.interp(pc.estimate, result.edges, np.arange(count + 1) - 0.5))
+            ax.axvline(at, color=MARKER_COLOR, linestyle="--", linewidth=1)
+            ax.text(at, ax.get_ylim()[1], f"p{pc.percentile:g}", color=MARKER_COLOR, ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("reports" if result.counts_rows else "estimate")
     ax.set_title(f"{result.metric} v{result.version} · {result.days[0]} .. {result.days[-1]} · n = {result.n:,}")
     ax.legend(fontsize=8)
     save_figure(fig, path, dpi=120, what="plot")

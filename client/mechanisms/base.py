@@ -117,6 +117,7 @@ class Mechanism(ABC, Generic[P, B]):
     candidates_pick_labels: ClassVar[bool] = False  # a query's candidates select labels of the declared domain
     proportion_of: ClassVar[str | None] = None  # the label whose share a query reports as the proportion
     permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
+    estimates_counts: ClassVar[bool] = True  # estimate rows are counts of the n reports (False: numeric summaries)
 
     # ------------------------------------------------------------------------------------- client half
     @abstractmethod
@@ -175,6 +176,10 @@ class Mechanism(ABC, Generic[P, B]):
     @abstractmethod
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
         """Variance of the estimated counts, plugging in ``counts`` (estimates) out of ``n`` reports."""
+
+    def estimate_note(self, params: P) -> str:
+        """What a reader of an estimate must know about the params (numeric metrics: the clipping range)."""
+        return ""
 
     def bucket_edges(self, params: P) -> np.ndarray | None:
         """Numeric histograms: the d + 1 edges of the buckets its estimate counts; None for other mechanisms."""

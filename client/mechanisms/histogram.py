@@ -176,6 +176,9 @@ class Histogram(Mechanism[HistogramParams, HistogramBatch]):
     params_type = HistogramParams
     batch_type = HistogramBatch
 
+    def estimate_note(self, params: HistogramParams) -> str:
+        return f"values clipped to [{params.edges[0]:g}, {params.edges[-1]:g}] on the device; {params.encoding} over {params.d} buckets"
+
     def columns(self, params: HistogramParams) -> tuple[Column, ...]:
         inner = params.inner
         if isinstance(inner, GrrParams):

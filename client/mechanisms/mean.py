@@ -305,6 +305,10 @@ class BoundedMean(Mechanism[MeanParams, MeanBatch]):
     code = 8  # 6, 7 left to mechanisms added concurrently
     params_type = MeanParams
     batch_type = MeanBatch
+    estimates_counts = False
+
+    def estimate_note(self, params: MeanParams) -> str:
+        return f"values clipped to [{params.lo:g}, {params.hi:g}] on the device; {params.variant} reports"
 
     def columns(self, params: MeanParams) -> tuple[Column, ...]:
         if params.window is None:
