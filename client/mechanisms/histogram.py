@@ -63,16 +63,21 @@ def bucket_edges(lo: float, hi: float, buckets: int, *, scale: str = "linear") -
     return tuple(float(e) for e in np.geomspace(lo, hi, buckets + 1))
 
 
-def _label(a: float, b: float, last: bool) -> str:
-    return f"[{a:.6g}, {b:.6g}{']' if last else ')'}"
+def _labels(edges: tuple[float, ...]) -> tuple[str, ...]:
+    """``[a, b)`` per bucket (the last closed), to 6 significant digits, or 17 where 6 would repeat a label."""
+    for digits in (6, 17):
+        out = tuple(f"[{a:.{digits}g}, {b:.{digits}g}{']' if i == len(edges) - 2 else ')'}"
+                    for i, (a, b) in enumerate(zip(edges, edges[1:], strict=False)))
+        if len(set(out)) == len(out):
+            break
+    return out
 
 
 @lru_cache(maxsize=64)
 def _inner(epsilon: float, edges: tuple[float, ...], encoding: str, prob_bits: int | None) -> GrrParams | OueCmsParams:
     d = len(edges) - 1
     if encoding == "grr":
-        labels = tuple(_label(edges[i], edges[i + 1], i == d - 1) for i in range(d))
-        return GrrParams(epsilon=epsilon, domain=labels)
+        return GrrParams(epsilon=epsilon, domain=_labels(edges))
     m = max(8, 1 << (d - 1).bit_length())
     return OueCmsParams(epsilon=epsilon, k=1, m=m, prob_bits=prob_bits)
 
@@ -142,7 +147,7 @@ class HistogramParams(ParamsBase):
 
     @property
     def labels(self) -> tuple[str, ...]:
-        return tuple(_label(self.edges[i], self.edges[i + 1], i == self.d - 1) for i in range(self.d))
+        return _labels(self.edges)
 
     @property
     def p(self) -> float:
