@@ -10,6 +10,9 @@ server can simply average the noise away. Each mechanism says how its repeated v
   top; all reports of one value under one metric version, ever, are together ε∞-LDP. A device whose value
   changes leaks each distinct value's PRR (ε∞ each); a new metric version or a new device secret starts fresh
   PRRs (the bound then restarts); the daily budget still caps how many reports leave the device.
+  daily-mean (numbers reported daily) rounds the value to one bit with a permanent per-device offset (α-point
+  rounding, Ding et al. 2017) and sends that bit through rr's PRR: every report of the version, whatever
+  the values, is together 2·ε∞-LDP (:mod:`ldptel.client.mechanisms.daily_mean`).
 * a daily memo (the sketches): the first report of a value on a budget day is privatized normally and stored
   (as its privatized payload, keyed by :func:`~ldptel.client.protocol.keyed.memo_key`, HMAC-SHA256 of
   (secret, metric, version, day, value), never the value); later reports of that value on the same day resend
