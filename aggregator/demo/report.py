@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ldptel.aggregator.cli.output import MARKER_COLOR, interval_bars, new_figure, save_figure, table
-from ldptel.aggregator.demo.config import FLAG_METRIC, SKETCH_METRIC, DemoConfig
+from ldptel.aggregator.demo.config import FLAG_METRIC, SESSION_RANGE, SKETCH_METRIC, DemoConfig
 from ldptel.aggregator.demo.distribution import Distribution
 from ldptel.aggregator.demo.errors import DemoFailure
 from ldptel.aggregator.demo.fleet import FleetStats
@@ -36,6 +36,8 @@ class Report:
     sketch: QueryResult
     stats: FleetStats
     folded: int
+    session: tuple[QueryResult, QueryResult]  # session length: mean, histogram with percentiles
+    true_seconds: np.ndarray
     _rows: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -107,7 +109,22 @@ class Report:
             f"{100 * prop.ci_high:.2f}%), true {100 * self.true_share:.2f}% ({self.true_flags:,} of "
             f"{self.config.devices:,}): {'inside' if inside else 'OUTSIDE'} the interval\n"
         )
+        self.print_session(out)
         out.flush()
+
+    def print_session(self, out: TextIO) -> None:
+        """The session length: estimated mean and percentiles with intervals beside the truth (clipped values)."""
+        mean, hist = self.session
+        clipped = np.clip(self.true_seconds, *SESSION_RANGE)
+        est = mean.estimate
+        rows = [["mean", f"{est.counts[0]:,.1f}", f"[{est.ci_low[0]:,.1f}, {est.ci_high[0]:,.1f}]", f"{clipped.mean():,.1f}",
+                 "yes" if est.ci_low[0] <= clipped.mean() <= est.ci_high[0] else "NO"]]
+        for pc in hist.percentiles:
+            true = float(np.sort(clipped)[max(int(np.ceil(pc.percentile / 100 * clipped.size)) - 1, 0)])
+            rows.append([f"p{pc.percentile:g}", f"{pc.estimate:,.1f}", f"[{pc.ci_low:,.1f}, {pc.ci_high:,.1f}]",
+                         f"{true:,.1f}", "yes" if pc.ci_low <= true <= pc.ci_high else "NO"])
+        out.write(f"\nsession length, seconds ({mean.mechanism} and {hist.mechanism}; {mean.note}):\n")
+        table(["", "estimate", f"{est.confidence:.0%} interval", "true", "in"], rows, out, rule=False)
 
     def print_summary(self, out: TextIO, *, times: Timings, seed: int, chart: str | None) -> None:
         flag_spec, sketch_spec = self.specs

@@ -24,7 +24,16 @@ from typing import TextIO
 import redis
 
 from ldptel.aggregator.cli.extras import install_hint
-from ldptel.aggregator.demo.config import FLAG_METRIC, SKETCH_METRIC, DemoConfig, build_specs
+from ldptel.aggregator.demo.config import (
+    FLAG_METRIC,
+    SESSION_HIST_METRIC,
+    SESSION_MEAN_METRIC,
+    SESSION_PERCENTILES,
+    SKETCH_METRIC,
+    DemoConfig,
+    build_numeric_specs,
+    build_specs,
+)
 from ldptel.aggregator.demo.distribution import Distribution, load_distribution
 from ldptel.aggregator.demo.errors import EXIT_OK, DemoFailure, DemoUserError
 from ldptel.aggregator.demo.fleet import Fleet, FleetStats, Truth
@@ -90,7 +99,7 @@ class _Services:
 def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
     """Run the demo (see the package docstring). Raises DemoUserError / DemoFailure / KeyboardInterrupt."""
     try:
-        specs = build_specs(config)
+        specs = build_specs(config) + build_numeric_specs(config)
     except InvalidParameterError as exc:
         raise DemoUserError(str(exc)) from None
     dist = load_distribution()
@@ -126,6 +135,8 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
             times.mark("folded")
             flag_result = estimate_metric(r, FLAG_METRIC)
             sketch_result = estimate_metric(r, SKETCH_METRIC, candidates=list(dist.values), top=config.top)
+            lengths = (estimate_metric(r, SESSION_MEAN_METRIC),
+                       estimate_metric(r, SESSION_HIST_METRIC, percentiles=SESSION_PERCENTILES))
         except redis.RedisError as exc:
             raise DemoFailure(f"Redis failed: {exc}") from None
         finally:
@@ -133,6 +144,7 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         report = Report(
             config=config, dist=dist, specs=(services.specs[0], services.specs[1]), true_counts=truth.true_counts,
             true_flags=int(truth.flags.sum()), flag=flag_result, sketch=sketch_result, stats=stats, folded=folded,
+            session=lengths, true_seconds=truth.seconds,
         )
         report.print_results(out)
         if config.chart is not None:
@@ -155,7 +167,7 @@ def _default_parent() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def _start_services(session: _Session, config: DemoConfig, specs: tuple[MetricSpec, MetricSpec], *, status: Status,
+def _start_services(session: _Session, config: DemoConfig, specs: tuple[MetricSpec, ...], *, status: Status,
                     out: TextIO) -> _Services:
     """Redis, the ingest service, the two metrics (over HTTP) and the worker; prints their pids."""
     try:
@@ -187,14 +199,16 @@ def _simulate(session: _Session, config: DemoConfig, services: _Services, *, dis
         root=session.workdir / "devices",
         flags=truth.flags,
         values=tuple(dist.values[j] for j in truth.picks.tolist()),
+        seconds=truth.seconds,
         keep=config.keep,
         cancel=session.cancel,
         stats=FleetStats(),
     )
-    flag_spec, sketch_spec = services.specs
+    flag_spec, sketch_spec = services.specs[:2]
     status.line(
         f"simulating {config.devices:,} devices (seed {seed}), each a Reporter reporting {FLAG_METRIC} "
-        f"({flag_spec.mechanism}) and {SKETCH_METRIC} ({config.mechanism}) at ε = {config.epsilon:g} over HTTP"
+        f"({flag_spec.mechanism}), {SKETCH_METRIC} ({config.mechanism}) and its session length "
+        f"({SESSION_MEAN_METRIC}, {SESSION_HIST_METRIC}) at ε = {config.epsilon:g} over HTTP"
     )
     executor = session.executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ldptel-device")
     started = time.monotonic()
@@ -234,6 +248,7 @@ def _wait_folded(r: redis.Redis, session: _Session, *, dist: Distribution, stats
     status.reset()
     while True:
         folded = folded_reports(r, FLAG_METRIC, None) + folded_reports(r, SKETCH_METRIC, dist.values[0])
+        folded += folded_reports(r, SESSION_MEAN_METRIC, None) + folded_reports(r, SESSION_HIST_METRIC, None)
         status.progress("folded reports", folded, stats.delivered, started=fold_started)
         if folded >= stats.delivered:
             break
