@@ -117,7 +117,7 @@ class Report:
         mean, hist = self.session
         clipped = np.clip(self.true_seconds, *SESSION_RANGE)
         est = mean.estimate
-        rows = [["mean", f"{est.counts[0]:,.1f}", f"[{est.ci_low[0]:,.1f}, {est.ci_high[0]:,.1f}]", f"{clipped.mean():,.1f}",
+        rows = [[est.labels[0], f"{est.counts[0]:,.1f}", f"[{est.ci_low[0]:,.1f}, {est.ci_high[0]:,.1f}]", f"{clipped.mean():,.1f}",
                  "yes" if est.ci_low[0] <= clipped.mean() <= est.ci_high[0] else "NO"]]
         for pc in hist.percentiles:
             true = float(np.sort(clipped)[max(int(np.ceil(pc.percentile / 100 * clipped.size)) - 1, 0)])
