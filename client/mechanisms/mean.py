@@ -317,10 +317,13 @@ class BoundedMean(Mechanism[MeanParams, MeanBatch]):
 
     def privatize_batch(self, values: Values, params: MeanParams, *, rng: np.random.Generator | None = None) -> MeanBatch:
         rng = check_rng(rng)
-        v = params.scaled(as_numbers(values))
-        n = v.size
+        x = as_numbers(values)
+        n = x.size
         if n == 0:
             raise InvalidValueError("cannot privatize an empty batch")
+        # Unclipped, a value below lo gives v < 0 and one above hi v > 2^V, so the V-bit coin's comparison
+        # saturates exactly as clipping would (one pass fewer over the batch); the dhm cells clip.
+        v = (x - params.lo) * ((1 << VALUE_BITS) / (params.hi - params.lo))
         coin = random_words(rng, (n + 1) // 2).view(np.uint32)[:n]  # V = 32 uniform bits per report
         bit = coin < v  # P = ⌈v⌉/2^V = u/2^V
         if params.window is None:
@@ -334,7 +337,7 @@ class BoundedMean(Mechanism[MeanParams, MeanBatch]):
         pm = bernoulli(rng, params.pm_share or 0, SHARE_BITS, n)
         k = int(np.count_nonzero(pm))
         if k:
-            symbol[pm] = 2 + self._cells(params, np.ceil(v[pm]), coin[pm], rng)
+            symbol[pm] = 2 + self._cells(params, np.ceil(np.clip(v[pm], 0, 1 << VALUE_BITS)), coin[pm], rng)
         return MeanBatch(n=n, cols=symbol)
 
     @staticmethod

@@ -207,8 +207,9 @@ def test_95_percent_intervals_cover_the_population_mean(variant: str, eps: float
     assert_coverage(covered, nominal=0.95, band=(0.93, 0.97), what=f"{variant} ε={eps} 95% interval")
 
 
-def test_estimate_has_mean_sum_count_and_clips_on_the_device() -> None:
-    p = MeanParams(epsilon=8, lo=0, hi=600)
+@pytest.mark.parametrize("variant,eps", [("dhm", 8.0), ("onebit", 2.0)])
+def test_estimate_has_mean_sum_count_and_clips_on_the_device(variant: str, eps: float) -> None:
+    p = MeanParams(epsilon=eps, lo=0, hi=600, variant=variant)
     rng = np.random.default_rng(5)
     values = np.full(20_000, 1000.0)  # every value above hi: reported as 600
     assert clipped(values, p) == 20_000
