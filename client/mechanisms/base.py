@@ -177,6 +177,10 @@ class Mechanism(ABC, Generic[P, B]):
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
         """Variance of the estimated counts, plugging in ``counts`` (estimates) out of ``n`` reports."""
 
+    def clips(self, value: object, params: P) -> bool:
+        """Numeric metrics: the value lies outside the declared range (the SDK counts these on the device)."""
+        return False
+
     def estimate_note(self, params: P) -> str:
         """What a reader of an estimate must know about the params (numeric metrics: the clipping range)."""
         return ""

@@ -145,6 +145,9 @@ class DailyMean(Mechanism[DailyMeanParams, DailyMeanBatch]):
     def variance(self, params: DailyMeanParams, counts: np.ndarray, n: int) -> np.ndarray:
         return MEAN.variance(params.onebit, counts, n)
 
+    def clips(self, value: object, params: DailyMeanParams) -> bool:
+        return MEAN.clips(value, params.onebit)
+
     def estimate_note(self, params: DailyMeanParams) -> str:
         return f"values clipped to [{params.lo:g}, {params.hi:g}] on the device; α-rounded one-bit reports"
 

@@ -181,6 +181,9 @@ class Histogram(Mechanism[HistogramParams, HistogramBatch]):
     params_type = HistogramParams
     batch_type = HistogramBatch
 
+    def clips(self, value: object, params: HistogramParams) -> bool:
+        return not params.edges[0] <= number_of(value) <= params.edges[-1]
+
     def estimate_note(self, params: HistogramParams) -> str:
         return f"values clipped to [{params.edges[0]:g}, {params.edges[-1]:g}] on the device; {params.encoding} over {params.d} buckets"
 

@@ -307,6 +307,9 @@ class BoundedMean(Mechanism[MeanParams, MeanBatch]):
     batch_type = MeanBatch
     estimates_counts = False
 
+    def clips(self, value: object, params: MeanParams) -> bool:
+        return not params.lo <= number_of(value) <= params.hi
+
     def estimate_note(self, params: MeanParams) -> str:
         return f"values clipped to [{params.lo:g}, {params.hi:g}] on the device; {params.variant} reports"
 

@@ -89,6 +89,7 @@ from pathlib import Path
 from typing import Literal
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
 from ldptel.client.protocol.validate import check_int, check_number
 from ldptel.client.protocol.wire import ReportBatch
@@ -282,6 +283,7 @@ class Reporter:
                 counters.unbatched += 1
                 counters.queued += 1
                 counters.memoized += memoized
+                counters.clipped += mechanism_of(spec.params).clips(value, spec.params)
                 if counters.unbatched >= self._batch_size:
                     self._uploader.wake()
                 return ReportResult("queued", metric, spec.version, batch, memoized)

@@ -41,13 +41,15 @@ def test_reporter_report_of_a_number_reaches_the_estimate(live: LiveServer, app_
                 rep.report("load_ms", bad)
         for v in values.tolist():
             assert rep.report("load_ms", v).queued
+        assert rep.report("load_ms", 25_000).queued and rep.report("load_ms", -3).queued  # clipped: counted here
+        assert rep.stats().clipped == 2 + int(np.count_nonzero(values > 10_000))
         assert rep.flush(timeout=30)
     drain(live.redis)
     res = estimate_metric(live.redis, "load_ms")
-    assert res.n == 401
+    assert res.n == 403
     assert [r["value"] for r in res.rows()] == ["mean", "sum", "count"]
-    truth = float(np.clip(np.append(values, 231.5), 0, 10_000).mean())
-    assert_close_normal(float(res.estimate.counts[0]), truth, float(res.estimate.stderr[0]), n=401, what="mean")
+    truth = float(np.clip(np.append(values, [231.5, 25_000, -3]), 0, 10_000).mean())
+    assert_close_normal(float(res.estimate.counts[0]), truth, float(res.estimate.stderr[0]), n=403, what="mean")
     assert "clipped to [0, 10000]" in res.note
     assert math.isnan(res.rows()[0]["frequency"])  # a mean is not a share of the reports
     with pytest.raises(InvalidParameterError):
