@@ -191,7 +191,7 @@ def plot_result(result: QueryResult, path: str, *, max_bars: int = 50) -> None:
         for pc in result.percentiles:
             at = float(np.interp(pc.estimate, result.edges, np.arange(count + 1) - 0.5))
             ax.axvline(at, color=MARKER_COLOR, linestyle="--", linewidth=1)
-            ax.text(at, ax.get_ylim()[1], f"p{pc.percentile:g}", color=MARKER_COLOR, ha="center", va="bottom", fontsize=8)
+            ax.text(at, 0.97 * ax.get_ylim()[1], f" p{pc.percentile:g}", color=MARKER_COLOR, ha="left", va="top", fontsize=8)
     ax.set_ylabel("reports" if result.counts_rows else "estimate")
     ax.set_title(f"{result.metric} v{result.version} · {result.days[0]} .. {result.days[-1]} · n = {result.n:,}")
     ax.legend(fontsize=8)
