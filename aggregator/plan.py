@@ -515,3 +515,51 @@ __all__ = [
     "zipf_exponent",
     "zipf_power_sum",
 ]
+
+
+# ------------------------------------------------------------------------------------- numeric metrics
+@dataclass(frozen=True, kw_only=True)
+class MeanPlanRow:
+    """One (mechanism, ε) for the mean of a number clipped to [lo, hi]: its worst-case ± at n reports."""
+
+    mechanism: str
+    shape: str
+    epsilon: float
+    effective_epsilon: float
+    bits_per_report: float
+    worst_var_t: float  # per report, in t = 2(x − lo)/(hi − lo) − 1 units, over the values
+    mean_error: float  # z·√Var of the mean at n, value units (worst case over where the mean lies)
+    reports_needed: int | None  # for ``error`` (value units), or None without a target
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def plan_mean(
+    *, lo: float, hi: float, n: int, epsilons: Sequence[float] = DEFAULT_EPSILONS, error: float | None = None,
+    confidence: float = 0.95,
+) -> tuple[MeanPlanRow, ...]:
+    """Every mechanism whose estimate is a mean (``Mechanism.estimates_counts`` false, params from lo and hi),
+    at each ε: the worst case of its own ``variance`` over where the mean lies (a 257-point grid), as the ±
+    of the mean at n reports and the reports a ± of ``error`` (value units) needs. The sum's ± is n times."""
+    check_int("n", n, 1, 1 << 62)
+    z = z_value(confidence)
+    half = (hi - lo) / 2.0
+    rows = []
+    for mech in mechanisms():
+        if mech.estimates_counts:
+            continue
+        for eps in epsilons:
+            try:
+                params = params_from_dict({"mechanism": mech.name, "epsilon": check_epsilon(eps), "lo": lo, "hi": hi})
+            except InvalidParameterError:
+                continue
+            grid = np.linspace(lo, hi, 257)
+            per_report = max(float(mech.variance(params, np.array([m, 0.0, 1.0]), 1)[0]) for m in grid)
+            needed = None if error is None else max(1, math.ceil(z * z * per_report / (error * error)))
+            rows.append(MeanPlanRow(
+                mechanism=mech.name, shape=mech.shape(params), epsilon=eps, effective_epsilon=params.effective_epsilon,
+                bits_per_report=mech.payload_size(params, 8), worst_var_t=per_report / (half * half),
+                mean_error=z * math.sqrt(per_report / n), reports_needed=needed,
+            ))  # fmt: skip
+    return tuple(rows)

@@ -8,6 +8,9 @@ asked range, sums them with pipelined GETs and calls the mechanism's own estimat
   standard error and interval.
 * grr: every label of the domain (or the ``candidates`` among them).
 * cms, oue-cms, hcms: the ``candidates`` (required); ``top`` keeps the largest raw estimates.
+* numeric metrics: the mechanism's summaries (mean, sum, count) or its buckets; ``percentiles`` (levels in
+  (0, 100)) adds percentiles with intervals for a numeric histogram (:mod:`~ldptel.aggregator.percentiles`);
+  :attr:`QueryResult.note` says how the values were clipped.
 
 ``estimator`` (sketches): ``"plain"`` (the default) is Apple's count-mean-sketch estimate, whose stderr
 includes the hash-collision term; ``"corrected"`` is the collision-corrected least-squares estimate over the
@@ -32,6 +35,8 @@ import numpy as np
 import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.percentiles import Percentile
+from ldptel.aggregator.percentiles import percentiles as percentiles_of
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import get_mechanism, mechanism_of
@@ -91,6 +96,10 @@ class QueryResult:
     estimator: EstimatorChoice = "plain"
     corrected: Estimate | None = None
     corrected_adjusted: np.ndarray | None = None
+    percentiles: tuple[Percentile, ...] = ()
+    note: str = ""
+    edges: tuple[float, ...] = ()  # numeric histograms: the bucket edges of the rows
+    counts_rows: bool = True  # rows are counts of the n reports (False: numeric summaries)
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -158,6 +167,10 @@ class QueryResult:
         prop = self.proportion
         if prop is not None:
             out["proportion"] = prop.to_dict()
+        if self.note:
+            out["note"] = self.note
+        if self.percentiles:
+            out["percentiles"] = [pc.row() for pc in self.percentiles]
         return out
 
 
@@ -192,6 +205,7 @@ def estimate_metric(
     confidence: float = 0.95,
     postprocess: pp.PostProcess = "none",
     estimator: EstimatorChoice = "plain",
+    percentiles: Sequence[object] | None = None,
 ) -> QueryResult:
     """Debiased estimates of ``name`` over the UTC days [day_from, day_to] of one version.
 
@@ -209,6 +223,10 @@ def estimate_metric(
     spec = registry.spec_for(record, version)
     params = spec.params
     mechanism = mechanism_of(params)
+    if not mechanism.estimates_counts and method != "none":
+        raise InvalidParameterError("postprocess", f"'none' for {mechanism.name} metrics (their rows are not counts)", method)
+    if percentiles is not None and mechanism.bucket_edges(params) is None:
+        raise InvalidParameterError("percentiles", "asked only of a numeric histogram metric", name)
     if mechanism.needs_candidates:
         if candidates is None or isinstance(candidates, (str, bytes)) or len(candidates) == 0:
             raise InvalidParameterError(
@@ -236,6 +254,8 @@ def estimate_metric(
 
     est = estimate(params, state, candidates=candidates if mechanism.needs_candidates else None, confidence=confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not mechanism.needs_candidates)
+    levels = () if percentiles is None else percentiles_of(params, est, percentiles)
+    edges = mechanism.bucket_edges(params)
     corrected: Estimate | None = None
     corrected_adjusted: np.ndarray | None = None
     if estimator != "plain" and candidates is not None:
@@ -274,6 +294,10 @@ def estimate_metric(
         estimator=estimator,
         corrected=corrected,
         corrected_adjusted=corrected_adjusted,
+        percentiles=levels,
+        note=mechanism.estimate_note(params),
+        edges=() if edges is None or keep is not None else tuple(edges.tolist()),
+        counts_rows=mechanism.estimates_counts,
     )
 
 
@@ -334,14 +358,18 @@ def estimate_by_day(
     confidence: float = 0.95,
     postprocess: pp.PostProcess = "none",
     estimator: EstimatorChoice = "plain",
+    percentiles: Sequence[object] | None = None,
 ) -> DailyResult:
     """:func:`estimate_metric` for each UTC day in [day_from, day_to] that has reports of the version.
 
     Each day is estimated (and post-processed) on its own; ``top`` keeps the same N values every day, those with
-    the largest estimate summed over the days. Raises what :func:`estimate_metric` raises
+    the largest estimate summed over the days; each day's ``percentiles`` are in :meth:`DailyResult.to_dict`'s
+    ``daily`` entries. Raises what :func:`estimate_metric` raises
     (:class:`EmptyRangeError` when no day has reports).
     """
-    options: dict[str, Any] = {"confidence": confidence, "postprocess": postprocess, "estimator": estimator}
+    options: dict[str, Any] = {
+        "confidence": confidence, "postprocess": postprocess, "estimator": estimator, "percentiles": percentiles,
+    }
     top = _check_top(top)
     record = registry.get_metric(r, name)
     version = record.current_version if version is None else version

@@ -44,6 +44,9 @@ _EXPORTS = {
     "PrivacyPolicy": "ldptel.client.sdk.policy",
     "Reporter": "ldptel.client.sdk.reporter",
     "ReportResult": "ldptel.client.sdk.reporter",
+    "MeanParams": "ldptel.client.mechanisms.mean",  # numeric metrics
+    "HistogramParams": "ldptel.client.mechanisms.histogram",
+    "DailyMeanParams": "ldptel.client.mechanisms.daily_mean",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -106,6 +109,9 @@ if TYPE_CHECKING:
     from ldptel.client.mechanisms import (
         recommend_mechanism as recommend_mechanism,
     )
+    from ldptel.client.mechanisms.daily_mean import DailyMeanParams as DailyMeanParams
+    from ldptel.client.mechanisms.histogram import HistogramParams as HistogramParams
+    from ldptel.client.mechanisms.mean import MeanParams as MeanParams
     from ldptel.client.protocol.specs import MetricSpec as MetricSpec
     from ldptel.client.protocol.wire import decode_batch as decode_batch
     from ldptel.client.protocol.wire import encode_batch as encode_batch

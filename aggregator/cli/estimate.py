@@ -10,7 +10,16 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from ldptel.aggregator.cli.common import EXIT_OK, UserError, confidence, connected, day, positive_int, read_values
+from ldptel.aggregator.cli.common import (
+    EXIT_OK,
+    UserError,
+    comma_list,
+    confidence,
+    connected,
+    day,
+    positive_int,
+    read_values,
+)
 from ldptel.aggregator.cli.extras import install_hint
 from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, write_daily, write_result
 from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
@@ -55,7 +64,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
                    help="sketches: plain (Apple's count-mean-sketch estimate; its stderr includes hash collisions) | "
                         "corrected (least squares over the candidates, removing their collisions: give candidates "
                         "that cover most of the reports) | both (each value's plain row, then its corrected row)")
-    p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars (needs {install_hint('plot')})")
+    p.add_argument("--percentiles", type=comma_list, metavar="50,90,99",
+                   help="numeric histogram metrics: these percentiles (0-100) with intervals, below the buckets")
+    p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars, percentiles marked (needs {install_hint('plot')})")
     p.add_argument("--by-day", action="store_true",
                    help="one row per UTC day and value (each day estimated on its own; --top keeps the same values "
                         "every day, ranked by their estimate summed over the days)")
@@ -78,6 +89,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     options = {
         "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
         "confidence": args.confidence, "postprocess": args.postprocess, "estimator": args.estimator,
+        "percentiles": None if args.percentiles is None else [_level(v) for v in args.percentiles],
     }
     with connected(args.redis_url) as r, no_data_as_empty(args.format, out, err) as empty:
         if args.by_day:
@@ -90,3 +102,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         plot_result(result, args.plot)
     write_result(result, args.format, out)
     return EXIT_OK
+
+
+def _level(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"--percentiles takes numbers in (0, 100) separated by commas, got {text!r}") from None

@@ -34,7 +34,7 @@ RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", 
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
 # options of `metrics create` that are params fields, passed to params_from_dict when given
-PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes")
+PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes", "variant", "encoding")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -62,6 +62,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--domain-file", metavar="FILE", help="grr labels, one per line")
     mcreate.add_argument("--prob-bits", type=int, help="probability resolution in bits (default: automatic)")
     mcreate.add_argument("--max-bytes", type=int, help="discovery metrics: longest value in UTF-8 bytes")
+    numeric = mcreate.add_argument_group("numeric metrics (values are clipped to the range on the device)")
+    numeric.add_argument("--range", type=float, nargs=2, metavar=("LO", "HI"), help="the declared value range")
+    numeric.add_argument("--variant", help="mean: auto (default) | onebit | dhm")
+    numeric.add_argument("--buckets", type=int, metavar="D", help="histogram: D buckets over --range")
+    numeric.add_argument("--scale", default="linear", help="histogram buckets: linear (default) | log")
+    numeric.add_argument("--edges", type=comma_list, metavar="E0,E1,...", help="histogram: explicit bucket edges")
+    numeric.add_argument("--encoding", help="histogram: auto (default) | grr | oue")
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
     mcreate.add_argument("--description", default="", help="metadata: what the metric measures")
     mcreate.add_argument("--owner", default="", help="metadata: who to ask about it (a team or an address)")
@@ -148,6 +155,7 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
     if not args.mechanism or args.epsilon is None:
         raise UserError("metrics create needs --mechanism and --epsilon (or --spec-file FILE)")
     given = {name: getattr(args, name) for name in PARAMS_OPTIONS if getattr(args, name) is not None}
+    given.update(_numeric_params(args))
     return MetricSpec(
         name=args.name,
         params=params_from_dict({"mechanism": args.mechanism, "epsilon": args.epsilon, **given}),
@@ -184,3 +192,19 @@ def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> No
         for rec in records
     ]
     table(RECORD_HEADERS, rows, out, left=(0, 1, len(RECORD_HEADERS) - 1))
+
+
+def _numeric_params(args: argparse.Namespace) -> dict[str, object]:
+    """Numeric metrics' params from the options: ``edges`` (explicit, or --buckets over --range), else lo/hi."""
+    from ldptel.client.mechanisms.histogram import bucket_edges
+
+    if args.edges is not None:
+        try:
+            return {"edges": [float(e) for e in args.edges]}
+        except ValueError:
+            raise UserError(f"--edges takes numbers separated by commas, got {','.join(args.edges)!r}") from None
+    if args.buckets is not None:
+        if args.range is None:
+            raise UserError("--buckets needs --range LO HI")
+        return {"edges": list(bucket_edges(args.range[0], args.range[1], args.buckets, scale=args.scale))}
+    return {} if args.range is None else {"lo": args.range[0], "hi": args.range[1]}

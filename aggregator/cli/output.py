@@ -142,6 +142,9 @@ def _write_rows(
         writer.writeheader()
         for row in rows:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
+        for pc in () if front else first.percentiles:  # numeric histograms: a row per asked percentile, "p50", ...
+            writer.writerow({"value": f"p{pc.percentile:g}", "estimate": repr(pc.estimate),
+                             "ci_low": repr(pc.ci_low), "ci_high": repr(pc.ci_high)})
         return
     span = days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]} ({len(days)} days)"
     estimators = "" if not labelled else f" · {first.estimator} estimator" + ("s" if first.estimator == "both" else "")
@@ -150,6 +153,8 @@ def _write_rows(
         f"{first.metric} v{first.version} ({first.mechanism}) · {span} · n = {n:,} reports{per_day} · "
         f"{first.confidence:.0%} intervals{estimators}\n"
     )
+    if first.note and not front:
+        out.write(f"{first.note}\n")
     prop = first.proportion
     if prop is not None and not front:
         out.write(
@@ -168,6 +173,10 @@ def _write_rows(
             cells += [row["adjusted"], row["adjusted_frequency"]]
         table_rows.append(cells)
     table(headers, table_rows, out, left={0, len(front), len(front) + 1} if labelled else {0, len(front)})
+    if first.percentiles and not front:
+        out.write("\n")
+        table(["percentile", "estimate", "ci_low", "ci_high"],
+              [[f"p{pc.percentile:g}", pc.estimate, pc.ci_low, pc.ci_high] for pc in first.percentiles], out)
 
 
 # ---------------------------------------------------------------------------------------------- charts
@@ -225,7 +234,12 @@ def plot_result(result: QueryResult, path: str, *, max_bars: int = 50) -> None:
     if result.postprocess != "none":
         ax.plot(x, result.adjusted[:count], "o", color=MARKER_COLOR, label=result.postprocess)
     ax.set_xticks(x, plot_labels(est.labels[:count]), rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("reports")
+    if len(result.edges) == count + 1:  # numeric histogram: each percentile where it falls inside its bar
+        for pc in result.percentiles:
+            at = float(np.interp(pc.estimate, result.edges, np.arange(count + 1) - 0.5))
+            ax.axvline(at, color=MARKER_COLOR, linestyle="--", linewidth=1)
+            ax.text(at, 0.97 * ax.get_ylim()[1], f" p{pc.percentile:g}", color=MARKER_COLOR, ha="left", va="top", fontsize=8)
+    ax.set_ylabel("reports" if result.counts_rows else "estimate")
     ax.set_title(f"{result.metric} v{result.version} · {result.days[0]} .. {result.days[-1]} · n = {result.n:,}")
     ax.legend(fontsize=8)
     save_figure(fig, path, dpi=120, what="plot")

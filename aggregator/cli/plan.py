@@ -7,9 +7,19 @@ import argparse
 import csv
 from typing import Any, TextIO
 
-from ldptel.aggregator.cli.common import EXIT_OK, confidence, positive_int
+from ldptel.aggregator.cli.common import EXIT_OK, UserError, confidence, positive_int
 from ldptel.aggregator.cli.output import table, write_json
-from ldptel.aggregator.plan import DEFAULT_EPSILONS, DEFAULT_K, DEFAULT_M, Plan, PlanRow, epsilon_range, plan
+from ldptel.aggregator.plan import (
+    DEFAULT_EPSILONS,
+    DEFAULT_K,
+    DEFAULT_M,
+    MeanPlanRow,
+    Plan,
+    PlanRow,
+    epsilon_range,
+    plan,
+    plan_mean,
+)
 from ldptel.client.errors import LdpError
 
 NAME = "plan"
@@ -76,7 +86,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     volume = p.add_mutually_exclusive_group(required=True)
     volume.add_argument("--reports-per-day", type=positive_int, metavar="N", help="expected reports per day")
     volume.add_argument("--reports", type=positive_int, metavar="N", help="or: the total reports of a one-off collection")
-    p.add_argument("--domain-size", type=positive_int, required=True, metavar="D", help="number of distinct values")
+    p.add_argument("--domain-size", type=positive_int, metavar="D", help="number of distinct values (categorical metrics)")
+    p.add_argument("--range", type=float, nargs=2, metavar=("LO", "HI"),
+                   help="numeric metrics instead: the declared value range; --error is then a share of HI - LO")
     p.add_argument("--top-share", type=share, metavar="X",
                    help="share of reports the top value holds (0.15 or 15%%): Zipf model; default uniform")
     target = p.add_mutually_exclusive_group(required=True)
@@ -101,6 +113,10 @@ def _flat(groups: list[Any] | None, default: tuple[Any, ...]) -> tuple[Any, ...]
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.range is not None:
+        return _run_mean(args, out)
+    if args.domain_size is None:
+        raise UserError("plan needs --domain-size D (categorical metrics) or --range LO HI (numeric metrics)")
     result = plan(
         domain_size=args.domain_size,
         reports_per_day=args.reports_per_day,
@@ -156,3 +172,32 @@ def write_table(result: Plan, rows: tuple[PlanRow, ...], out: TextIO) -> None:
     picks = "; ".join(f"{name} at ε = {', '.join(eps)}" for name, eps in by_name.items())
     out.write(f"* recommended for d = {result.model.d:,} (recommend_mechanism): {picks}. "
               "± floor: a sketch's ± as reports → ∞ (collisions)\n")
+
+
+MEAN_COLUMNS = tuple(MeanPlanRow.__dataclass_fields__)
+
+
+def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
+    """``--range``: the mean's worst-case ± at the reports given, and the reports for ``--error`` × (HI − LO)."""
+    lo, hi = args.range
+    n = args.reports or args.reports_per_day
+    target = None if args.error is None else args.error * (hi - lo)
+    if args.error_count is not None:
+        raise UserError("--range plans a mean: give --error as a share of HI - LO, not --error-count")
+    rows = plan_mean(lo=lo, hi=hi, n=n, epsilons=_flat(args.epsilon, DEFAULT_EPSILONS), error=target,
+                     confidence=args.confidence)
+    if args.format == "json":
+        write_json({"lo": lo, "hi": hi, "n": n, "error": target, "rows": [r.to_dict() for r in rows]}, out)
+    elif args.format == "csv":
+        writer = csv.DictWriter(out, fieldnames=MEAN_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: ("" if v is None else repr(v) if isinstance(v, float) else v) for k, v in r.to_dict().items()})
+    else:
+        out.write(f"plan: mean of a value clipped to [{lo:g}, {hi:g}], n = {n:,} reports, {args.confidence:.0%} intervals"
+                  + ("" if target is None else f", target ± {target:g}") + "\n")
+        table(["mechanism", "shape", "ε", "effective ε", "bits/report", "worst Var_t", "± mean", "± sum", "reports for target"],
+              [[r.mechanism, r.shape, f"{r.epsilon:g}", f"{r.effective_epsilon:.4f}", str(r.bits_per_report),
+                f"{r.worst_var_t:.4f}", f"{r.mean_error:.4g}", f"{n * r.mean_error:.4g}",
+                "-" if r.reports_needed is None else f"{r.reports_needed:,}"] for r in rows], out, left=(0, 1))
+    return EXIT_OK

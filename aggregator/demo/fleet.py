@@ -13,7 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ldptel.aggregator.demo.config import DARK_MODE_SHARE, FLAG_METRIC, SKETCH_METRIC, WORDS_METRIC, WORDS_PER_DEVICE
+from ldptel.aggregator.demo.config import (
+    DARK_MODE_SHARE,
+    FLAG_METRIC,
+    SESSION_HIST_METRIC,
+    SESSION_MEAN_METRIC,
+    SESSION_MEDIAN_S,
+    SESSION_SIGMA,
+    SKETCH_METRIC,
+    WORDS_METRIC,
+    WORDS_PER_DEVICE,
+)
 from ldptel.aggregator.demo.distribution import Distribution
 from ldptel.client.protocol.specs import MetricSpec
 
@@ -29,6 +39,7 @@ class Truth:
     flags: np.ndarray  # bool per device
     picks: np.ndarray  # index into the distribution's values, per device
     true_counts: np.ndarray  # devices per value of the distribution
+    seconds: np.ndarray  # session length per device (float64, unclipped)
 
     @classmethod
     def draw(cls, dist: Distribution, *, devices: int, seed: int) -> Truth:
@@ -36,7 +47,8 @@ class Truth:
         rng = np.random.default_rng(seed)
         flags = rng.random(devices) < DARK_MODE_SHARE
         picks = rng.choice(len(dist.values), size=devices, p=dist.weights)
-        return cls(flags=flags, picks=picks, true_counts=np.bincount(picks, minlength=len(dist.values)))
+        seconds = rng.lognormal(np.log(SESSION_MEDIAN_S), SESSION_SIGMA, devices)
+        return cls(flags=flags, picks=picks, true_counts=np.bincount(picks, minlength=len(dist.values)), seconds=seconds)
 
 
 def draw_words(words: Distribution, *, devices: int, seed: int) -> np.ndarray:
@@ -65,6 +77,7 @@ class Fleet:
     root: Path
     flags: np.ndarray  # bool per device
     values: tuple[str, ...]  # the true emoji of each device
+    seconds: np.ndarray  # the true session length of each device
     keep: bool
     cancel: threading.Event
     stats: FleetStats
@@ -97,7 +110,9 @@ class Fleet:
         give_up = time.monotonic() + DEVICE_RETRY
         try:
             typed = [(WORDS_METRIC, w) for w in self.words[i]] if self.words else []
-            for metric, value in ((FLAG_METRIC, bool(self.flags[i])), (SKETCH_METRIC, self.values[i]), *typed):
+            seconds = float(self.seconds[i])
+            for metric, value in ((FLAG_METRIC, bool(self.flags[i])), (SKETCH_METRIC, self.values[i]),
+                                  (SESSION_MEAN_METRIC, seconds), (SESSION_HIST_METRIC, seconds), *typed):
                 result = rep.report(metric, value)
                 queued += result.queued
                 refused += not result.queued

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ldptel.aggregator.cli.output import MARKER_COLOR, interval_bars, new_figure, save_figure, table
-from ldptel.aggregator.demo.config import FLAG_METRIC, SKETCH_METRIC, WORDS_METRIC, DemoConfig
+from ldptel.aggregator.demo.config import FLAG_METRIC, SESSION_RANGE, SKETCH_METRIC, WORDS_METRIC, DemoConfig
 from ldptel.aggregator.demo.distribution import Distribution
 from ldptel.aggregator.demo.errors import DemoFailure
 from ldptel.aggregator.demo.fleet import FleetStats
@@ -37,6 +37,8 @@ class Report:
     sketch: QueryResult
     stats: FleetStats
     folded: int
+    session: tuple[QueryResult, QueryResult]  # session length: mean, histogram with percentiles
+    true_seconds: np.ndarray
     words: Distribution | None = None  # the discovered metric: its true word list (never given to the aggregator),
     true_words: np.ndarray | None = None  # how often each word was typed,
     found: DiscoverResult | None = None  # and what `ldptel discover` found
@@ -112,6 +114,7 @@ class Report:
             f"{100 * prop.ci_high:.2f}%), true {100 * self.true_share:.2f}% ({self.true_flags:,} of "
             f"{self.config.devices:,}): {'inside' if inside else 'OUTSIDE'} the interval\n"
         )
+        self.print_session(out)
         out.flush()
 
     def print_words(self, out: TextIO) -> None:
@@ -140,6 +143,20 @@ class Report:
               left={1}, rule=False)
         top = [self.words.values[j] for j in order[: len(est.labels)].tolist()]
         out.write(f"true top {len(top)}: {' '.join(top)}\n")
+
+    def print_session(self, out: TextIO) -> None:
+        """The session length: estimated mean and percentiles with intervals beside the truth (clipped values)."""
+        mean, hist = self.session
+        clipped = np.clip(self.true_seconds, *SESSION_RANGE)
+        est = mean.estimate
+        rows = [[est.labels[0], f"{est.counts[0]:,.1f}", f"[{est.ci_low[0]:,.1f}, {est.ci_high[0]:,.1f}]", f"{clipped.mean():,.1f}",
+                 "yes" if est.ci_low[0] <= clipped.mean() <= est.ci_high[0] else "NO"]]
+        for pc in hist.percentiles:
+            true = float(np.sort(clipped)[max(int(np.ceil(pc.percentile / 100 * clipped.size)) - 1, 0)])
+            rows.append([f"p{pc.percentile:g}", f"{pc.estimate:,.1f}", f"[{pc.ci_low:,.1f}, {pc.ci_high:,.1f}]",
+                         f"{true:,.1f}", "yes" if pc.ci_low <= true <= pc.ci_high else "NO"])
+        out.write(f"\nsession length, seconds ({mean.mechanism} and {hist.mechanism}; {mean.note}):\n")
+        table(["", "estimate", f"{est.confidence:.0%} interval", "true", "in"], rows, out, rule=False)
 
     def print_summary(self, out: TextIO, *, times: Timings, seed: int, chart: str | None) -> None:
         flag_spec, sketch_spec = self.specs

@@ -27,10 +27,14 @@ import redis
 from ldptel.aggregator.cli.extras import install_hint
 from ldptel.aggregator.demo.config import (
     FLAG_METRIC,
+    SESSION_HIST_METRIC,
+    SESSION_MEAN_METRIC,
+    SESSION_PERCENTILES,
     SKETCH_METRIC,
     WORDS_FILE,
     WORDS_METRIC,
     DemoConfig,
+    build_numeric_specs,
     build_specs,
     build_words_spec,
 )
@@ -100,7 +104,7 @@ class _Services:
 def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
     """Run the demo (see the package docstring). Raises DemoUserError / DemoFailure / KeyboardInterrupt."""
     try:
-        specs = (*build_specs(config), build_words_spec(config))
+        specs = (*build_specs(config), build_words_spec(config), *build_numeric_specs(config))
     except InvalidParameterError as exc:
         raise DemoUserError(str(exc)) from None
     dist = load_distribution()
@@ -140,6 +144,8 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
             flag_result = estimate_metric(r, FLAG_METRIC)
             sketch_result = estimate_metric(r, SKETCH_METRIC, candidates=list(dist.values), top=config.top)
             found = discover_metric(r, WORDS_METRIC, top=config.top)  # no word list: discovered
+            lengths = (estimate_metric(r, SESSION_MEAN_METRIC),
+                       estimate_metric(r, SESSION_HIST_METRIC, percentiles=SESSION_PERCENTILES))
         except redis.RedisError as exc:
             raise DemoFailure(f"Redis failed: {exc}") from None
         finally:
@@ -148,6 +154,7 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
             config=config, dist=dist, specs=(services.specs[0], services.specs[1]), true_counts=truth.true_counts,
             true_flags=int(truth.flags.sum()), flag=flag_result, sketch=sketch_result, stats=stats, folded=folded,
             words=words, true_words=np.bincount(typed.reshape(-1), minlength=len(words.values)), found=found,
+            session=lengths, true_seconds=truth.seconds,
         )
         report.print_results(out)
         if config.chart is not None:
@@ -202,6 +209,7 @@ def _simulate(session: _Session, config: DemoConfig, services: _Services, *, dis
         root=session.workdir / "devices",
         flags=truth.flags,
         values=tuple(dist.values[j] for j in truth.picks.tolist()),
+        seconds=truth.seconds,
         keep=config.keep,
         cancel=session.cancel,
         stats=FleetStats(),
@@ -210,7 +218,8 @@ def _simulate(session: _Session, config: DemoConfig, services: _Services, *, dis
     flag_spec, sketch_spec = services.specs[:2]
     status.line(
         f"simulating {config.devices:,} devices (seed {seed}), each a Reporter reporting {FLAG_METRIC} "
-        f"({flag_spec.mechanism}), {SKETCH_METRIC} ({config.mechanism}) and {len(words[0]) if words else 0} words "
+        f"({flag_spec.mechanism}), {SKETCH_METRIC} ({config.mechanism}), its session length "
+        f"({SESSION_MEAN_METRIC}, {SESSION_HIST_METRIC}) and {len(words[0]) if words else 0} words "
         f"to {WORDS_METRIC} ({services.specs[2].mechanism}) at ε = {config.epsilon:g} over HTTP"
     )
     executor = session.executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="ldptel-device")
@@ -253,6 +262,7 @@ def _wait_folded(r: redis.Redis, session: _Session, *, dist: Distribution, stats
     while True:
         folded = folded_reports(r, FLAG_METRIC, None) + folded_reports(r, SKETCH_METRIC, dist.values[0])
         folded += folded_reports(r, WORDS_METRIC, word)
+        folded += folded_reports(r, SESSION_MEAN_METRIC, None) + folded_reports(r, SESSION_HIST_METRIC, None)
         status.progress("folded reports", folded, stats.delivered, started=fold_started)
         if folded >= stats.delivered:
             break

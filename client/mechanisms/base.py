@@ -118,6 +118,7 @@ class Mechanism(ABC, Generic[P, B]):
     proportion_of: ClassVar[str | None] = None  # the label whose share a query reports as the proportion
     permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
     discovers: ClassVar[bool] = False  # finds frequent values without candidates (:meth:`discover`)
+    estimates_counts: ClassVar[bool] = True  # estimate rows are counts of the n reports (False: numeric summaries)
 
     # ------------------------------------------------------------------------------------- client half
     @abstractmethod
@@ -194,6 +195,22 @@ class Mechanism(ABC, Generic[P, B]):
     @abstractmethod
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
         """Variance of the estimated counts, plugging in ``counts`` (estimates) out of ``n`` reports."""
+
+    def clips(self, value: object, params: P) -> bool:
+        """Numeric metrics: the value lies outside the declared range (the SDK counts these on the device)."""
+        return False
+
+    def estimate_note(self, params: P) -> str:
+        """What a reader of an estimate must know about the params (numeric metrics: the clipping range)."""
+        return ""
+
+    def bucket_edges(self, params: P) -> np.ndarray | None:
+        """Numeric histograms: the d + 1 edges of the buckets its estimate counts; None for other mechanisms."""
+        return None
+
+    def prefix_sums(self, params: P, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Numeric histograms: (S_J, Var S_J), J = 0..d, the estimated count below edge J from raw ``counts``."""
+        raise InvalidParameterError("mechanism", "a numeric histogram", self.name)
 
     def shape(self, params: P) -> str:
         """The size of a metric's params in a few characters, for listings ("" when there is none)."""

@@ -184,6 +184,12 @@ def unary_reports(
 ) -> UnaryBatch:
     """Reports whose rows are ``rows`` (int64, as sent) and whose hot bits are ``hot`` (int64 in [m]): the m
     noisy bits of each report around its hot bit (vectorized; the distribution of :func:`unary_report`)."""
+    return UnaryBatch(mechanism=params.mechanism, n=hot.size, rows=rows, bits=unary_bits(hot, params, rng=rng))
+
+
+def unary_bits(hot: np.ndarray, params: UnaryParams, *, rng: np.random.Generator | None) -> np.ndarray:
+    """(n, m/8) packed rows, one per report: noise bits Bernoulli(q), the hot bit ``hot[i]`` kept (cms) or
+    a fair coin (oue)."""
     n, nb = hot.size, params.m // 8
     # Whole reports per chunk, a multiple of 8 bytes, so each chunk is generated in place as uint64 words
     # and its hot bits are set while it is still in cache.
@@ -219,8 +225,7 @@ def unary_reports(
         gens = _children(rng, _THREADS)
         with ThreadPoolExecutor(_THREADS) as pool:
             list(pool.map(fill, gens, [starts[t::_THREADS] for t in range(_THREADS)]))
-    bits = bits[:n]
-    return UnaryBatch(mechanism=params.mechanism, n=n, rows=rows, bits=bits)
+    return bits[:n]
 
 
 def privatize(value: object, params: UnaryParams, *, rng: np.random.Generator | None = None) -> UnaryBatch:

@@ -229,6 +229,18 @@ def _codes(values: Values, params: GrrParams) -> np.ndarray:
         raise UnknownValueError(f"a value is not in the metric's domain of {params.d} labels") from None
 
 
+def privatize_codes(codes: np.ndarray, params: GrrParams, *, rng: np.random.Generator | None) -> np.ndarray:
+    """The reported label index of each true label index ``codes`` (int64, each < d): grr's batch path."""
+    n = codes.size
+    if n == 0:
+        raise InvalidValueError("cannot privatize an empty batch")
+    keep = bernoulli(rng, params.keep_threshold, params.prob_bits, n)
+    other = uniform_below(rng, params.d - 1, n)
+    other += other >= codes  # uniform over the d − 1 labels that are not the true one
+    out: np.ndarray = np.where(keep, codes, other)
+    return out
+
+
 class Grr(Mechanism[GrrParams, GrrBatch]):
     """k-ary randomized response: one label index per report; permanent randomized response for repeats."""
 
@@ -243,15 +255,8 @@ class Grr(Mechanism[GrrParams, GrrBatch]):
         return (Column("cols", "col", "index", 1 if params.d <= 256 else 2, params.d, "grr label index"),)
 
     def privatize_batch(self, values: Values, params: GrrParams, *, rng: np.random.Generator | None = None) -> GrrBatch:
-        rng = check_rng(rng)
         codes = _codes(values, params)
-        n = codes.size
-        if n == 0:
-            raise InvalidValueError("cannot privatize an empty batch")
-        keep = bernoulli(rng, params.keep_threshold, params.prob_bits, n)
-        other = uniform_below(rng, params.d - 1, n)
-        other += other >= codes  # uniform over the d − 1 labels that are not the true one
-        return GrrBatch(n=n, cols=np.where(keep, codes, other))
+        return GrrBatch(n=codes.size, cols=privatize_codes(codes, params, rng=check_rng(rng)))
 
     def privatize(self, value: object, params: GrrParams, *, rng: np.random.Generator | None = None) -> GrrBatch:
         """One report from one CSPRNG call; same distribution as :meth:`privatize_batch`."""

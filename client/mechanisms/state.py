@@ -197,6 +197,12 @@ class Estimate:
     def rows(self) -> list[dict[str, Any]]:
         """One plain dict per label (for JSON/CSV output); ``estimator`` says which estimator made it."""
         lo, hi = self.ci_low, self.ci_high
+        from ldptel.client.mechanisms.registry import get_mechanism  # the registry imports this module
+
+        try:
+            shares = get_mechanism(self.mechanism).estimates_counts and self.n > 0
+        except InvalidParameterError:  # an estimate built outside the registry (tests, tools): counts
+            shares = self.n > 0
         return [
             {
                 "value": label,
@@ -205,7 +211,7 @@ class Estimate:
                 "stderr": float(self.stderr[i]),
                 "ci_low": float(lo[i]),
                 "ci_high": float(hi[i]),
-                "frequency": float(self.counts[i] / self.n) if self.n else float("nan"),
+                "frequency": float(self.counts[i] / self.n) if shares else float("nan"),
             }
             for i, label in enumerate(self.labels)
         ]

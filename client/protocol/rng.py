@@ -101,6 +101,14 @@ def uniform_below(rng: np.random.Generator | None, high: int, n: int) -> np.ndar
         return np.zeros(n, dtype=np.int64)
     if high & (high - 1) == 0:  # power of two: mask, no rejection
         return (random_words(rng, n) & np.uint64(high - 1)).astype(np.int64)
+    if high < 1 << 16:  # 32-bit words: half the random bytes, and uint32 division is several times faster
+        limit32 = np.uint32(((1 << 32) // high) * high)
+        r32 = random_words(rng, (n + 1) // 2).view(np.uint32)[:n]
+        out = (r32 % np.uint32(high)).astype(np.int64)
+        bad = np.flatnonzero(r32 >= limit32)  # rejected (probability < high/2^32 each): redrawn below
+        if bad.size:
+            out[bad] = uniform_below(rng, high, bad.size)
+        return out
     limit = np.uint64(((1 << 64) // high) * high)  # accept r < limit: every residue equally often
     out = np.empty(n, dtype=np.int64)
     todo = np.arange(n)

@@ -28,6 +28,7 @@ class ReporterStats:
     dropped_stale: int
     no_spec: int
     retries: int
+    clipped: int = 0  # numeric values queued after clipping to their metric's range (counted here only)
 
 
 @dataclass(slots=True)
@@ -49,6 +50,7 @@ class Counters:
     dropped_stale: int = 0
     no_spec: int = 0
     retries: int = 0
+    clipped: int = 0
 
     def settle(self, n: int, outcome: Literal["ack", "stale", "rejected"]) -> None:
         """A batch of ``n`` reports left the disk: acknowledged, or dropped as stale or rejected."""
@@ -73,4 +75,5 @@ class Counters:
             dropped_stale=self.dropped_stale,
             no_spec=self.no_spec,
             retries=self.retries,
+            clipped=self.clipped,
         )

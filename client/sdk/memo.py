@@ -15,6 +15,9 @@ server can simply average the noise away. Each mechanism says how its repeated v
   Reporter refuses a served privatization that would take that sum past its policy's ε∞. A device whose
   value changes leaks each distinct value's PRR; a new device secret starts fresh PRRs (the bound then
   restarts); the daily budget still caps how many reports leave the device.
+  daily-mean (numbers reported daily) rounds the value to one bit with a permanent per-device offset (α-point
+  rounding, Ding et al. 2017) and sends that bit through rr's PRR: every report of one privatization, whatever
+  the values, is together 2·ε∞-LDP (:mod:`ldptel.client.mechanisms.daily_mean`).
 * a daily memo (the sketches): the first report of a value on a budget day is privatized normally and stored
   (as its privatized payload, keyed by :func:`~ldptel.client.protocol.keyed.memo_key`, HMAC-SHA256 of
   (secret, metric, privatization fingerprint, day, value), never the value); later reports of that value on the same day resend

@@ -333,6 +333,7 @@ class Reporter:
                     counters.unbatched += 1
                     counters.queued += 1
                     counters.memoized += memoized
+                    counters.clipped += mechanism_of(spec.params).clips(value, spec.params)
                     if counters.unbatched >= self._batch_size:
                         self._uploader.wake()
                     return ReportResult("queued", metric, spec.version, batch, memoized)

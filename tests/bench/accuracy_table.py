@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ldptel.aggregator.plan import Plan, PlanRow, plan
+from ldptel.aggregator.plan import Plan, PlanRow, plan, plan_mean
 from ldptel.client.mechanisms import mechanism_names
 
 N = 1_000_000
@@ -95,9 +95,25 @@ def small_domain_table() -> list[str]:
     return [caption, "", *_table(headers, lines)]
 
 
+def mean_table() -> list[str]:
+    """A number clipped to [0, 600] (seconds), n = 10⁵: the mean's worst-case ± and the reports for ±1 s."""
+    rows = plan_mean(lo=0, hi=600, n=100_000, epsilons=(1, 2, 4, 8), error=1.0)
+    headers = ("mechanism", "params", "ε", "effective ε", "bits/report", "worst Var_t", "± mean (s)", "± sum (s)",
+               "reports for ±1 s")
+    lines = [[r.mechanism, r.shape, f"{r.epsilon:g}", f"{r.effective_epsilon:.3f}", f"{r.bits_per_report:g}", f"{r.worst_var_t:.4f}",
+              f"{r.mean_error:.2f}", f"{100_000 * r.mean_error:,.0f}", _needed_mean(r.reports_needed)] for r in rows]
+    caption = ("**A bounded mean** (a value clipped to [0, 600] s, n = 10⁵ reports; ± is the worst case over where "
+               "the mean lies; the sum's ± is n times the mean's):")
+    return [caption, "", *_table(headers, lines)]
+
+
+def _needed_mean(n: int | None) -> str:
+    return "–" if n is None else f"{n:,}"
+
+
 def markdown() -> str:
     caption = f"**A rare value.** {D:,} equally frequent values (d = 2 for the one-bit mechanism), n = 10⁶ reports:"
-    parts = [caption, "", *rare_table(), "", *heavy_table(), "", *small_domain_table()]
+    parts = [caption, "", *rare_table(), "", *heavy_table(), "", *small_domain_table(), "", *mean_table()]
     return "\n".join(parts) + "\n"
 
 

@@ -100,11 +100,12 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path) -> None:
     # the summary
     assert re.search(r"^wall time: [\d.]+ s", out, re.M)
     assert "devices: 200 (seed 7" in out
-    assert "reports delivered: 1,000 of 1,000 queued" in out and "folded by the aggregator: 1,000" in out
+    assert "reports delivered: 1,400 of 1,400 queued" in out and "folded by the aggregator: 1,400" in out
     # the discovered words (3 per device, no word list given to the aggregator) beside the truth
     assert re.search(r"^demo\.words: pem, discovered with no word list · n = 600 reports · \d+ words at ≥ [\d.]+ stderr, "
                      r"[\d,]+ candidates examined in 12 rounds", out, re.M), out
     assert re.search(r"^true top \d+:", out, re.M), out
+    assert re.search(r"^p99\s+[\d,.]+\s+\[[\d,.]+, [\d,.]+\]\s+[\d,.]+\s+(yes|NO)$", out, re.M), out  # session length
     assert re.search(r"epsilon per report \(effective\): demo\.emoji 3\.9\d+ \(cms\), demo\.dark_mode 4\.0000 \(rr\)", out), out
     assert re.search(r"accuracy: top-5 mean absolute error [\d.,]+ reports = [\d.]+ percentage points of frequency; "
                      r"\d/5 true counts inside their 95% intervals", out), out

@@ -1,0 +1,162 @@
+"""Mean/sum of a number that devices report repeatedly (daily counters): α-point rounding with memoization.
+
+Ding, Kulkarni, Yekhanin, "Collecting Telemetry Data Privately" (NeurIPS 2017), with the step s = hi − lo
+(a two-point grid): each device holds a permanent offset α ∈ [0, 2^V) (HMAC of the device secret, metric
+and privatization fingerprint; never sent) and rounds its clipped, quantized value u ∈ [0, 2^V] to the bit c = 1[u + α ≥ 2^V].
+Over devices P(c = 1) = u/2^V, so the rounding is unbiased for the mean. The bit goes through rr's permanent
+randomized response (:func:`ldptel.client.mechanisms.rr.privatize_rr`): a memoized PRR bit per (metric,
+privatization, c), derived from the device secret, then fresh IRR noise; together exactly the spec's flip
+probability T_f/2^B, so one report is 1BitMean at ε_eff = ln((2^B − T_f)/T_f) and the estimator is the
+``onebit`` one of :mod:`ldptel.client.mechanisms.mean` (same state, same debias).
+
+Longitudinal guarantee (ldp-math-2 §3.2–3.3): a device's reports depend on its values only through c, and
+c's two memo entries are each ε∞ = ln((1 − f₁)/f₁) (f₁ the PRR flip, rr's split), so every report of the
+metric's privatization that a device ever sends, whatever its values, is together 2·ε∞-LDP (≈ 3.3 at ε = 1);
+:meth:`DailyMean.longitudinal_epsilon` reports that 2·ε∞. A constant value costs ε∞ in total however often
+it is reported. Not protected: *when* c changes (a device whose value crosses its own threshold switches
+memo entries; fresh IRR noise blurs single days only). A version that changes the privatization (the SDK's lifetime
+ledger charges it) or a new device secret starts new memos (another 2·ε∞). The daily budget (the SDK's ledger) still charges ε_eff per report. The price: a
+one-bit report, so variance ≥ 1 − t² from the rounding; for one-off reports :mod:`~ldptel.client.mechanisms.mean`'s
+dhm is more accurate.
+
+Without a device secret (:meth:`DailyMean.privatize`, :meth:`DailyMean.privatize_batch`: simulations) α is
+drawn fresh per report, which is exactly the onebit coin.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.mean import MEAN, VALUE_BITS, MeanBatch, MeanParams, number_of
+from ldptel.client.mechanisms.rr import RrParams, privatize_rr, rr_split
+from ldptel.client.mechanisms.state import Estimate, SketchState
+from ldptel.client.protocol.keyed import prr_stream
+from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, ParamsBase
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DailyMeanParams(ParamsBase):
+    """A repeatedly reported number clipped to [lo, hi] (module docstring): 1BitMean with α-point rounding
+    and a permanent randomized response."""
+
+    mechanism: ClassVar[str] = "daily-mean"
+    lo: float
+    hi: float
+    prob_bits: int = SINGLE_DRAW_PROB_BITS
+
+    def __post_init__(self) -> None:
+        one = self.onebit  # validates ε, lo, hi and prob_bits
+        object.__setattr__(self, "epsilon", one.epsilon)
+        object.__setattr__(self, "lo", one.lo)
+        object.__setattr__(self, "hi", one.hi)
+
+    @property
+    def onebit(self) -> MeanParams:
+        """The one-report channel: mean's onebit params (its sampler, state and estimator)."""
+        return MeanParams(epsilon=self.epsilon, lo=self.lo, hi=self.hi, variant="onebit", prob_bits=self.prob_bits)
+
+    @property
+    def rr(self) -> RrParams:
+        """The randomized response on the rounded bit (its flip threshold is the onebit one)."""
+        return RrParams(epsilon=self.epsilon, prob_bits=self.prob_bits)
+
+    @property
+    def effective_epsilon(self) -> float:
+        return self.onebit.effective_epsilon
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class DailyMeanBatch(ReportBatch):
+    """daily-mean reports: ``bits``, one bit per report, packed MSB first (padding bits 0)."""
+
+    mechanism: str = "daily-mean"
+
+
+def rounded_bit(value: object, params: DailyMeanParams, *, secret: bytes, metric: str, fingerprint: bytes) -> bool:
+    """c = 1[u + α ≥ 2^V] with the device's permanent α (HMAC of the secret, metric and privatization fingerprint)."""
+    u = int(params.onebit.quantize(np.array([number_of(value)]))[0])
+    alpha = prr_stream(secret, metric, fingerprint, "daily-mean-alpha", b"").bits(VALUE_BITS)
+    return u + alpha >= 1 << VALUE_BITS
+
+
+def _mine(batch: MeanBatch) -> DailyMeanBatch:
+    return DailyMeanBatch(n=batch.n, bits=batch.bits)
+
+
+def _as_mean(state: SketchState) -> SketchState:
+    return SketchState(MEAN.name, state.counts, state.row_counts)
+
+
+class DailyMean(Mechanism[DailyMeanParams, DailyMeanBatch]):
+    """1BitMean on the α-rounded bit with rr's permanent randomized response (module docstring)."""
+
+    name = "daily-mean"
+    code = 10
+    params_type = DailyMeanParams
+    batch_type = DailyMeanBatch
+    permanent = True
+    estimates_counts = False
+
+    def columns(self, params: DailyMeanParams) -> tuple[Column, ...]:
+        return (Column("bits", "bit", "bit"),)
+
+    def privatize(self, value: object, params: DailyMeanParams, *, rng: np.random.Generator | None = None) -> DailyMeanBatch:
+        return _mine(MEAN.privatize(value, params.onebit, rng=rng))
+
+    def privatize_batch(self, values: Values, params: DailyMeanParams, *, rng: np.random.Generator | None = None) -> DailyMeanBatch:
+        return _mine(MEAN.privatize_batch(values, params.onebit, rng=rng))
+
+    def value_key(self, value: object, params: DailyMeanParams) -> bytes:
+        return struct.pack("<d", number_of(value))
+
+    def privatize_permanent(
+        self, value: object, params: DailyMeanParams, *, secret: bytes, metric: str, fingerprint: bytes,
+        rng: np.random.Generator | None = None,
+    ) -> DailyMeanBatch:
+        c = rounded_bit(value, params, secret=secret, metric=metric, fingerprint=fingerprint)
+        out = privatize_rr(c, params.rr, secret=secret, metric=metric, fingerprint=fingerprint, rng=rng)
+        return DailyMeanBatch(n=1, bits=out.bits)
+
+    def longitudinal_epsilon(self, params: DailyMeanParams) -> float:
+        """2·ε∞: every report of the privatization a device ever sends, whatever its values (two memo entries)."""
+        return 2.0 * rr_split(params.rr).epsilon_inf
+
+    def state_shape(self, params: DailyMeanParams) -> tuple[tuple[int, int], int]:
+        return MEAN.state_shape(params.onebit)
+
+    def fold(self, params: DailyMeanParams, batches: Sequence[DailyMeanBatch], state: SketchState) -> SketchState:
+        MEAN.fold(params.onebit, [MeanBatch(n=b.n, bits=b.bits) for b in batches], _as_mean(state))
+        return state
+
+    def estimate(
+        self, params: DailyMeanParams, state: SketchState, *, candidates: Sequence[object] | None = None,
+        confidence: float = 0.95,
+    ) -> Estimate:
+        state.check(params)
+        est = MEAN.estimate(params.onebit, _as_mean(state), confidence=confidence)
+        return Estimate(self.name, est.labels, est.counts, est.stderr, est.n, confidence)
+
+    def variance(self, params: DailyMeanParams, counts: np.ndarray, n: int) -> np.ndarray:
+        return MEAN.variance(params.onebit, counts, n)
+
+    def clips(self, value: object, params: DailyMeanParams) -> bool:
+        return MEAN.clips(value, params.onebit)
+
+    def estimate_note(self, params: DailyMeanParams) -> str:
+        return f"values clipped to [{params.lo:g}, {params.hi:g}] on the device; α-rounded one-bit reports"
+
+    def shape(self, params: DailyMeanParams) -> str:
+        return f"[{params.lo:g}, {params.hi:g}]"
+
+    def params_schema(self) -> tuple[dict[str, Any], list[str]]:
+        fields, _required = MEAN.params_schema()
+        return {key: fields[key] for key in ("lo", "hi", "prob_bits")}, ["lo", "hi"]
+
+
+DAILY_MEAN = DailyMean()
