@@ -27,7 +27,9 @@ Environment variables (all optional except the tokens):
 ``LDPTEL_MAX_BODY_BYTES``      largest request body (default 4 MiB)
 ``LDPTEL_RATE_LIMIT``          ``RATE[:BURST]`` requests/s per token and process, or ``off`` (default 1000:2000)
 ``LDPTEL_SHARDS``              stream shards of a new metric (default 4)
-``LDPTEL_DEDUPE_TTL``          seconds a batch id is remembered for dedupe (default 86400)
+``LDPTEL_RETRY_HORIZON_DAYS``  days a batch may be retried: the server remembers a batch id until the end of its
+                               arrival day + this many days, and refuses (422 ``batch_too_old``) a batch formed
+                               longer ago; the SDK drops such batches itself (default 3)
 ``LDPTEL_RETRY_AFTER``         seconds advertised in Retry-After on 503/429 (default 1)
 ``LDPTEL_REDIS_TIMEOUT``       Redis socket timeout in seconds (default 2)
 ``LDPTEL_REGISTRY_TTL``        seconds an ingest process may reuse a metric's registry record (default 1; 0: never)
@@ -45,7 +47,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ldptel.client.errors import LdpError
-from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS, MAX_REPORTS
+from ldptel.client.protocol.wire import (
+    DEFAULT_MAX_BATCH_REPORTS,
+    DEFAULT_RETRY_HORIZON_DAYS,
+    MAX_REPORTS,
+    MAX_RETRY_HORIZON_DAYS,
+)
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
@@ -89,7 +96,7 @@ class ServerConfig:
     rate_limit: float | None = 1000.0
     rate_burst: int = 2000
     shards: int = DEFAULT_SHARDS
-    dedupe_ttl: int = 86_400
+    retry_horizon_days: int = DEFAULT_RETRY_HORIZON_DAYS
     retry_after: int = 1
     redis_timeout: float = 2.0
     registry_ttl: float = 1.0
@@ -119,7 +126,7 @@ class ServerConfig:
             raise ConfigError(f"{PREFIX}RATE_LIMIT must be a positive number of requests/s or 'off'")
         _check_range("RATE_LIMIT burst", self.rate_burst, 1, MAX_BURST)
         _check_range("SHARDS", self.shards, 1, MAX_SHARDS)
-        _check_range("DEDUPE_TTL", self.dedupe_ttl, 1, 365 * 86_400)
+        _check_range("RETRY_HORIZON_DAYS", self.retry_horizon_days, 0, MAX_RETRY_HORIZON_DAYS)
         _check_range("RETRY_AFTER", self.retry_after, 1, 3600)
         if not (math.isfinite(self.redis_timeout) and 0 < self.redis_timeout <= 60):
             raise ConfigError(f"{PREFIX}REDIS_TIMEOUT must be in (0, 60] seconds")
@@ -152,7 +159,7 @@ class ServerConfig:
             ("MAX_BATCH_REPORTS", "max_batch_reports"),
             ("MAX_BODY_BYTES", "max_body_bytes"),
             ("SHARDS", "shards"),
-            ("DEDUPE_TTL", "dedupe_ttl"),
+            ("RETRY_HORIZON_DAYS", "retry_horizon_days"),
             ("RETRY_AFTER", "retry_after"),
         ):
             raw = get(name)

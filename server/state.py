@@ -136,7 +136,7 @@ def append_batch(
         n=n,
         data=data,
         day=day,
-        dedupe_ttl=state.config.dedupe_ttl,
+        dedupe_days=state.config.retry_horizon_days,
     )
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
     return {

@@ -27,11 +27,11 @@ def test_from_env_full() -> None:
             "LDPTEL_MAX_BODY_BYTES": "100000",
             "LDPTEL_RATE_LIMIT": "50:80",
             "LDPTEL_SHARDS": "8",
-            "LDPTEL_DEDUPE_TTL": "3600",
+            "LDPTEL_RETRY_HORIZON_DAYS": "5",
         }
     )
     assert config.app_tokens == {APP, OTHER}
-    assert (config.max_batch_reports, config.max_body_bytes, config.shards, config.dedupe_ttl) == (500, 100000, 8, 3600)
+    assert (config.max_batch_reports, config.max_body_bytes, config.shards, config.retry_horizon_days) == (500, 100000, 8, 5)
     assert (config.rate_limit, config.rate_burst) == (50.0, 80)
     assert APP not in repr(config) and ADMIN not in repr(config)  # secrets stay out of logs
 
