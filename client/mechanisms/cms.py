@@ -372,9 +372,6 @@ class Unary(SketchMechanism[UP, UnaryBatch]):
     def merge_bytes(self, batches: Sequence[UnaryBatch]) -> int:
         return int(sum(b.n for b in batches) * batches[0].bits.shape[1])
 
-    def merge_order(self, batches: Sequence[UnaryBatch]) -> np.ndarray:
-        return row_order(concat_rows(batches))
-
     def estimate_candidates(
         self, params: UP, state: SketchState, candidates: Sequence[object], confidence: float
     ) -> Estimate:
