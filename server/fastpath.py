@@ -28,22 +28,26 @@ from typing import Any
 
 import redis
 
-from ldptel.client.protocol.wire import decode_header, decode_payload
+from ldptel.client.protocol.wire import BATCH_DAY_HEADER, decode_header, decode_payload
 from ldptel.server.state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
+    BatchDayError,
     IngestState,
     append_batch,
     bearer_digest,
     cached_record,
+    dedupe_days,
     digest_in,
     error_body,
 )
+from ldptel.storage.append import utc_day
 
 __all__ = ["FastIngest"]
 
 log = logging.getLogger("ldptel.server")
 ENDPOINT = "/v1/reports"
+_BATCH_DAY = "HTTP_" + BATCH_DAY_HEADER.upper().replace("-", "_")
 _JSON = ("Content-Type", "application/json")
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -106,8 +110,13 @@ class FastIngest:
             raise
         except Exception:
             return None
+        formed = environ.get(_BATCH_DAY)
+        try:
+            dedupe_days(formed, utc_day(), state.config.retry_horizon_days)
+        except BatchDayError:
+            return None  # Flask answers 400/422
         return append_batch(
-            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body
+            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, formed=formed
         )
 
     def _respond(

@@ -32,6 +32,8 @@ _ERROR_CODES = [
     "registry_conflict",
     "too_large",
     "too_many_reports",
+    "invalid_batch_day",
+    "batch_too_old",
     "unsupported_media_type",
     "rate_limited",
     "redis_unavailable",
@@ -254,8 +256,20 @@ _PATHS: dict[str, Any] = {
             "description": (
                 "The body is one batch in the binary wire format (application/octet-stream) or its JSON form "
                 "(application/json, for debugging). A retried batch (same batch id) is acknowledged again but "
-                "appended once. The server assigns the UTC day and stores nothing about the sender."
+                "appended once. The server assigns the UTC day and stores nothing about the sender. The optional "
+                "header X-Ldptel-Batch-Day (YYYY-MM-DD) is the UTC day the client formed the batch: a batch formed "
+                "more than LDPTEL_RETRY_HORIZON_DAYS days ago is refused (422 batch_too_old) rather than risk "
+                "counting it twice, since its batch id may be forgotten by then."
             ),
+            "parameters": [
+                {
+                    "name": "X-Ldptel-Batch-Day",
+                    "in": "header",
+                    "required": False,
+                    "description": "UTC day the batch was formed (default: today); at most one day ahead",
+                    "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+                }
+            ],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -265,11 +279,12 @@ _PATHS: dict[str, Any] = {
             },
             "responses": {
                 "202": _json("appended (or a duplicate of an appended batch)", "Accepted"),
-                "400": _error("malformed body, wrong sizes, indices or bits"),
+                "400": _error("malformed body, wrong sizes, indices or bits, or an invalid X-Ldptel-Batch-Day"),
                 "404": _error("unknown metric"),
                 "409": _error("retired metric or not the current version; the body carries the current spec"),
                 "413": _error("too many reports or bytes"),
                 "415": _error("unsupported content type"),
+                "422": _error("batch_too_old: formed longer ago than the retry horizon; drop it, do not retry"),
                 **_AUTH_ERRORS,
             },
         }

@@ -13,7 +13,9 @@ written:
    worker within ``registry_ttl`` (until then that worker still appends batches of the previous version, which
    the aggregator keeps in that version's sketches);
 4. full vectorized validation of the payload against the current spec (400);
-5. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
+5. the batch's formation day (``X-Ldptel-Batch-Day``, optional): 400 if invalid, 422 ``batch_too_old`` beyond
+   the retry horizon (``state.dedupe_days``: a batch is either deduplicated or refused, never counted twice);
+6. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
    (202 only after Redis replied; :mod:`ldptel.storage.append`).
 
 The JSON form (for debugging) is checked the same way and re-encoded to the binary form before the append.
@@ -29,15 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 
 from ldptel.client.errors import WireFormatError
 from ldptel.client.protocol.specs import MetricSpec
-from ldptel.client.protocol.wire import batch_from_json, decode_header, decode_payload, encode_batch
+from ldptel.client.protocol.wire import BATCH_DAY_HEADER, batch_from_json, decode_header, decode_payload, encode_batch
 from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
-from ldptel.server.state import IngestState, append_batch, cached_record, current_state
+from ldptel.server.state import BatchDayError, IngestState, append_batch, cached_record, current_state
 from ldptel.storage.registry import MetricRecord, UnknownMetricError
 
 __all__ = ["bp"]
@@ -65,12 +67,15 @@ def post_reports() -> Response:
     try:
         mimetype, body = read_body(kinds=(_BINARY, _JSON))
         batch = _binary_batch(state, body) if mimetype == _BINARY else _json_batch(state, body)
+        formed = request.headers.get(BATCH_DAY_HEADER)
+        try:
+            accepted = append_batch(state, record=batch.record, batch_id=batch.batch_id, version=batch.version,
+                                    n=batch.n, data=batch.data, formed=formed)
+        except BatchDayError as exc:
+            fail(exc.status, exc.code, str(exc), metric=batch.record.name, n=batch.n)
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)
         raise
-    accepted = append_batch(
-        state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data
-    )
     return json_response(accepted, 202)
 
 
