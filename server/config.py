@@ -27,9 +27,9 @@ Environment variables (all optional except the tokens):
 ``LDPTEL_MAX_BODY_BYTES``      largest request body (default 4 MiB)
 ``LDPTEL_RATE_LIMIT``          ``RATE[:BURST]`` requests/s per token and process, or ``off`` (default 1000:2000)
 ``LDPTEL_SHARDS``              stream shards of a new metric (default 4)
-``LDPTEL_RETRY_HORIZON_DAYS``  days a batch may be retried: the server remembers a batch id until the end of its
-                               arrival day + this many days, and refuses (422 ``batch_too_old``) a batch formed
-                               longer ago; the SDK drops such batches itself (default 3)
+``LDPTEL_RETRY_HORIZON_DAYS``  days a batch may be retried: the server refuses (422 ``batch_too_old``) a batch
+                               formed longer ago and remembers batch ids until the end of their arrival day +
+                               this + 1; the SDK drops such batches itself (default 3)
 ``LDPTEL_RETRY_AFTER``         seconds advertised in Retry-After on 503/429 (default 1)
 ``LDPTEL_REDIS_TIMEOUT``       Redis socket timeout in seconds (default 2)
 ``LDPTEL_REGISTRY_TTL``        seconds an ingest process may reuse a metric's registry record (default 1; 0: never)

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from ldptel.client.protocol.wire import BATCH_DAY_HEADER, decode_header, decode_payload
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, decode_header, decode_payload
 from ldptel.server.state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
@@ -37,17 +37,16 @@ from ldptel.server.state import (
     append_batch,
     bearer_digest,
     cached_record,
-    dedupe_days,
+    check_batch_age,
     digest_in,
     error_body,
 )
-from ldptel.storage.append import utc_day
 
 __all__ = ["FastIngest"]
 
 log = logging.getLogger("ldptel.server")
 ENDPOINT = "/v1/reports"
-_BATCH_DAY = "HTTP_" + BATCH_DAY_HEADER.upper().replace("-", "_")
+_BATCH_AGE = "HTTP_" + BATCH_AGE_HEADER.upper().replace("-", "_")
 _JSON = ("Content-Type", "application/json")
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -110,13 +109,13 @@ class FastIngest:
             raise
         except Exception:
             return None
-        formed = environ.get(_BATCH_DAY)
+        age = environ.get(_BATCH_AGE)
         try:
-            dedupe_days(formed, utc_day(), state.config.retry_horizon_days)
+            check_batch_age(age, state.config.retry_horizon_days)
         except BatchDayError:
             return None  # Flask answers 400/422
         return append_batch(
-            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, formed=formed
+            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, age=age
         )
 
     def _respond(

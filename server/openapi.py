@@ -257,17 +257,17 @@ _PATHS: dict[str, Any] = {
                 "The body is one batch in the binary wire format (application/octet-stream) or its JSON form "
                 "(application/json, for debugging). A retried batch (same batch id) is acknowledged again but "
                 "appended once. The server assigns the UTC day and stores nothing about the sender. The optional "
-                "header X-Ldptel-Batch-Day (YYYY-MM-DD) is the UTC day the client formed the batch: a batch formed "
-                "more than LDPTEL_RETRY_HORIZON_DAYS days ago is refused (422 batch_too_old) rather than risk "
-                "counting it twice, since its batch id may be forgotten by then."
+                "header X-Ldptel-Batch-Age-Days is the number of UTC days since the client formed the batch (by "
+                "its own clock): an older batch than LDPTEL_RETRY_HORIZON_DAYS is refused (422 batch_too_old) "
+                "rather than risk counting it twice, since its batch id may be forgotten by then."
             ),
             "parameters": [
                 {
-                    "name": "X-Ldptel-Batch-Day",
+                    "name": "X-Ldptel-Batch-Age-Days",
                     "in": "header",
                     "required": False,
-                    "description": "UTC day the batch was formed (default: today); at most one day ahead",
-                    "schema": {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"},
+                    "description": "whole UTC days since the client formed the batch (default 0)",
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,6}$"},
                 }
             ],
             "requestBody": {
@@ -279,7 +279,7 @@ _PATHS: dict[str, Any] = {
             },
             "responses": {
                 "202": _json("appended (or a duplicate of an appended batch)", "Accepted"),
-                "400": _error("malformed body, wrong sizes, indices or bits, or an invalid X-Ldptel-Batch-Day"),
+                "400": _error("malformed body, wrong sizes, indices or bits, or an invalid X-Ldptel-Batch-Age-Days"),
                 "404": _error("unknown metric"),
                 "409": _error("retired metric or not the current version; the body carries the current spec"),
                 "413": _error("too many reports or bytes"),

@@ -13,8 +13,8 @@ written:
    worker within ``registry_ttl`` (until then that worker still appends batches of the previous version, which
    the aggregator keeps in that version's sketches);
 4. full vectorized validation of the payload against the current spec (400);
-5. the batch's formation day (``X-Ldptel-Batch-Day``, optional): 400 if invalid, 422 ``batch_too_old`` beyond
-   the retry horizon (``state.dedupe_days``: a batch is either deduplicated or refused, never counted twice);
+5. the batch's age (``X-Ldptel-Batch-Age-Days``, optional): 400 if invalid, 422 ``batch_too_old`` beyond the
+   retry horizon (``state.check_batch_age``: a batch is either deduplicated or refused, never counted twice);
 6. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
    (202 only after Redis replied; :mod:`ldptel.storage.append`).
 
@@ -35,7 +35,7 @@ from flask import Blueprint, Response, request
 
 from ldptel.client.errors import WireFormatError
 from ldptel.client.protocol.specs import MetricSpec
-from ldptel.client.protocol.wire import BATCH_DAY_HEADER, batch_from_json, decode_header, decode_payload, encode_batch
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, batch_from_json, decode_header, decode_payload, encode_batch
 from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
@@ -67,10 +67,10 @@ def post_reports() -> Response:
     try:
         mimetype, body = read_body(kinds=(_BINARY, _JSON))
         batch = _binary_batch(state, body) if mimetype == _BINARY else _json_batch(state, body)
-        formed = request.headers.get(BATCH_DAY_HEADER)
+        age = request.headers.get(BATCH_AGE_HEADER)
         try:
             accepted = append_batch(state, record=batch.record, batch_id=batch.batch_id, version=batch.version,
-                                    n=batch.n, data=batch.data, formed=formed)
+                                    n=batch.n, data=batch.data, age=age)
         except BatchDayError as exc:
             fail(exc.status, exc.code, str(exc), metric=batch.record.name, n=batch.n)
     except ApiError as exc:

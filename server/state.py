@@ -13,15 +13,13 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import date
 from typing import Any
 
 import redis
 from flask import current_app
 
 from ldptel.client.errors import LdpError
-from ldptel.client.protocol.validate import check_day
-from ldptel.client.protocol.wire import BATCH_DAY_HEADER
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
 from ldptel.server.ratelimit import TokenBucketLimiter
@@ -36,7 +34,7 @@ __all__ = [
     "REDIS_UNAVAILABLE",
     "BatchDayError",
     "append_batch",
-    "dedupe_days",
+    "check_batch_age",
     "bearer_digest",
     "digest_in",
     "cached_record",
@@ -127,53 +125,45 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
 
 
 class BatchDayError(LdpError):
-    """The batch's formation day (``X-Ldptel-Batch-Day``) is invalid (400) or beyond the retry horizon (422)."""
+    """The batch's age (``X-Ldptel-Batch-Age-Days``) is invalid (400) or beyond the retry horizon (422)."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code = status, code
 
 
-def dedupe_days(formed: str | None, today: str, horizon: int) -> int:
-    """Days past ``today`` (the arrival day) that a batch formed on ``formed`` keeps its dedupe key.
+def check_batch_age(age: str | None, horizon: int) -> None:
+    """Refuse a batch whose age (``X-Ldptel-Batch-Age-Days``: whole UTC days since the device formed it, by the
+    device's clock) is not a non-negative integer (400) or exceeds ``horizon`` (422 ``batch_too_old``).
 
-    Never counted twice: a retry arriving on day R either finds the key (kept until the end of
-    max(arrival, formed) + horizon) or is refused, because R − formed > horizon (:class:`BatchDayError` 422).
-    ``formed`` None (a client that does not send the header): formed today. A formation day more than one day
-    ahead of ``today`` (a wrong clock or a lie) is refused (400).
+    Never counted twice: the first arrival's dedupe key lives until the end of (arrival day + horizon + 1).
+    A retry on day R that is accepted has age ≤ horizon; the device's day count and the server's differ by
+    at most one (a constant clock offset moves each day boundary by the same amount), so R ≤ arrival + horizon
+    + 1 and the key is still there. No header (an older client): age 0.
     """
-    if formed is None:
-        return horizon
-    try:
-        age = (_date(today) - _date(check_day(formed))).days
-    except (LdpError, ValueError):
-        raise BatchDayError(400, "invalid_batch_day", f"{BATCH_DAY_HEADER} must be a UTC day YYYY-MM-DD") from None
-    if age < -1:
-        raise BatchDayError(400, "invalid_batch_day", f"{BATCH_DAY_HEADER} {formed} is more than a day ahead of {today}")
-    if age > horizon:
+    if age is None:
+        return
+    if not (age.isascii() and age.isdigit() and len(age) <= 6):
+        raise BatchDayError(400, "invalid_batch_day", f"{BATCH_AGE_HEADER} must be a whole number of days >= 0")
+    if int(age) > horizon:
         raise BatchDayError(
             422, "batch_too_old",
-            f"batch formed on {formed}, more than the retry horizon of {horizon} day(s) before {today}: it may have "
-            "been counted already and its id forgotten; drop it",
+            f"batch formed {int(age)} days ago, beyond the retry horizon of {horizon} day(s): it may have been "
+            "counted already and its id forgotten; drop it",
         )
-    return horizon + max(0, -age)
-
-
-def _date(day: str) -> date:
-    return date.fromisoformat(day)
 
 
 def append_batch(
     state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes,
-    formed: str | None = None,
+    age: str | None = None,
 ) -> dict[str, Any]:
     """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
 
     The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended.
-    ``formed``: the client's ``X-Ldptel-Batch-Day`` (:func:`dedupe_days` raises :class:`BatchDayError`).
+    ``age``: the client's ``X-Ldptel-Batch-Age-Days`` (:func:`check_batch_age` raises :class:`BatchDayError`).
     """
+    check_batch_age(age, state.config.retry_horizon_days)
     day = utc_day()
-    keep_days = dedupe_days(formed, day, state.config.retry_horizon_days)
     result = state.appender.append(
         metric=record.name,
         shards=record.shards,
@@ -182,7 +172,7 @@ def append_batch(
         n=n,
         data=data,
         day=day,
-        dedupe_days=keep_days,
+        dedupe_days=state.config.retry_horizon_days + 1,  # see check_batch_age
     )
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
     return {

@@ -63,11 +63,11 @@ def test_accepted_batch_is_one_stream_entry_with_the_exact_bytes(api, redis, rng
     assert fields == {b"d": utc_day().encode(), b"v": b"1", b"n": b"100", b"b": data}
     header, batch = decode_batch(fields[b"b"], spec.params)
     assert header.batch_id == bid and batch.n == 100
-    # the dedupe key sits beside the stream (same hash tag) and expires at the end of today + the retry horizon
+    # the dedupe key sits beside the stream (same hash tag) and expires at the end of today + the retry horizon + 1
     seen = keys.seen(spec.name, shard, bid.hex())
     assert redis.exists(seen) == 1
     today = datetime.strptime(utc_day(), "%Y-%m-%d").replace(tzinfo=UTC)
-    end = today + timedelta(days=1 + DEFAULT_RETRY_HORIZON_DAYS)
+    end = today + timedelta(days=2 + DEFAULT_RETRY_HORIZON_DAYS)
     assert redis.execute_command("PEXPIRETIME", seen) == int(end.timestamp()) * 1000
 
 
