@@ -28,7 +28,7 @@ from typing import Any
 
 import redis
 
-from ldptel.client.protocol.wire import BATCH_AGE_HEADER, decode_header, decode_payload
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, decode_header
 from ldptel.server.state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
@@ -40,6 +40,7 @@ from ldptel.server.state import (
     check_batch_age,
     digest_in,
     error_body,
+    validated_payload,
 )
 
 __all__ = ["FastIngest"]
@@ -104,7 +105,7 @@ class FastIngest:
             record = cached_record(state, header.metric)
             if not record.active or header.version != record.current_version:
                 return None  # Flask re-reads the registry before it answers 409
-            decode_payload(body, header, record.current.params)  # full validation against the current spec
+            validated_payload(body, header, record.current.params)  # full validation against the current spec
         except redis.RedisError:
             raise
         except Exception:

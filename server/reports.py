@@ -35,11 +35,18 @@ from flask import Blueprint, Response, request
 
 from ldptel.client.errors import WireFormatError
 from ldptel.client.protocol.specs import MetricSpec
-from ldptel.client.protocol.wire import BATCH_AGE_HEADER, batch_from_json, decode_header, decode_payload, encode_batch
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, batch_from_json, decode_header, encode_batch
 from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
-from ldptel.server.state import BatchDayError, IngestState, append_batch, cached_record, current_state
+from ldptel.server.state import (
+    BatchDayError,
+    IngestState,
+    append_batch,
+    cached_record,
+    current_state,
+    validated_payload,
+)
 from ldptel.storage.registry import MetricRecord, UnknownMetricError
 
 __all__ = ["bp"]
@@ -86,7 +93,7 @@ def _binary_batch(state: IngestState, body: bytes) -> _Batch:
         fail(400, "invalid_batch", str(exc))
     record, spec = _target(state, header.metric, header.version, header.n)
     try:
-        decode_payload(body, header, spec.params)
+        validated_payload(body, header, spec.params)
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=header.metric, n=header.n)
     return _Batch(record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body)
@@ -108,6 +115,7 @@ def _json_batch(state: IngestState, body: bytes) -> _Batch:
         data = encode_batch(
             metric=record.name, version=version, batch_id=header.batch_id, batch=batch, params=spec.params
         )
+        validated_payload(data, decode_header(data), spec.params)  # the same checks as the binary form
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=record.name, n=n)
     return _Batch(record=record, batch_id=header.batch_id, version=version, n=header.n, data=data)

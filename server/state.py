@@ -19,7 +19,9 @@ import redis
 from flask import current_app
 
 from ldptel.client.errors import LdpError
-from ldptel.client.protocol.wire import BATCH_AGE_HEADER
+from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.protocol.specs import Params
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
 from ldptel.server.ratelimit import TokenBucketLimiter
@@ -35,6 +37,7 @@ __all__ = [
     "BatchDayError",
     "append_batch",
     "check_batch_age",
+    "validated_payload",
     "bearer_digest",
     "digest_in",
     "cached_record",
@@ -183,6 +186,14 @@ def append_batch(
         "batch_id": batch_id.hex(),
         "day": day,
     }
+
+
+def validated_payload(body: bytes, header: BatchHeader, params: Params) -> ReportBatch:
+    """The ingest's full validation of a batch: every column (:func:`decode_payload`), then the mechanism's
+    plausibility check (reports no honest client produces, ldp-math §8.2). Raises WireFormatError."""
+    batch = decode_payload(body, header, params)
+    mechanism_of(params).check_plausible(batch, params)
+    return batch
 
 
 def error_body(code: str, message: str, /, **extra: Any) -> dict[str, Any]:

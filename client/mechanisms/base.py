@@ -208,6 +208,13 @@ class Mechanism(ABC, Generic[P, B]):
                 parts.append(np.ascontiguousarray(arr, dtype=np.uint8).tobytes())
         return parts
 
+    def check_plausible(self, batch: B, params: P) -> None:
+        """Raise :class:`WireFormatError` if a report of ``batch`` (already decoded, so well formed) is one an
+        honest client produces with probability below
+        :data:`~ldptel.client.protocol.params.PLAUSIBILITY_FALSE_REJECTION` (the ingest calls it on every
+        batch, ldp-math §8.2). Default: every well-formed report is possible (rr, grr, hcms: any bit and any
+        index in range occurs), so nothing more can be refused."""
+
     def decode_payload(self, buf: memoryview, n: int, params: P) -> B:
         """The reports of a payload, every column checked (exact length, index ranges, zero padding).
 
