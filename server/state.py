@@ -24,7 +24,7 @@ from ldptel.client.protocol.specs import Params
 from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
-from ldptel.server.ratelimit import TokenBucketLimiter
+from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.storage import keys
 from ldptel.storage.append import BatchAppender, utc_day
 from ldptel.storage.registry import MetricRecord, UnknownMetricError, parse_record
@@ -61,7 +61,8 @@ class IngestState:
     config: ServerConfig
     redis: redis.Redis
     appender: BatchAppender
-    limiter: TokenBucketLimiter | None
+    limiter: TokenRateLimiter | None
+    failures: SourceFailureLimiter | None
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes

@@ -62,6 +62,11 @@ def dead_letters(metric: str, shard: int) -> str:
     return f"{PREFIX}{tag(metric, shard)}:dead"
 
 
+def rate(token_digest_prefix: str) -> str:
+    """String: an app token's request-rate state (GCRA time, ms; in memory only, see ``ldptel.server.ratelimit``)."""
+    return f"{PREFIX}rate:{token_digest_prefix}"
+
+
 def ready_probe() -> str:
     """String the ingest service's ``/readyz`` writes (a constant, no expiry, not in the AOF) to learn that Redis
     accepts writes."""

@@ -42,6 +42,12 @@ def test_defaults_and_rate_forms() -> None:
     assert config.redis_url is None and config.shards == 4
     assert ServerConfig.from_env({**base, "LDPTEL_RATE_LIMIT": "off"}).rate_limit is None
     assert ServerConfig.from_env({**base, "LDPTEL_RATE_LIMIT": "10"}).rate_burst == 20
+    assert (config.auth_failure_limit, config.auth_failure_burst) == (1.0, 20)
+    assert ServerConfig.from_env({**base, "LDPTEL_AUTH_FAILURE_LIMIT": "off"}).auth_failure_limit is None
+    limited = ServerConfig.from_env({**base, "LDPTEL_AUTH_FAILURE_LIMIT": "0.5:7"})
+    assert (limited.auth_failure_limit, limited.auth_failure_burst) == (0.5, 7)
+    with pytest.raises(ConfigError, match="AUTH_FAILURE_LIMIT"):
+        ServerConfig.from_env({**base, "LDPTEL_AUTH_FAILURE_LIMIT": "-1"})
 
 
 @pytest.mark.parametrize(
