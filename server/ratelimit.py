@@ -5,9 +5,10 @@ authentication (process memory only).
   worker and ingest replica through one Redis key per token (GCRA, the token bucket as one "theoretical
   arrival time": a request at ``now`` is allowed when ``tat + 1/rate − burst/rate ≤ now``). The key is
   ``ldp:v1:rate:<16 hex digits of the token's SHA-256>`` (:func:`ldptel.storage.keys.rate`). It holds one
-  number, that time in ms, and expires when the bucket is full again (at most ``burst/rate`` seconds). What
-  it reveals, in memory only: when the token's bucket refills, i.e. roughly how busy the token was in the
-  last ``burst/rate`` seconds. A token is an app's, shared by all its devices, so this is an app-level
+  number, that time in ms, and has no expiry (one key per configured token: only valid tokens reach the
+  limiter; an expiry firing would be logged to the AOF as a DEL at that moment). What it reveals, in memory
+  only: when the token's bucket is full again, i.e. roughly when the token last sent requests and how busy
+  it was. A token is an app's, shared by all its devices, so this is an app-level
   request rate, never a device's. The script runs with ``redis.set_repl(REPL_NONE)``: the counter is neither
   written to the AOF nor sent to replicas (one write per request would timestamp the batch appends in the
   AOF); after a restart or failover the buckets start full. A refused request writes nothing. One round
@@ -51,7 +52,7 @@ if tat < now then tat = now end
 local new_tat = tat + step
 local wait = new_tat - tolerance - now
 if wait > 0 then return tostring(wait) end
-redis.call('SET', KEYS[1], string.format('%.3f', new_tat), 'PX', math.ceil(new_tat - now))
+redis.call('SET', KEYS[1], string.format('%.3f', new_tat))
 return 0
 """
 
