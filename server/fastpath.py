@@ -32,7 +32,7 @@ from ldptel.client.protocol.wire import BATCH_AGE_HEADER, decode_header
 from ldptel.server.state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
-    BatchDayError,
+    BatchAgeError,
     IngestState,
     append_batch,
     bearer_digest,
@@ -115,7 +115,7 @@ class FastIngest:
         age = environ.get(_BATCH_AGE)
         try:
             check_batch_age(age, state.config.retry_horizon_days)
-        except BatchDayError:
+        except BatchAgeError:
             return None  # Flask answers 400/422
         return append_batch(
             state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, age=age

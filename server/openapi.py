@@ -32,7 +32,7 @@ _ERROR_CODES = [
     "registry_conflict",
     "too_large",
     "too_many_reports",
-    "invalid_batch_day",
+    "invalid_batch_age",
     "batch_too_old",
     "unsupported_media_type",
     "rate_limited",

@@ -40,7 +40,7 @@ from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
 from ldptel.server.state import (
-    BatchDayError,
+    BatchAgeError,
     IngestState,
     append_batch,
     cached_record,
@@ -78,7 +78,7 @@ def post_reports() -> Response:
         try:
             accepted = append_batch(state, record=batch.record, batch_id=batch.batch_id, version=batch.version,
                                     n=batch.n, data=batch.data, age=age)
-        except BatchDayError as exc:
+        except BatchAgeError as exc:
             fail(exc.status, exc.code, str(exc), metric=batch.record.name, n=batch.n)
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)

@@ -34,7 +34,7 @@ __all__ = [
     "IngestState",
     "RATE_WAIT_KEY",
     "REDIS_UNAVAILABLE",
-    "BatchDayError",
+    "BatchAgeError",
     "append_batch",
     "check_batch_age",
     "validated_payload",
@@ -128,7 +128,7 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
     return record
 
 
-class BatchDayError(LdpError):
+class BatchAgeError(LdpError):
     """The batch's age (``X-Ldptel-Batch-Age-Days``) is invalid (400) or beyond the retry horizon (422)."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
@@ -148,9 +148,9 @@ def check_batch_age(age: str | None, horizon: int) -> None:
     if age is None:
         return
     if not (age.isascii() and age.isdigit() and len(age) <= 6):
-        raise BatchDayError(400, "invalid_batch_day", f"{BATCH_AGE_HEADER} must be a whole number of days >= 0")
+        raise BatchAgeError(400, "invalid_batch_age", f"{BATCH_AGE_HEADER} must be a whole number of days >= 0")
     if int(age) > horizon:
-        raise BatchDayError(
+        raise BatchAgeError(
             422, "batch_too_old",
             f"batch formed {int(age)} days ago, beyond the retry horizon of {horizon} day(s): it may have been "
             "counted already and its id forgotten; drop it",
@@ -164,7 +164,7 @@ def append_batch(
     """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
 
     The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended.
-    ``age``: the client's ``X-Ldptel-Batch-Age-Days`` (:func:`check_batch_age` raises :class:`BatchDayError`).
+    ``age``: the client's ``X-Ldptel-Batch-Age-Days`` (:func:`check_batch_age` raises :class:`BatchAgeError`).
     """
     check_batch_age(age, state.config.retry_horizon_days)
     day = utc_day()

@@ -16,7 +16,7 @@ import pytest
 import redis as redis_lib
 
 from ldptel.client.protocol.wire import BATCH_AGE_HEADER, DEFAULT_RETRY_HORIZON_DAYS
-from ldptel.server.state import BatchDayError, check_batch_age
+from ldptel.server.state import BatchAgeError, check_batch_age
 from ldptel.storage import keys
 from ldptel.storage.append import utc_day
 from tests.server.conftest import Api
@@ -55,7 +55,7 @@ def test_an_invalid_age_is_a_400(api: Api, redis: redis_lib.Redis, rng, age: str
     assert api.create(spec).status_code == 201
     data, _ = make_batch(spec, 5, rng)
     response = _post(api, data, age)
-    assert response.status_code == 400 and response.json["error"] == "invalid_batch_day"
+    assert response.status_code == 400 and response.json["error"] == "invalid_batch_age"
     assert stream_entries(redis, spec.name, 4) == []
 
 
@@ -84,12 +84,12 @@ def test_every_retry_is_either_deduplicated_or_refused(horizon: int) -> None:
 
         try:
             check_batch_age(age(t_first), horizon)
-        except BatchDayError:
+        except BatchAgeError:
             continue  # the first upload was refused: nothing to count twice
         key_end = (t_first // DAY_S + horizon + 2) * DAY_S  # PXAT: the end of arrival day + horizon + 1
         try:
             check_batch_age(age(t_retry), horizon)
-        except BatchDayError as exc:
+        except BatchAgeError as exc:
             assert exc.code == "batch_too_old" and exc.status == 422
             continue
         assert t_retry < key_end, (skew, formed, first, retry)
