@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
@@ -329,6 +329,9 @@ def estimate(params: UnaryParams, state: SketchState, *, candidates: Sequence[ob
 
 
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+# Set bits per byte: numpy ≥ 2's ufunc (~4x faster, measured at 1,000 reports of m = 1024: 35 µs against
+# 130 µs), else a table (numpy 1.26 has no popcount).
+_popcount: Callable[[np.ndarray], np.ndarray] = getattr(np, "bitwise_count", None) or functools.partial(np.take, _POPCOUNT)
 
 
 @functools.lru_cache(maxsize=64)
@@ -406,7 +409,7 @@ class Unary(SketchMechanism[UP, UnaryBatch]):
         """Refuse a report whose count of set bits lies in a tail of its honest distribution (see
         :func:`set_bits_range`): an all-ones row, say, which would add to every value's estimate."""
         lo, hi = set_bits_range(params.m, params.p, params.q)
-        counts = np.take(_POPCOUNT, batch.bits).sum(axis=1, dtype=np.uint32)  # take: ~2x faster than indexing
+        counts = _popcount(batch.bits).sum(axis=1, dtype=np.uint32)
         if batch.n and (int(counts.max()) > hi or int(counts.min()) < lo):
             bad = int(np.flatnonzero((counts > hi) | (counts < lo))[0])
             raise WireFormatError(

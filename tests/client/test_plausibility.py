@@ -101,3 +101,12 @@ def test_mechanisms_whose_every_report_can_occur_refuse_nothing_more(params: obj
     batch = privatize_batch(["a"] * 1000 if not isinstance(params, RrParams) else [True] * 1000, params,  # type: ignore[arg-type]
                             rng=np.random.default_rng(1))
     mechanism_of(params).check_plausible(batch, params)  # type: ignore[arg-type]
+
+
+def test_both_popcounts_count_set_bits() -> None:
+    """The ufunc (numpy ≥ 2) and the table (numpy 1.26) agree with unpackbits on every byte value."""
+    from ldptel.client.mechanisms import cms
+
+    every = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    expected = np.unpackbits(every, axis=1).reshape(16, 16, 8).sum(axis=2)
+    assert (np.take(cms._POPCOUNT, every) == expected).all() and (cms._popcount(every) == expected).all()
