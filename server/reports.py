@@ -13,7 +13,9 @@ written:
    worker within ``registry_ttl`` (until then that worker still appends batches of the previous version, which
    the aggregator keeps in that version's sketches);
 4. full vectorized validation of the payload against the current spec (400);
-5. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
+5. the batch's age (``X-Ldptel-Batch-Age-Days``, optional): 400 if invalid, 422 ``batch_too_old`` beyond the
+   retry horizon (``state.check_batch_age``: a batch is either deduplicated or refused, never counted twice);
+6. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
    (202 only after Redis replied; :mod:`ldptel.storage.append`).
 
 A **multi-part upload** (binary body starting with ``b"LDPU"``, :func:`ldptel.client.protocol.wire.split_upload`)
@@ -37,14 +39,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 
 from ldptel.client.errors import WireFormatError
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.wire import (
+    BATCH_AGE_HEADER,
     batch_from_json,
     decode_header,
-    decode_payload,
     encode_batch,
     is_upload,
     split_upload,
@@ -52,7 +54,16 @@ from ldptel.client.protocol.wire import (
 from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
-from ldptel.server.state import IngestState, append_batch, cached_record, current_state, error_body
+from ldptel.server.state import (
+    BatchAgeError,
+    IngestState,
+    append_batch,
+    cached_record,
+    check_batch_age,
+    current_state,
+    error_body,
+    validated_payload,
+)
 from ldptel.storage.registry import MetricRecord, UnknownMetricError
 
 __all__ = ["bp"]
@@ -79,15 +90,24 @@ def post_reports() -> Response:
     state = current_state()
     try:
         mimetype, body = read_body(kinds=(_BINARY, _JSON))
+        age = request.headers.get(BATCH_AGE_HEADER)
         if mimetype == _BINARY and is_upload(body):
-            return json_response({"parts": [_part(state, part) for part in _parts(body)]}, 200)
+            # One age for the whole upload (the client sends its oldest part's): too old refuses the request,
+            # and the client then sends the parts alone.
+            try:
+                check_batch_age(age, state.config.retry_horizon_days)
+            except BatchAgeError as exc:
+                fail(exc.status, exc.code, str(exc))
+            return json_response({"parts": [_part(state, part, age) for part in _parts(body)]}, 200)
         batch = _binary_batch(state, body) if mimetype == _BINARY else _json_batch(state, body)
+        try:
+            accepted = append_batch(state, record=batch.record, batch_id=batch.batch_id, version=batch.version,
+                                    n=batch.n, data=batch.data, age=age)
+        except BatchAgeError as exc:
+            fail(exc.status, exc.code, str(exc), metric=batch.record.name, n=batch.n)
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)
         raise
-    accepted = append_batch(
-        state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data
-    )
     return json_response(accepted, 202)
 
 
@@ -98,15 +118,17 @@ def _parts(body: bytes) -> list[bytes]:
         fail(400, "invalid_upload", str(exc))
 
 
-def _part(state: IngestState, body: bytes) -> dict[str, object]:
-    """One part of a multi-part upload, handled as a single batch; its result (never raises an ApiError)."""
+def _part(state: IngestState, body: bytes, age: str | None) -> dict[str, object]:
+    """One part of a multi-part upload, handled as a single batch of the upload's (checked) ``age``; its
+    result (never raises an ApiError)."""
     try:
         batch = _binary_batch(state, body)
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)
         return {"http_status": exc.status, **error_body(exc.code, exc.message, **exc.extra)}
     accepted = append_batch(
-        state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data
+        state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data,
+        age=age,
     )
     return {"http_status": 202, **accepted}
 
@@ -118,7 +140,7 @@ def _binary_batch(state: IngestState, body: bytes) -> _Batch:
         fail(400, "invalid_batch", str(exc))
     record, spec = _target(state, header.metric, header.version, header.n)
     try:
-        decode_payload(body, header, spec.params)
+        validated_payload(body, header, spec.params)
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=header.metric, n=header.n)
     return _Batch(record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body)
@@ -140,6 +162,7 @@ def _json_batch(state: IngestState, body: bytes) -> _Batch:
         data = encode_batch(
             metric=record.name, version=version, batch_id=header.batch_id, batch=batch, params=spec.params
         )
+        validated_payload(data, decode_header(data), spec.params)  # the same checks as the binary form
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=record.name, n=n)
     return _Batch(record=record, batch_id=header.batch_id, version=version, n=header.n, data=data)

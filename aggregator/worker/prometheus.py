@@ -1,9 +1,9 @@
 """The fold worker's own metrics for Prometheus: ``ldptel aggregate --metrics-port``.
 
 Read from the :class:`~ldptel.aggregator.worker.Worker` at each scrape (no second set of counters to keep in
-step): reports, entries, commits, skipped and dead-lettered entries folded since the worker started, the
-errors its follow loop survived, the shards it holds, and the lag of each (entries not yet folded: undelivered
-+ pending, from XINFO GROUPS; one round trip per held shard). Counters restart at 0 with the process, which
+step): reports, entries, commits and dead-lettered entries folded since the worker started, the
+errors its follow loop survived, the shards it holds, and the lag of each (entries appended but not yet
+folded: :func:`~ldptel.aggregator.worker.lag.shard_lag`; one round trip per held shard). Counters restart at 0 with the process, which
 Prometheus's ``rate()`` expects. Sum over workers in queries: each exports only its own shards and work.
 """
 
@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ldptel.aggregator.worker.groups import shard_lag
+from ldptel.aggregator.worker.lag import shard_lag
 
 if TYPE_CHECKING:
     from ldptel.aggregator.worker.loop import Worker
@@ -37,7 +37,6 @@ class WorkerCollector(Collector):
             ("ldptel_aggregator_reports_folded", stats.reports, "Reports folded into sketches since start."),
             ("ldptel_aggregator_entries_folded", stats.entries, "Stream entries (batches) folded since start."),
             ("ldptel_aggregator_commits", stats.commits, "Shard commits (sketches + checkpoint, one MULTI/EXEC)."),
-            ("ldptel_aggregator_entries_skipped", stats.skipped, "Entries skipped (unknown version, day out of range)."),
             ("ldptel_aggregator_entries_dead", stats.dead, "Entries moved to the dead-letter stream (undecodable)."),
         ):
             yield CounterMetricFamily(name, text, value=value)
@@ -50,12 +49,12 @@ class WorkerCollector(Collector):
         held = self.worker.owned_shards()
         yield GaugeMetricFamily("ldptel_aggregator_shards_held", "Shards this worker holds a lease on.", value=len(held))
         lag = GaugeMetricFamily("ldptel_aggregator_lag_entries",
-                                "Entries of a held shard not yet folded (undelivered + pending).",
+                                "Entries of a held shard appended but not yet folded.",
                                 labels=["metric", "shard"])
         up = 1
         for metric, shard in held:
             try:
-                entries = shard_lag(self.worker.r, metric, shard)[0]
+                entries = shard_lag(self.worker.r, metric, shard)
             except redis_lib.RedisError:  # Redis down: the scrape still answers, with redis_up 0
                 up = 0
                 break

@@ -57,6 +57,7 @@ class StoredBatch:
     version: int
     n: int
     body: bytes
+    formed_day: str | None  # UTC day the batch was formed (None: formed by an SDK before the retry horizon)
 
 
 def enqueue(conn: sqlite3.Connection, metric: str, version: int, payload: bytes, *, day: int) -> None:
@@ -89,9 +90,11 @@ def form_batches(
     batch_size: int,
     partial: bool,
     spec_of: Callable[[str, int], MetricSpec | None],
+    day: str,
 ) -> FormResult:
     """Turn queued reports into batches of at most ``batch_size`` (partial ones only when ``partial``).
 
+    ``day``: the UTC day now (stored with each batch: its retries are dropped after the retry horizon).
     One ``BEGIN IMMEDIATE`` transaction; on a ``synchronous=FULL`` connection its commit also makes every
     earlier commit durable, before anything is sent.
     """
@@ -100,19 +103,19 @@ def form_batches(
     try:
         groups = conn.execute(
             "SELECT metric, version, day, COUNT(*) FROM reports GROUP BY metric, version, day").fetchall()
-        for metric, version, day, count in groups:
+        for metric, version, report_day, count in groups:
             if count < batch_size and not partial:
                 continue
             spec = spec_of(metric, version)
             if spec is None:  # cannot be encoded (should not happen: specs are stored with their reports)
-                conn.execute("DELETE FROM reports WHERE metric = ? AND version = ? AND day = ?", (metric, version, day))
+                conn.execute("DELETE FROM reports WHERE metric = ? AND version = ? AND day = ?", (metric, version, report_day))
                 dropped += count
                 moved += count
                 continue
             while True:
                 rows = conn.execute(
                     "SELECT id, payload FROM reports WHERE metric = ? AND version = ? AND day = ? ORDER BY id LIMIT ?",
-                    (metric, version, day, batch_size),
+                    (metric, version, report_day, batch_size),
                 ).fetchall()
                 if not rows or (len(rows) < batch_size and not partial):
                     break
@@ -120,12 +123,12 @@ def form_batches(
                 batch_id = secure_token(16)
                 body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params)
                 conn.execute(
-                    "INSERT INTO batches(batch_id, metric, version, n, body) VALUES (?, ?, ?, ?, ?)",
-                    (batch_id, metric, version, len(rows), body),
+                    "INSERT INTO batches(batch_id, metric, version, n, body, formed_day) VALUES (?, ?, ?, ?, ?, ?)",
+                    (batch_id, metric, version, len(rows), body, day),
                 )
                 conn.execute(
                     "DELETE FROM reports WHERE metric = ? AND version = ? AND day = ? AND id <= ?",
-                    (metric, version, day, rows[-1][0]),
+                    (metric, version, report_day, rows[-1][0]),
                 )
                 formed += 1
                 moved += len(rows)
@@ -174,7 +177,7 @@ def load_batches(conn: sqlite3.Connection, ids: list[int]) -> list[StoredBatch]:
     """The stored batches with these row ids that are still there, in the order given."""
     marks = ",".join("?" * len(ids))
     rows = conn.execute(
-        f"SELECT id, batch_id, metric, version, n, body FROM batches WHERE id IN ({marks})", ids).fetchall()
+        f"SELECT id, batch_id, metric, version, n, body, formed_day FROM batches WHERE id IN ({marks})", ids).fetchall()
     found = {row[0]: StoredBatch(*row) for row in rows}
     return [found[i] for i in ids if i in found]
 

@@ -14,10 +14,14 @@ One cycle (:meth:`Uploader.cycle`):
    (:func:`ldptel.client.sdk.queue.plan_uploads`; an upload of one batch is sent as that batch), and settle
    each batch by the server's answer for it (:func:`ldptel.client.sdk.transport.classify`; a multi-part
    upload is answered 200 with one status per part): acknowledged → delivered; 409 → dropped as stale and
-   the spec the answer carries adopted; another 4xx → dropped as rejected; 401/403, 408/425/429, 5xx or a
-   network error for the request → kept, and the uploader backs off
-   (:class:`~ldptel.client.sdk.transport.Backoff`). A server that refuses the multi-part form itself
-   (another 4xx for the whole upload: an older server) gets single batches from then on;
+   the spec the answer carries adopted; 422 ``batch_too_old`` → dropped as too old; another 4xx → dropped
+   as rejected; 401/403, 408/425/429, 5xx or a network error for the request → kept, and the uploader backs
+   off (:class:`~ldptel.client.sdk.transport.Backoff`). A server that refuses the multi-part form itself
+   (another 4xx for the whole upload: an older server) gets single batches from then on. Each request
+   carries its age (UTC days since the batch was formed, by this device's clock; for a multi-part upload the
+   oldest part's, so no part is accepted later than it would be alone); a batch older than
+   ``retry_horizon_days`` is dropped without sending (the server may have forgotten its id and would refuse
+   it: a batch is either deduplicated or dropped, never counted twice);
 6. checkpoint the WAL (the ``report()`` connection leaves checkpoints to this one).
 
 It runs on a background thread (``ldptel-uploader``) that sleeps until the next cycle is due or it is woken,
@@ -33,11 +37,14 @@ thread sleeps on it and :meth:`flush` waits on it. ``_lock`` is always taken bef
 
 from __future__ import annotations
 
+import datetime
 import json
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from ldptel.client.protocol.wire import encode_upload
 from ldptel.client.sdk import queue as _queue
@@ -74,6 +81,7 @@ class Uploader:
         flush_interval: float,
         backoff: Backoff,
         notify: Notifier,
+        retry_horizon_days: int,
     ) -> None:
         self._db = connect(storage_dir, synchronous="FULL")
         self._tx = transport
@@ -87,6 +95,7 @@ class Uploader:
         self._flush_interval = flush_interval
         self._backoff = backoff
         self._notify = notify
+        self._horizon = retry_horizon_days
         self._lock = threading.Lock()
         self._retry_at = 0.0
         self._next_flush_at = clock()  # leftovers from a previous run go out at once
@@ -198,7 +207,8 @@ class Uploader:
                 unbatched = self._counters.unbatched
             if unbatched > 0 and (due or unbatched >= self._batch_size):
                 res = _queue.form_batches(
-                    self._db, batch_size=self._batch_size, partial=due, spec_of=self._specs.spec_of)
+                    self._db, batch_size=self._batch_size, partial=due, spec_of=self._specs.spec_of,
+                    day=_utc_day(self._clock()))
                 with self._state:
                     self._counters.unbatched -= res.moved
                     self._counters.pending -= res.unencodable
@@ -218,8 +228,11 @@ class Uploader:
 
     def _send(self, batch: _queue.StoredBatch) -> bool:
         """Post one batch and settle it; False when the uploader must back off."""
+        if self._drop_if_too_old(batch):
+            return True
+        age = self._age(batch)
         try:
-            resp = self._tx.post_batch(batch.body)
+            resp = self._tx.post_batch(batch.body, age_days=age)
         except NETWORK_ERRORS as exc:
             self._retry(None)
             self._notify(_batch_error(batch, f"network error: {exc!r}", status=None, outcome="retry"))
@@ -238,14 +251,21 @@ class Uploader:
     def _send_upload(self, batches: list[_queue.StoredBatch]) -> bool:
         """Post several batches as one multi-part upload and settle each by its part's answer; False when the
         uploader must back off."""
+        batches = [batch for batch in batches if not self._drop_if_too_old(batch)]
+        if len(batches) <= 1:
+            return not batches or self._send(batches[0])
+        ages = [self._age(batch) for batch in batches]
+        known = [age for age in ages if age is not None]
         try:
-            resp = self._tx.post_batch(encode_upload([b.body for b in batches]))
+            resp = self._tx.post_batch(encode_upload([b.body for b in batches]), age_days=max(known) if known else None)
         except NETWORK_ERRORS as exc:
             self._retry(None)
             self._notify(UploadError(f"network error: {exc!r}", outcome="retry", n=sum(b.n for b in batches)))
             return False
         results = _part_results(resp, len(batches))
         if results is None:
+            if _outcome(resp) == "too_old":  # the oldest part is past the server's horizon: send each alone
+                return all(self._send(batch) for batch in batches)
             outcome = classify(resp.status)
             if outcome in ("retry", "auth") or resp.status == 200:  # 200 without a readable answer: retry
                 self._retry(resp.retry_after)
@@ -262,11 +282,27 @@ class Uploader:
             for batch, (status, body) in zip(batches, results, strict=True)])
         return True
 
+    def _age(self, batch: _queue.StoredBatch) -> int | None:
+        return None if batch.formed_day is None else _age_days(batch.formed_day, self._clock())
+
+    def _drop_if_too_old(self, batch: _queue.StoredBatch) -> bool:
+        """Drop (and tell) a batch older than the retry horizon, unsent; True if it was."""
+        age = self._age(batch)
+        if age is None or age <= self._horizon:
+            return False
+        _queue.remove_batches(self._db, [batch])
+        with self._state:
+            self._counters.settle(batch.n, "too_old")
+        self._notify(_batch_error(
+            batch, f"batch formed on {batch.formed_day}, beyond the retry horizon of {self._horizon} day(s); "
+            f"{batch.n} reports dropped", status=None, outcome="too_old"))
+        return True
+
     def _settle_answers(self, answers: list[tuple[_queue.StoredBatch, Response]]) -> None:
-        """Settle the batches the server answered for good (ack, stale or rejected), removed in one
+        """Settle the batches the server answered for good (ack, stale, too old or rejected), removed in one
         transaction; a part that asks for a retry stays stored for the next cycle."""
         final = [(batch, resp, outcome) for batch, resp in answers
-                 if (outcome := classify(resp.status)) in ("ack", "stale", "rejected")]
+                 if (outcome := _outcome(resp)) in ("ack", "stale", "rejected", "too_old")]
         _queue.remove_batches(self._db, [batch for batch, _, _ in final])
         with self._state:
             for batch, _, outcome in final:
@@ -284,6 +320,9 @@ class Uploader:
                 f"version {batch.version} of {batch.metric!r} is no longer accepted")
             self._notify(_batch_error(
                 batch, f"HTTP 409: {why}; {batch.n} reports dropped", status=409, outcome="stale"))
+        elif outcome == "too_old":
+            self._notify(_batch_error(batch, f"HTTP 422: batch too old for the server's retry horizon; {batch.n} "
+                                      "reports dropped", status=422, outcome="too_old"))
         elif outcome == "rejected":
             self._notify(_batch_error(
                 batch, f"HTTP {resp.status}: batch rejected for good; {batch.n} reports dropped ({resp.body[:200]!r})",
@@ -301,6 +340,15 @@ class Uploader:
             return self._counters.pending
 
 
+def _outcome(resp: Response) -> Literal["ack", "stale", "auth", "retry", "rejected", "too_old"]:
+    """:func:`classify`, with the server's 422 ``batch_too_old`` told apart (dropped as too old, not rejected)."""
+    if resp.status == 422:
+        body = resp.json()
+        if isinstance(body, dict) and body.get("error") == "batch_too_old":
+            return "too_old"
+    return classify(resp.status)
+
+
 def _part_results(resp: Response, parts: int) -> list[tuple[int, bytes]] | None:
     """(status, JSON body) of each part of a multi-part upload's 200 answer; None for any other answer."""
     if resp.status != 200:
@@ -316,6 +364,19 @@ def _part_results(resp: Response, parts: int) -> list[tuple[int, bytes]] | None:
             return None
         out.append((status, json.dumps(item).encode()))
     return out
+
+
+def _utc_day(now: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+def _age_days(day: str, now: float) -> int:
+    """Whole UTC days from ``day`` to the day of ``now``, ≥ 0 (a clock turned back since, or a malformed stored
+    day, counts as 0: the README states what a clock turned back allows)."""
+    try:
+        return max(0, (datetime.date.fromisoformat(_utc_day(now)) - datetime.date.fromisoformat(day)).days)
+    except ValueError:
+        return 0
 
 
 def _batch_error(batch: _queue.StoredBatch, message: str, *, status: int | None, outcome: str) -> UploadError:

@@ -27,6 +27,7 @@ _LUA = resources.files(__package__).joinpath("append.lua").read_text(encoding="u
 
 
 _day_cache: tuple[int, str] = (-1, "")
+DAY_MS = 86_400_000
 
 
 def utc_day(now: datetime | None = None) -> str:
@@ -79,9 +80,13 @@ class BatchAppender(RawClient):
         n: int,
         data: bytes,
         day: str,
-        dedupe_ttl: int,
+        dedupe_days: int,
     ) -> AppendResult:
-        """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard."""
+        """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard.
+
+        ``day`` is the UTC arrival day; the batch id is remembered until the end of ``day`` + ``dedupe_days``.
+        """
+        day_start = _day_start_ms(day)
         shard = keys.shard_for(batch_id, shards)
         evalsha = pack_command(
             b"EVALSHA",
@@ -93,8 +98,8 @@ class BatchAppender(RawClient):
             version,
             n,
             data,
-            dedupe_ttl,
-            _day_start_ms(day),  # entry ids carry only the day
+            day_start + (dedupe_days + 1) * DAY_MS,  # the dedupe key expires at a day boundary
+            day_start,  # entry ids carry only the day
         )
         conn = self._checkout()
         try:
