@@ -18,7 +18,7 @@ RECENT_DAYS = 31  # days of the current version whose report counts the list sho
 
 def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str, Any]]) -> dict[str, Any]:
     """One metric: the current spec's mechanism, ε (asked and effective), shape and policy, every version with
-    its days, reports per recent day, stream lag and pending entries (None when a lag is unknown)."""
+    its days, reports per recent day and stream lag (None when a lag is unknown)."""
     spec = record.current
     mechanism = mechanism_of(spec.params)
     index = store.sketch_index(r, record.name, record.shards)
@@ -49,7 +49,6 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         "days_by_version": days_by_version,
         "reports_by_day": [{"day": day, "n": n} for day, n in reports.items()],
         "lag": None if unknown else sum(row["lag"] for row in shard_rows),
-        "pending": sum(row["pending"] for row in shard_rows),
         "record": record.to_dict(),
     }
 
