@@ -36,6 +36,7 @@ from ldptel.client.protocol.wire import decode_batch, encode_batch
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from ldptel.storage.embedded import EmbeddedRedis
+from tests.client.conftest import OPEN_POLICY
 from tests.faults.slow import create_metric
 from tests.faults.stack import DEPLOY, ROOT, free_port, worker_pids
 from tests.server.srv_helpers import OCTET, fill_to_maxmemory, lift_maxmemory
@@ -100,7 +101,8 @@ class FaultRun:
         for i in range(self.n_reporters):
             self.reporters.append(Reporter(endpoint, APP_TOKEN, self.tmp / f"device{i}", batch_size=self.batch,
                                            flush_interval=0.2, metrics=[SDK.name], timeout=3.0,
-                                           backoff_base=0.05, backoff_cap=0.5))
+                                           backoff_base=0.05, backoff_cap=0.5,
+                                           policy=OPEN_POLICY))  # a "device" here is a load generator
         for r in self.reporters:
             assert r.wait_for_specs(20), "the Reporters never got the spec"
         for i in range(self.raw_clients):
@@ -394,7 +396,7 @@ class FaultRun:
     def _wait_folded(self, r: redis_lib.Redis, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            lags = [shard_lag(r, m, s)[0] if r.exists(keys.stream(m, s)) else 0
+            lags = [shard_lag(r, m, s) if r.exists(keys.stream(m, s)) else 0
                     for m in (RAW.name, SDK.name) for s in range(SHARDS)]
             if all(lag == 0 for lag in lags):
                 return
