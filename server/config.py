@@ -48,6 +48,7 @@ from ldptel.client.errors import LdpError
 from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS, MAX_REPORTS
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
+from ldptel.storage.client import parse_redis_url
 
 __all__ = ["ConfigError", "MIN_DISTINCT_CHARS", "MIN_TOKEN_BITS", "PLACEHOLDERS", "ServerConfig", "token_problem"]
 
@@ -111,8 +112,11 @@ class ServerConfig:
             _check_token(f"{PREFIX}METRICS_TOKEN", self.metrics_token)
             if self.metrics_token in self.app_tokens or self.metrics_token == self.admin_token:
                 raise ConfigError(f"{PREFIX}METRICS_TOKEN must differ from the admin token and every app token")
-        if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://")
+        if self.redis_url is not None:
+            try:
+                parse_redis_url(self.redis_url)  # one Redis or a cluster (ldptel.storage.client)
+            except LdpError as exc:
+                raise ConfigError(f"{PREFIX}REDIS_URL: {exc}") from None
         _check_range("MAX_BATCH_REPORTS", self.max_batch_reports, 1, MAX_REPORTS)
         _check_range("MAX_BODY_BYTES", self.max_body_bytes, 64, 1 << 31)
         if self.rate_limit is not None and not (math.isfinite(self.rate_limit) and self.rate_limit > 0):

@@ -18,11 +18,8 @@ from ldptel.server.auth import authenticate
 from ldptel.server.errors import json_response
 from ldptel.server.openapi import openapi_document
 from ldptel.server.state import current_state
-from ldptel.storage import keys
 
 __all__ = ["bp"]
-
-READY_PROBE_TTL_MS = 60_000  # the probe key expires by itself
 
 bp = Blueprint("ops", __name__)
 
@@ -51,8 +48,9 @@ def healthz() -> Response:
 def readyz() -> Response:
     """Ready means "a write would succeed now": one small SET, refused by Redis exactly when it refuses the
     appends (maxmemory under ``noeviction``, a read-only replica, writes stopped after a failed save) as
-    well as when it is unreachable. RedisError -> 503 (``errors.py``). As cheap as a PING: one round trip."""
-    current_state().redis.set(keys.ready_probe(), b"1", px=READY_PROBE_TTL_MS)
+    well as when it is unreachable. RedisError -> 503 (``errors.py``). As cheap as a PING: one round trip
+    (on a Redis Cluster one per primary: every node the appends go to, :meth:`BatchAppender.check_writable`)."""
+    current_state().appender.check_writable()
     return json_response({"status": "ready"}, 200)
 
 

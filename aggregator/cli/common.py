@@ -54,21 +54,33 @@ def connected(url: str | None, *, socket_timeout: float | None = SOCKET_TIMEOUT)
     """A pinged Redis client; a bad URL, an unreachable server or a connection lost later is a :class:`UserError`."""
     import redis
 
+    from ldptel.storage.client import connect, parse_redis_url
+
     url = redis_url(url)
     try:
-        r = redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
-    except ValueError as exc:
+        target = parse_redis_url(url)
+        shown = target.display
+        r = connect(target, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
+    except (ValueError, LdpError) as exc:
         raise UserError(f"bad Redis URL {url!r}: {exc}") from None
+    except redis.RedisError as exc:  # a cluster client asks its seed nodes for the slot map right away
+        raise UserError(f"cannot reach Redis at {shown}: {_one_line(exc)} (set --redis-url or {ENV_REDIS_URL})") from None
     try:
         try:
             r.ping()
         except redis.RedisError as exc:
-            raise UserError(f"cannot reach Redis at {url}: {exc} (set --redis-url or {ENV_REDIS_URL})") from None
+            raise UserError(f"cannot reach Redis at {shown}: {_one_line(exc)} (set --redis-url or {ENV_REDIS_URL})") from None
         yield r
     except redis.ConnectionError as exc:
-        raise UserError(f"lost the connection to Redis: {exc}") from None
+        raise UserError(f"lost the connection to Redis: {_one_line(exc)}") from None
+    except redis.RedisError as exc:  # any other Redis or Redis Cluster error (MOVED storms, CLUSTERDOWN, ...)
+        raise UserError(f"Redis error ({type(exc).__name__}): {_one_line(exc)}") from None
     finally:
         r.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def read_values(path: str, *, what: str) -> list[str]:

@@ -36,6 +36,7 @@ from ldptel.aggregator.demo.signals import sigint_ignored
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.specs import MetricSpec
+from ldptel.storage.client import connect
 from ldptel.storage.embedded import EmbeddedRedis, EmbeddedRedisError
 
 FOLD_TIMEOUT = 60.0  # seconds for the worker to fold everything after the last device
@@ -120,7 +121,7 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         truth = Truth.draw(dist, devices=config.devices, seed=seed)
         stats = _simulate(session, config, services, dist=dist, truth=truth, seed=seed, status=status)
         times.mark("fleet")
-        r = services.redis_server.client()
+        r = connect(services.redis_server.url)
         try:
             folded = _wait_folded(r, session, dist=dist, stats=stats, status=status)
             times.mark("folded")

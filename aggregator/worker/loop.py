@@ -31,6 +31,7 @@ from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import InvalidParameterError
 from ldptel.storage import sketches as store
+from ldptel.storage.client import decodes_responses
 from ldptel.storage.connection import refused_write
 from ldptel.storage.leases import LeaseLostError, Leases
 from ldptel.storage.sketches import format_id
@@ -76,7 +77,7 @@ class Worker:
     """A fold worker over one Redis connection (``decode_responses`` must be off: entries are binary)."""
 
     def __init__(self, r: redis_lib.Redis, config: WorkerConfig | None = None) -> None:
-        if r.connection_pool.connection_kwargs.get("decode_responses"):
+        if decodes_responses(r):
             raise InvalidParameterError("r", "a Redis client with decode_responses=False (entries are binary)", r)
         self.r = r
         self.config = config or WorkerConfig()

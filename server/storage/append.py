@@ -17,12 +17,16 @@ from datetime import UTC, datetime
 from importlib import resources
 
 import redis
+from redis.crc import key_slot
 
+from ldptel.client.errors import LdpError
 from ldptel.storage import keys
 from ldptel.storage.connection import RawClient, RawConnection, Reply, UnexpectedReplyError, pack_command
 
-__all__ = ["AppendResult", "BatchAppender", "utc_day"]
+__all__ = ["READY_PROBE_TTL_MS", "AppendResult", "BatchAppender", "ReplicaWaitError", "utc_day"]
 
+READY_PROBE_TTL_MS = 60_000  # the readiness probe keys expire by themselves
+WAIT_TIMEOUT_MS = 1_000  # how long an append waits for its replicas (``wait_replicas``)
 _LUA = resources.files(__package__).joinpath("append.lua").read_text(encoding="utf-8")
 
 
@@ -64,10 +68,29 @@ class BatchAppender(RawClient):
     MAX_IDLE = 64
     BUFFER_BYTES = 512  # replies are an entry id, nil, a script sha or an error line
 
-    def __init__(self, r: redis.Redis) -> None:
+    def __init__(self, r: redis.Redis, *, wait_replicas: int = 0) -> None:
         super().__init__(r)
+        self.wait_replicas = wait_replicas
         self._sha = hashlib.sha1(_LUA.encode("utf-8")).hexdigest().encode("ascii")
         self._load = pack_command(b"SCRIPT", b"LOAD", _LUA)
+        self._wait_command = pack_command(b"WAIT", wait_replicas, WAIT_TIMEOUT_MS)
+
+    def _wait(self, conn: RawConnection) -> None:
+        """WAIT until ``wait_replicas`` replicas hold what this connection wrote, else a ReplicaWaitError."""
+        acked = conn.call(self._wait_command, RawConnection.reply)
+        if not isinstance(acked, int) or acked < self.wait_replicas:
+            raise ReplicaWaitError(
+                f"the batch reached {acked!r} of {self.wait_replicas} replicas within {WAIT_TIMEOUT_MS} ms"
+            )
+
+    def check_writable(self) -> None:
+        """Raise the redis error of the first server this appender writes to that refuses a small write now
+        (unreachable, a replica, OOM, a failed save): one Redis, or every primary of a cluster (one probe key
+        per primary, on a slot it serves). The readiness check of the ingest service."""
+        probes = [keys.ready_probe(_tag_for_slot(slot)) for _, slot in self.primaries()] or [keys.ready_probe()]
+        for key in probes:
+            conn, _ = self._routed(key, pack_command(b"SET", key, b"1", b"PX", READY_PROBE_TTL_MS), RawConnection.reply)
+            self._checkin(conn)
 
     def append(
         self,
@@ -96,15 +119,25 @@ class BatchAppender(RawClient):
             dedupe_ttl,
             _day_start_ms(day),  # entry ids carry only the day
         )
-        conn = self._checkout()
-        try:
+        stream = keys.stream(metric, shard)
+        result: Reply = None
+        for attempt in range(3):
             try:
-                result = _call(conn, evalsha)
-            except redis.exceptions.NoScriptError:
-                _call(conn, self._load)
-                result = _call(conn, evalsha)
-        finally:
-            self._checkin(conn)
+                conn, result = self._routed(stream, evalsha, RawConnection.reply)
+            except redis.exceptions.NoScriptError:  # a server (or a new primary) without the script
+                conn, _ = self._routed(stream, self._load, RawConnection.reply)
+                self._checkin(conn)
+                continue
+            except (redis.ConnectionError, redis.TimeoutError):  # dropped: the send reconnects (and re-routes)
+                if attempt == 2:
+                    raise
+                continue
+            try:
+                if result is not None and self.wait_replicas:
+                    self._wait(conn)
+            finally:
+                self._checkin(conn)
+            break
         if result is None:
             return AppendResult(duplicate=True)
         if not isinstance(result, bytes):
@@ -112,9 +145,15 @@ class BatchAppender(RawClient):
         return AppendResult(duplicate=False)
 
 
-def _call(conn: RawConnection, packed: bytes) -> Reply:
-    """One command and its whole reply, sent once more on a fresh connection if the first one broke."""
-    try:
-        return conn.call(packed, RawConnection.reply)
-    except (redis.ConnectionError, redis.TimeoutError):  # the connection was dropped: the send reconnects
-        return conn.call(packed, RawConnection.reply)
+class ReplicaWaitError(LdpError, redis.TimeoutError):
+    """Fewer replicas than ``wait_replicas`` acknowledged an appended batch in time: it is not acknowledged
+    (the client retries; the batch id makes the retry idempotent)."""
+
+
+@functools.lru_cache(maxsize=16384)
+def _tag_for_slot(slot: int) -> str:
+    """A short hash-tag text whose key slot is ``slot`` (for a probe key on a given cluster node)."""
+    n = 0
+    while key_slot(f"{{probe:{n}}}".encode()) != slot:
+        n += 1
+    return f"probe:{n}"

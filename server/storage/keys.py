@@ -59,9 +59,10 @@ def dead_letters(metric: str, shard: int) -> str:
     return f"{PREFIX}{tag(metric, shard)}:dead"
 
 
-def ready_probe() -> str:
-    """String the ingest service's ``/readyz`` writes (with an expiry) to learn that Redis accepts writes."""
-    return f"{PREFIX}ready-probe"
+def ready_probe(tag: str | None = None) -> str:
+    """String the ingest service's ``/readyz`` writes (with an expiry) to learn that Redis accepts writes; on a
+    cluster one per primary, each under a hash tag ``{<tag>}`` chosen to land on a slot that primary serves."""
+    return f"{PREFIX}ready-probe" if tag is None else f"{PREFIX}{{{tag}}}:ready-probe"
 
 
 def aggregators() -> str:

@@ -38,9 +38,9 @@ class StreamReader(RawClient):
         """The entries of one XREADGROUP; their ``b`` views are valid inside the ``with`` block only."""
         block = () if block_ms is None else ("BLOCK", block_ms)
         packed = pack_command("XREADGROUP", "GROUP", group, consumer, "COUNT", count, *block, "STREAMS", stream, cursor)
-        conn = self._checkout()
+        conn, entries = self._routed(stream, packed, _entries)  # on a cluster: where the stream's slot lives
         try:
-            yield conn.call(packed, _entries)
+            yield entries
         finally:
             self._checkin(conn)
 
