@@ -73,7 +73,11 @@ def connected(url: str | None, *, socket_timeout: float | None = SOCKET_TIMEOUT)
         yield r
     except redis.ConnectionError as exc:
         raise UserError(f"lost the connection to Redis: {_one_line(exc)}") from None
-    except redis.RedisError as exc:  # any other Redis or Redis Cluster error (MOVED storms, CLUSTERDOWN, ...)
+    except (redis.exceptions.MovedError, redis.exceptions.AskError) as exc:  # a plain URL at a cluster node
+        raise UserError(
+            f"{shown} is a Redis Cluster node (MOVED {exc}): use redis+cluster://host:port[,host:port...]"
+        ) from None
+    except redis.RedisError as exc:  # any other Redis or Redis Cluster error (CLUSTERDOWN, ...)
         raise UserError(f"Redis error ({type(exc).__name__}): {_one_line(exc)}") from None
     finally:
         r.close()

@@ -1,0 +1,141 @@
+"""The whole pipeline on a real 3-primary Redis Cluster: the ldptel CLI (registry, aggregate, status,
+estimate), ingest through the app (the raw append routed by slot), readiness, exactly-once, and the one-line
+error a single-node URL pointed at a cluster node gets."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import redis as redis_lib
+
+from ldptel.aggregator.cli import main
+from ldptel.client import privatize_batch
+from ldptel.client.protocol.wire import encode_batch
+from ldptel.server import ServerConfig, create_app
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
+from ldptel.storage.append import BatchAppender
+from tests.aggregator.agg_helpers import Ingested
+from tests.cluster.local import LocalCluster
+from tests.stats import assert_close_normal
+
+pytestmark = pytest.mark.cluster
+APP_TOKEN = "cluster-app-token-0123456789abcdef"
+ADMIN_TOKEN = "cluster-admin-token-0123456789abcdef"
+SHARDS = 6
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def _owners(r: redis_lib.Redis, metric: str, shards: int) -> set[str]:
+    """The primaries (host:port) that serve the metric's shard streams."""
+    nodes = r.nodes_manager  # type: ignore[attr-defined]  # a RedisCluster
+    return {nodes.get_node_from_slot(r.keyslot(keys.stream(metric, s))).name for s in range(shards)}  # type: ignore[attr-defined]
+
+
+def test_pipeline_and_every_command_on_a_cluster(
+    local_cluster: LocalCluster, cluster_redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LDPTEL_REDIS_URL", local_cluster.url)
+    code, _, err = run("metrics", "create", "pages", "--mechanism", "cms", "--epsilon", "4", "--k", "16", "--m", "256",
+                       "--shards", str(SHARDS))
+    assert code == 0, err
+    assert len(_owners(cluster_redis, "pages", SHARDS)) == 3  # the shards spread over every primary
+
+    app = create_app(ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN,
+                                  redis_url=local_cluster.url, rate_limit=None))
+    http = app.test_client()
+    assert http.get("/readyz").status_code == 200
+    record = registry.get_metric(cluster_redis, "pages")
+    spec = record.current
+    rng = np.random.default_rng(17)
+    labels = [f"/p/{i}" for i in range(5)]
+    values: list[str] = []
+    sent: list[tuple[bytes, object]] = []
+    for i in range(24):  # every batch lands on the shard of its id: all 24 accepted, wherever it lives
+        chunk = [labels[(i + j) % 3 if j % 4 else 4] for j in range(250)]
+        batch = privatize_batch(chunk, spec.params, rng=rng)
+        data = encode_batch(metric="pages", version=spec.version, batch_id=rng.bytes(16), batch=batch, params=spec.params)
+        resp = http.post("/v1/reports", data=data, content_type="application/octet-stream",
+                         headers={"Authorization": f"Bearer {APP_TOKEN}"})
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        values += chunk
+        sent.append((data, batch))
+    for data, _ in sent[:5]:  # retries: deduplicated on their shard
+        resp = http.post("/v1/reports", data=data, content_type="application/octet-stream",
+                         headers={"Authorization": f"Bearer {APP_TOKEN}"})
+        assert resp.status_code == 202 and resp.get_json()["duplicate"] is True
+    app.extensions["redis"].close()
+
+    code, out, err = run("aggregate", "--once")
+    assert code == 0, err
+    assert json.loads(out)["reports"] == len(values)
+    code, out, err = run("status", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert len(rows) == SHARDS and all(row["lag"] == 0 and row["pending"] == 0 for row in rows)
+
+    ingested = Ingested(record=record, batches=[b for _, b in sent], values=values)  # type: ignore[misc]
+    index = store.sketch_index(cluster_redis, "pages", SHARDS)
+    pairs = [(s, v, d) for s, members in index.items() for v, d in members]
+    total, _ = store.sum_sketches(cluster_redis, "pages", params=spec.params, pairs=pairs)
+    assert total.equals(ingested.expected_state())  # exactly the acknowledged batches, each once
+
+    code, out, err = run("estimate", "pages", "--candidate", labels[0], "--candidate", labels[4], "--format", "json")
+    assert code == 0, err
+    truth = Counter(values)
+    doc = json.loads(out)
+    assert doc["n"] == len(values)
+    for row in doc["rows"]:
+        assert_close_normal(row["estimate"], truth[row["value"]], row["stderr"], n=len(values), what=row["value"])
+    assert run("metrics", "list")[0] == 0 and "pages" in run("metrics", "show", "pages")[1]
+    assert run("metrics", "retire", "pages")[0] == 0
+    assert registry.get_metric(cluster_redis, "pages").status == "retired"
+
+
+def test_a_plain_url_at_a_cluster_node_is_one_line_not_a_traceback(
+    local_cluster: LocalCluster, cluster_redis: redis_lib.Redis
+) -> None:
+    slot = cluster_redis.keyslot(keys.registry())  # type: ignore[attr-defined]
+    owner = cluster_redis.nodes_manager.get_node_from_slot(slot).name  # type: ignore[attr-defined]
+    other = next(n for n in local_cluster.nodes if f"127.0.0.1:{n.port}" != owner)
+    code, out, err = run("metrics", "list", "--redis-url", other.url)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("ldptel: error: ") and "MOVED" in err, err
+    assert "is a Redis Cluster node" in err and "redis+cluster://" in err
+
+
+def test_the_appender_follows_moved_when_a_slot_changes_owner(
+    local_cluster: LocalCluster, cluster_redis: redis_lib.Redis
+) -> None:
+    """Resharding: a shard's slot moves to another primary (CLUSTER SETSLOT ... NODE) after the appender
+    cached the slot map; the append gets MOVED, follows it, and the batch lands on the new owner."""
+    appender = BatchAppender(cluster_redis)
+    stream = keys.stream("moving", 0)
+    slot = cluster_redis.keyslot(stream)  # type: ignore[attr-defined]
+    nodes = cluster_redis.nodes_manager  # type: ignore[attr-defined]
+    source = nodes.get_node_from_slot(slot)
+    target = next(n for n in cluster_redis.get_primaries() if n.name != source.name)  # type: ignore[attr-defined]
+    kwargs = {"metric": "moving", "shards": 1, "version": 1, "n": 1, "data": b"x", "day": "2026-03-01", "dedupe_ttl": 60}
+    assert not appender.append(batch_id=b"a" * 16, **kwargs).duplicate  # type: ignore[arg-type]
+    cluster_redis.delete(stream, keys.seen("moving", 0, (b"a" * 16).hex()))  # an empty slot moves at once
+    ids = {n.name: n.redis_connection.execute_command("CLUSTER", "MYID").decode() for n in (source, target)}
+    for node in cluster_redis.get_primaries():  # type: ignore[attr-defined]
+        node.redis_connection.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[target.name])
+    try:
+        assert not appender.append(batch_id=b"b" * 16, **kwargs).duplicate  # type: ignore[arg-type]
+        assert target.redis_connection.xlen(stream) == 1  # written where the slot now lives
+        assert appender.append(batch_id=b"b" * 16, **kwargs).duplicate  # type: ignore[arg-type]
+    finally:
+        cluster_redis.delete(stream, keys.seen("moving", 0, (b"b" * 16).hex()))
+        for node in cluster_redis.get_primaries():  # type: ignore[attr-defined]
+            node.redis_connection.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[source.name])
+        appender.close()
