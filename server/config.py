@@ -47,8 +47,8 @@ from pathlib import Path
 from ldptel.client.errors import LdpError
 from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS, MAX_REPORTS
 from ldptel.server.ratelimit import MAX_BURST
-from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 from ldptel.storage.client import parse_redis_url
+from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
 __all__ = ["ConfigError", "MIN_DISTINCT_CHARS", "MIN_TOKEN_BITS", "PLACEHOLDERS", "ServerConfig", "token_problem"]
 
