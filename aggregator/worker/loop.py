@@ -31,7 +31,7 @@ from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import InvalidParameterError
 from ldptel.storage import sketches as store
-from ldptel.storage.client import decodes_responses
+from ldptel.storage.client import TRANSIENT_ERRORS, decodes_responses
 from ldptel.storage.connection import refused_write
 from ldptel.storage.leases import LeaseLostError, Leases
 from ldptel.storage.sketches import format_id
@@ -146,7 +146,7 @@ class Worker:
                         last_progress = time.monotonic()
                     backoff = 0.1
                     refused = False
-                except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+                except TRANSIENT_ERRORS as exc:  # lost Redis, or a cluster mid-failover
                     if cfg.once:
                         raise
                     # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still

@@ -28,16 +28,33 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
 
-from ldptel.client.errors import InvalidParameterError
+from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.validate import check_int
 
-__all__ = ["CLUSTER_SCHEMES", "RedisUrl", "connect", "decodes_responses", "is_cluster", "parse_redis_url"]
+__all__ = ["CLUSTER_SCHEMES", "TRANSIENT_ERRORS", "ClusterUnavailableError", "RedisUrl", "connect", "decodes_responses", "is_cluster", "parse_redis_url"]
 
 CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
 _SINGLE_SCHEMES = ("redis", "rediss", "unix")
 _ALLOWED = "redis://, rediss://, unix://, redis+cluster://host:port[,host:port...] or rediss+cluster://..."
 MAX_WAIT_REPLICAS = 16
+
+
+class ClusterUnavailableError(LdpError, redis.ConnectionError):
+    """No slot map could be had from the cluster, or a slot is served by no node now (during a failover)."""
+
+
+# Errors that pass once Redis is back, a failover is done or a slot has moved: the fold worker waits and
+# retries them, the ingest answers 503. ``RedisClusterException`` is redis-py's cluster client failing to get
+# or use a slot map (it is not a ``RedisError``).
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+)
 
 
 @dataclass(frozen=True, kw_only=True)

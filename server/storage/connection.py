@@ -45,11 +45,12 @@ from typing import ClassVar, Protocol, TypeAlias, TypeVar, cast
 
 import redis
 from redis._parsers import BaseParser
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import ClusterNode, NodesManager, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
 
 from ldptel.client.errors import LdpError
-from ldptel.storage.client import is_cluster
+from ldptel.storage.client import ClusterUnavailableError, is_cluster
 
 __all__ = [
     "ConnectionLostError",
@@ -355,24 +356,33 @@ class RawClient:
                 stack = self._stacks.setdefault(node.name, made)
         return stack
 
-    def _primary(self, key: str) -> ClusterNode:
+    def _slot_map(self) -> NodesManager:
+        """redis-py's slot map of the cluster, refreshed first when a lost node or CLUSTERDOWN asked for it."""
         cluster = self._cluster
         assert cluster is not None
         if self._refresh:
+            try:
+                cluster.nodes_manager.initialize()
+            except RedisClusterException as exc:  # not a RedisError: no node gave a full slot map
+                raise ClusterUnavailableError(f"no slot map from the cluster: {exc}") from None
             self._refresh = False
-            cluster.nodes_manager.initialize()
-        node: ClusterNode = cluster.nodes_manager.get_node_from_slot(key_slot(key.encode("utf-8")))
+        return cluster.nodes_manager
+
+    def _primary(self, key: str) -> ClusterNode:
+        try:
+            node: ClusterNode = self._slot_map().get_node_from_slot(key_slot(key.encode("utf-8")))
+        except RedisClusterException as exc:  # SlotNotCoveredError: a slot without a node
+            self._refresh = True
+            raise ClusterUnavailableError(str(exc)) from None
         return node
 
     def primaries(self) -> list[tuple[ClusterNode, int]]:
         """On a cluster: every primary that serves slots, with one slot it serves (empty on one Redis)."""
         if self._cluster is None:
             return []
-        if self._refresh:
-            self._refresh = False
-            self._cluster.nodes_manager.initialize()
+        manager = self._slot_map()
         seen: dict[str, tuple[ClusterNode, int]] = {}
-        for slot, nodes in list(self._cluster.nodes_manager.slots_cache.items()):  # a refresh replaces the dict
+        for slot, nodes in list(manager.slots_cache.items()):  # a refresh replaces the dict
             if nodes and nodes[0].name not in seen:
                 seen[nodes[0].name] = (nodes[0], slot)
         return sorted(seen.values(), key=lambda item: item[0].name)
