@@ -137,6 +137,7 @@ def append_batch(
         data=data,
         day=day,
         dedupe_ttl=state.config.dedupe_ttl,
+        earlier_shards=record.earlier_shards(state.config.dedupe_ttl),  # after a shard-count growth
     )
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
     return {

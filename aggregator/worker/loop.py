@@ -326,8 +326,7 @@ class Worker:
     def _rebalance(self) -> None:
         """Claim free shards up to a fair share; release extras when more workers are alive."""
         self._last_scan = time.monotonic()
-        if not self.config.metrics:
-            self._specs.forget_shards()  # rescan: shard counts come from the registry
+        self._specs.forget_shards()  # rescan: shard counts come from the registry (they can grow)
         all_shards = [s for s in self._all_shards() if s not in self._finished]
         if self.config.once:
             target = len(all_shards)

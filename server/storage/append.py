@@ -75,6 +75,11 @@ class BatchAppender(RawClient):
         self._load = pack_command(b"SCRIPT", b"LOAD", _LUA)
         self._wait_command = pack_command(b"WAIT", wait_replicas, WAIT_TIMEOUT_MS)
 
+    def _seen(self, key: str) -> bool:
+        conn, found = self._routed(key, pack_command(b"EXISTS", key), RawConnection.reply)
+        self._checkin(conn)
+        return found == 1
+
     def _wait(self, conn: RawConnection) -> None:
         """WAIT until ``wait_replicas`` replicas hold what this connection wrote, else a ReplicaWaitError."""
         acked = conn.call(self._wait_command, RawConnection.reply)
@@ -103,9 +108,22 @@ class BatchAppender(RawClient):
         data: bytes,
         day: str,
         dedupe_ttl: int,
+        earlier_shards: tuple[int, ...] = (),
     ) -> AppendResult:
-        """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard."""
+        """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard.
+
+        ``earlier_shards``: the metric's shard counts before a recent growth
+        (:meth:`~ldptel.storage.registry.MetricRecord.earlier_shards`). A batch whose shard differs under one
+        of them is first looked up there (EXISTS of its dedupe key: one more round trip, only for those
+        batches, only during the dedupe window), so a retry of a batch accepted before the growth stays a
+        duplicate. Not atomic with the append: a retry racing its own first attempt across a growth (the
+        first still in flight in a process that has not yet seen the new count) could be appended twice.
+        """
         shard = keys.shard_for(batch_id, shards)
+        for count in earlier_shards:
+            before = keys.shard_for(batch_id, count)
+            if before != shard and self._seen(keys.seen(metric, before, batch_id.hex())):
+                return AppendResult(duplicate=True)
         evalsha = pack_command(
             b"EVALSHA",
             self._sha,

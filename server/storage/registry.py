@@ -6,13 +6,19 @@ it current; old versions stay readable so that their sketches can still be estim
 WATCH/MULTI/EXEC on the registry hash, retried on conflict, so two concurrent changes can never hand out the
 same version number or lose one another.
 
-The shard count is fixed when a metric is created: a batch's shard is derived from its id, and changing the
-count would send a retried batch to a different shard's dedupe key (a double count).
+The shard count can only grow (:func:`grow_shards`): new batches then spread over more streams (on a Redis
+Cluster, more primaries) and more fold workers, and queries and workers sum every shard below the count. A
+batch's shard is derived from its id, so after a growth a retried batch may map to another shard than its first
+attempt did: the record keeps each earlier count with the time it was replaced (``resharded``), and for a dedupe
+window after that the append also checks the batch's shard under the earlier count
+(:meth:`MetricRecord.earlier_shards`, :meth:`ldptel.storage.append.BatchAppender.append`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -35,6 +41,7 @@ __all__ = [
     "UnknownVersionError",
     "create_metric",
     "get_metric",
+    "grow_shards",
     "list_metrics",
     "parse_record",
     "retire_metric",
@@ -86,6 +93,7 @@ class MetricRecord:
     status: Status
     shards: int
     versions: dict[int, MetricSpec] = field(hash=False)
+    resharded: tuple[tuple[int, int], ...] = ()  # (earlier shard count, unix second it was replaced), oldest first
 
     @property
     def current(self) -> MetricSpec:
@@ -94,6 +102,11 @@ class MetricRecord:
     @property
     def active(self) -> bool:
         return self.status == "active"
+
+    def earlier_shards(self, dedupe_ttl: int, *, now: float | None = None) -> tuple[int, ...]:
+        """The earlier shard counts whose dedupe keys may still exist (replaced less than ``dedupe_ttl`` s ago)."""
+        t = time.time() if now is None else now
+        return tuple(count for count, until in self.resharded if t < until + dedupe_ttl)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the registry's storage format and the API's response body."""
@@ -104,7 +117,7 @@ class MetricRecord:
             "shards": self.shards,
             "current": self.current.to_dict(),
             "versions": {str(v): spec.to_dict() for v, spec in sorted(self.versions.items())},
-        }
+        } | ({"resharded": [list(pair) for pair in self.resharded]} if self.resharded else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -119,6 +132,7 @@ class MetricRecord:
                 status=data["status"],
                 shards=int(data["shards"]),
                 versions=versions,
+                resharded=tuple((int(count), int(until)) for count, until in data.get("resharded", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
@@ -195,17 +209,13 @@ def create_metric(
             )
         if shards is not None and shards != old.shards:
             raise RegistryConflictError(
-                f"metric {spec.name!r} has {old.shards} shards; the shard count of an existing metric cannot change"
+                f"metric {spec.name!r} has {old.shards} shards; change it with grow_shards (ldptel metrics grow)"
             )
         if old.active and _same_definition(old.current, spec):
             return old
         version = max(old.versions) + 1
-        return MetricRecord(
-            name=old.name,
-            current_version=version,
-            status="active",
-            shards=old.shards,
-            versions={**old.versions, version: spec.with_version(version)},
+        return dataclasses.replace(
+            old, current_version=version, status="active", versions={**old.versions, version: spec.with_version(version)}
         )
 
     return _update(r, spec.name, change)
@@ -233,9 +243,24 @@ def retire_metric(r: redis.Redis, name: str) -> MetricRecord:
             raise UnknownMetricError(name)
         if not old.active:
             return old
-        return MetricRecord(
-            name=old.name, current_version=old.current_version, status="retired", shards=old.shards, versions=old.versions
-        )
+        return dataclasses.replace(old, status="retired")
+
+    return _update(r, name, change)
+
+
+def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
+    """Raise the shard count of ``name`` to ``shards`` (idempotent when it is that already). A count can only
+    grow: the streams, sketches and checkpoints of every shard below it stay where they are."""
+    check_int("shards", shards, 1, MAX_SHARDS)
+
+    def change(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        if shards == old.shards:
+            return old
+        if shards < old.shards:
+            raise RegistryConflictError(f"metric {name!r} has {old.shards} shards; a shard count can only grow")
+        return dataclasses.replace(old, shards=shards, resharded=(*old.resharded, (old.shards, int(time.time()))))
 
     return _update(r, name, change)
 

@@ -139,3 +139,53 @@ def test_the_appender_follows_moved_when_a_slot_changes_owner(
         for node in cluster_redis.get_primaries():  # type: ignore[attr-defined]
             node.redis_connection.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[source.name])
         appender.close()
+
+
+def test_a_metric_grows_its_shard_count_without_double_counting_retries(
+    local_cluster: LocalCluster, cluster_redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2 → 6 shards: new batches spread over all six (and the primaries they live on); a retry of a batch
+    accepted before the growth is still a duplicate although its id now maps to another shard; the fold and
+    the estimate count every shard, each report once."""
+    monkeypatch.setenv("LDPTEL_REDIS_URL", local_cluster.url)
+    assert run("metrics", "create", "flag", "--mechanism", "rr", "--epsilon", "1", "--shards", "2")[0] == 0
+    app = create_app(ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN,
+                                  redis_url=local_cluster.url, rate_limit=None, registry_ttl=0))
+    http = app.test_client()
+    rng = np.random.default_rng(5)
+
+    def post(data: bytes) -> bool:
+        resp = http.post("/v1/reports", data=data, content_type="application/octet-stream",
+                         headers={"Authorization": f"Bearer {APP_TOKEN}"})
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+        return bool(resp.get_json()["duplicate"])
+
+    def batches(count: int) -> list[bytes]:
+        spec = registry.get_metric(cluster_redis, "flag").current
+        out = []
+        for _ in range(count):
+            batch = privatize_batch(list(rng.random(100) < 0.5), spec.params, rng=rng)
+            out.append(encode_batch(metric="flag", version=spec.version, batch_id=rng.bytes(16), batch=batch,
+                                    params=spec.params))
+        return out
+
+    before = batches(30)
+    assert not any(post(data) for data in before)
+    code, out, err = run("metrics", "grow", "flag", "--shards", "6", "--format", "json")
+    assert code == 0, err
+    assert registry.get_metric(cluster_redis, "flag").shards == 6
+    assert all(post(data) for data in before)  # retries of pre-growth batches: still duplicates
+    after = batches(30)
+    assert not any(post(data) for data in after)
+    app.extensions["redis"].close()
+    lengths = [cluster_redis.xlen(keys.stream("flag", s)) for s in range(6)]
+    assert sum(lengths) == 60 and sum(lengths[2:]) > 0  # the new shards took new batches
+    assert len(_owners(cluster_redis, "flag", 6)) == 3
+
+    code, out, err = run("aggregate", "--once")
+    assert code == 0, err
+    assert json.loads(out)["reports"] == 6000
+    code, out, err = run("estimate", "flag", "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["n"] == 6000
+    assert run("metrics", "grow", "flag", "--shards", "3")[2].startswith("ldptel: error: metric 'flag' has 6 shards")
