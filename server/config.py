@@ -19,7 +19,8 @@ config in code with :meth:`ServerConfig.demo`, which generates such tokens.
 Environment variables (all optional except the tokens):
 
 =============================  ==========================================================================
-``LDPTEL_REDIS_URL``           ``redis://host:port/db``; unset: a private embedded server is started
+``LDPTEL_REDIS_URL``           ``redis://host:port/db`` or ``redis+cluster://host:port[,host:port...]`` (a
+                               Redis Cluster; see ``ldptel.storage.client``); unset: a private embedded server
 ``LDPTEL_APP_TOKENS``          comma-separated bearer tokens for apps (``POST /v1/reports``, reading specs)
 ``LDPTEL_ADMIN_TOKEN``         bearer token for metric changes (and ``GET /metrics``)
 ``LDPTEL_METRICS_TOKEN``       optional bearer token that may only read ``GET /metrics`` (for Prometheus)
