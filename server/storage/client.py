@@ -97,7 +97,8 @@ def parse_redis_url(url: str) -> RedisUrl:
                 raise InvalidParameterError("wait_replicas", f"an integer 0..{MAX_WAIT_REPLICAS}", value) from None
         else:
             kept.append((name, value))
-    plain = urlunsplit(parts._replace(query=urlencode(kept)))
+    base = url.split("?", 1)[0]  # not urlunsplit: it would turn unix:///path into unix:/path
+    plain = base + ("?" + urlencode(kept) if kept else "") if len(kept) != len(options) else url
     if scheme in _SINGLE_SCHEMES:
         return RedisUrl(url=plain, cluster=False, wait_replicas=wait)
     if scheme not in CLUSTER_SCHEMES:
