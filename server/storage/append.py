@@ -21,7 +21,7 @@ from redis.crc import key_slot
 
 from ldptel.client.errors import LdpError
 from ldptel.storage import keys
-from ldptel.storage.connection import RawClient, RawConnection, Reply, UnexpectedReplyError, pack_command
+from ldptel.storage.connection import RawClient, RawConnection, UnexpectedReplyError, pack_command
 
 __all__ = ["READY_PROBE_TTL_MS", "AppendResult", "BatchAppender", "ReplicaWaitError", "utc_day"]
 
@@ -138,24 +138,18 @@ class BatchAppender(RawClient):
             _day_start_ms(day),  # entry ids carry only the day
         )
         stream = keys.stream(metric, shard)
-        result: Reply = None
-        for attempt in range(3):
+        for attempt in range(2):
             try:
-                conn, result = self._routed(stream, evalsha, RawConnection.reply)
-            except redis.exceptions.NoScriptError:  # a server (or a new primary) without the script
-                conn, _ = self._routed(stream, self._load, RawConnection.reply)
-                self._checkin(conn)
-                continue
+                conn, result = self._routed(stream, evalsha, RawConnection.reply, load=self._load)
+                break
             except (redis.ConnectionError, redis.TimeoutError):  # dropped: the send reconnects (and re-routes)
-                if attempt == 2:
+                if attempt:
                     raise
-                continue
-            try:
-                if result is not None and self.wait_replicas:
-                    self._wait(conn)
-            finally:
-                self._checkin(conn)
-            break
+        try:
+            if result is not None and self.wait_replicas:
+                self._wait(conn)
+        finally:
+            self._checkin(conn)
         if result is None:
             return AppendResult(duplicate=True)
         if not isinstance(result, bytes):

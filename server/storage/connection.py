@@ -390,13 +390,16 @@ class RawClient:
                 seen[nodes[0].name] = (nodes[0], slot)
         return sorted(seen.values(), key=lambda item: item[0].name)
 
-    def _routed(self, key: str, packed: bytes, parse: Callable[[RawConnection], T]) -> tuple[RawConnection, T]:
+    def _routed(
+        self, key: str, packed: bytes, parse: Callable[[RawConnection], T], *, load: bytes | None = None
+    ) -> tuple[RawConnection, T]:
         """Send a command about ``key`` where its slot lives; returns the connection (checked out: give it back
-        with :meth:`_checkin` once done with the reply's views) and ``parse`` of the reply."""
+        with :meth:`_checkin` once done with the reply's views) and ``parse`` of the reply. ``load``: a
+        SCRIPT LOAD sent on a ``NOSCRIPT`` reply to the server that gave it (then the command once more)."""
         if self._single is not None:
             conn = self._single.checkout()
             try:
-                return conn, conn.call(packed, parse)
+                return conn, _send(conn, packed, parse, load=load, asking=False)
             except BaseException:
                 self._single.checkin(conn)
                 raise
@@ -414,9 +417,7 @@ class RawClient:
                     self._routes[key] = stack
             conn = stack.checkout()
             try:
-                if ask is not None:
-                    conn.call(_ASKING, RawConnection.reply)
-                return conn, conn.call(packed, parse)
+                return conn, _send(conn, packed, parse, load=load, asking=ask is not None)
             except redis.exceptions.MovedError as exc:
                 stack.checkin(conn)
                 self._routes = {}
@@ -452,6 +453,23 @@ class RawClient:
             stacks = list(self._stacks.values())
         for stack in stacks:
             stack.close()
+
+
+def _send(conn: RawConnection, packed: bytes, parse: Callable[[RawConnection], T], *, load: bytes | None,
+          asking: bool) -> T:
+    """One command (after ASKING when redirected by ASK; ASKING lasts one command), and once more after
+    ``load`` when the server did not have the script."""
+    try:
+        if asking:
+            conn.call(_ASKING, RawConnection.reply)
+        return conn.call(packed, parse)
+    except redis.exceptions.NoScriptError:
+        if load is None:
+            raise
+        conn.call(load, RawConnection.reply)
+        if asking:
+            conn.call(_ASKING, RawConnection.reply)
+        return conn.call(packed, parse)
 
 
 _ASKING = pack_command(b"ASKING")

@@ -189,3 +189,35 @@ def test_a_metric_grows_its_shard_count_without_double_counting_retries(
     assert code == 0, err
     assert json.loads(out)["n"] == 6000
     assert run("metrics", "grow", "flag", "--shards", "3")[2].startswith("ldptel: error: metric 'flag' has 6 shards")
+
+
+def test_the_raw_path_follows_ask_while_a_slot_migrates(local_cluster: LocalCluster, cluster_redis: redis_lib.Redis) -> None:
+    """A slot MIGRATING from its owner and IMPORTING on another primary, the key not on the owner: the owner
+    answers ASK, and the command is sent to the importing node after ASKING (and lands there)."""
+    appender = BatchAppender(cluster_redis)
+    key = keys.ready_probe("ask-test")
+    slot = cluster_redis.keyslot(key)  # type: ignore[attr-defined]
+    source = cluster_redis.nodes_manager.get_node_from_slot(slot)  # type: ignore[attr-defined]
+    target = next(n for n in cluster_redis.get_primaries() if n.name != source.name)  # type: ignore[attr-defined]
+    ids = {n.name: n.redis_connection.execute_command("CLUSTER", "MYID").decode() for n in (source, target)}
+    target.redis_connection.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[source.name])
+    source.redis_connection.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[target.name])
+    try:
+        conn, reply = appender._routed(key, b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$2\r\nok\r\n" % (len(key), key.encode()),
+                                       lambda c: c.reply())
+        appender._checkin(conn)
+        assert reply == b"OK"
+        pipe = target.redis_connection.pipeline(transaction=False)  # ASKING holds for the next command only
+        pipe.execute_command("ASKING")
+        pipe.get(key)
+        assert pipe.execute()[1] == b"ok"  # it is on the importing node
+        with pytest.raises(redis_lib.exceptions.AskError):  # not on the migrating owner: it redirects
+            source.redis_connection.exists(key)
+    finally:
+        pipe = target.redis_connection.pipeline(transaction=False)
+        pipe.execute_command("ASKING")
+        pipe.delete(key)
+        pipe.execute()
+        for node in (source, target):
+            node.redis_connection.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[source.name])
+        appender.close()
