@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--prob-bits", type=int, help="probability resolution in bits (default: automatic)")
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
     mcreate.add_argument("--description", default="")
-    mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only)")
+    mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
     mcreate.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mgrow = msub.add_parser("grow", parents=[common], help="raise a metric's shard count (spread it over more shards)",
                             description="Raise the shard count: new batches spread over more streams (on a Redis "
