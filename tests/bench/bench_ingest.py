@@ -275,8 +275,8 @@ def _trim_loop(url: str, metric: str, stop: threading.Event) -> None:
 
     r = redis.Redis.from_url(url)
     while not stop.wait(0.5):
-        for shard in range(4):
-            r.xtrim(f"ldp:v1:{{{metric}:{shard}}}:reports", maxlen=1000, approximate=True)
+        for shard in range(4):  # 4 x 250 entries: as much data kept as the bare endpoint's one stream
+            r.xtrim(f"ldp:v1:{{{metric}:{shard}}}:reports", maxlen=250, approximate=True)
         r.xtrim(BARE_STREAM, maxlen=1000, approximate=True)
     r.close()
 
