@@ -21,10 +21,17 @@ from redis.crc import key_slot
 
 from ldptel.client.errors import LdpError
 from ldptel.storage import keys
-from ldptel.storage.connection import RawClient, RawConnection, UnexpectedReplyError, pack_command
+from ldptel.storage.connection import (
+    PlainUrlAtClusterError,
+    RawClient,
+    RawConnection,
+    UnexpectedReplyError,
+    pack_command,
+)
 
 __all__ = ["READY_PROBE_TTL_MS", "AppendResult", "BatchAppender", "ReplicaWaitError", "utc_day"]
 
+_INFO_CLUSTER = pack_command(b"INFO", b"cluster")
 READY_PROBE_TTL_MS = 60_000  # the readiness probe keys expire by themselves
 WAIT_TIMEOUT_MS = 1_000  # how long an append waits for its replicas (``wait_replicas``)
 _LUA = resources.files(__package__).joinpath("append.lua").read_text(encoding="utf-8")
@@ -92,10 +99,16 @@ class BatchAppender(RawClient):
         """Raise the redis error of the first server this appender writes to that refuses a small write now
         (unreachable, a replica, OOM, a failed save): one Redis, or every primary of a cluster (one probe key
         per primary, on a slot it serves). The readiness check of the ingest service."""
-        probes = [keys.ready_probe(_tag_for_slot(slot)) for _, slot in self.primaries()] or [keys.ready_probe()]
+        primaries = self.primaries()
+        probes = [keys.ready_probe(_tag_for_slot(slot)) for _, slot in primaries] or [keys.ready_probe()]
         for key in probes:
             conn, _ = self._routed(key, pack_command(b"SET", key, b"1", b"PX", READY_PROBE_TTL_MS), RawConnection.reply)
             self._checkin(conn)
+        if not primaries:  # one Redis: refuse a cluster node behind a plain URL (it takes only its slots' writes)
+            conn, info = self._routed(probes[0], _INFO_CLUSTER, RawConnection.reply)
+            self._checkin(conn)
+            if isinstance(info, bytes) and b"cluster_enabled:1" in info:
+                raise PlainUrlAtClusterError("the Redis URL is a Redis Cluster node: use redis+cluster://host:port")
 
     def append(
         self,

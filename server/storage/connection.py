@@ -54,6 +54,7 @@ from ldptel.storage.client import ClusterUnavailableError, is_cluster
 
 __all__ = [
     "ConnectionLostError",
+    "PlainUrlAtClusterError",
     "RawClient",
     "RawConnection",
     "Reply",
@@ -80,6 +81,10 @@ class UnexpectedReplyError(LdpError, redis.ConnectionError):
 
 class ConnectionLostError(LdpError, redis.ConnectionError):
     """The socket failed, or the server closed it, while a reply was being read."""
+
+
+class PlainUrlAtClusterError(LdpError, redis.ResponseError):
+    """A plain ``redis://`` URL points at a Redis Cluster node (it redirected a command, or says it is one)."""
 
 
 class ReplyTimeoutError(LdpError, redis.TimeoutError):
@@ -400,6 +405,11 @@ class RawClient:
             conn = self._single.checkout()
             try:
                 return conn, _send(conn, packed, parse, load=load, asking=False)
+            except redis.exceptions.AskError as exc:  # MOVED or ASK: this one Redis is a cluster node
+                self._single.checkin(conn)
+                raise PlainUrlAtClusterError(
+                    f"the Redis URL is a Redis Cluster node ({exc}): use redis+cluster://host:port[,host:port...]"
+                ) from None
             except BaseException:
                 self._single.checkin(conn)
                 raise

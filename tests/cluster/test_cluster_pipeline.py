@@ -19,6 +19,7 @@ from ldptel.server import ServerConfig, create_app
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from ldptel.storage.append import BatchAppender
+from ldptel.storage.connection import PlainUrlAtClusterError
 from tests.aggregator.agg_helpers import Ingested
 from tests.cluster.local import LocalCluster
 from tests.stats import assert_close_normal
@@ -221,3 +222,23 @@ def test_the_raw_path_follows_ask_while_a_slot_migrates(local_cluster: LocalClus
         for node in (source, target):
             node.redis_connection.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[source.name])
         appender.close()
+
+
+def test_a_plain_url_at_a_cluster_node_is_not_ready_and_says_why(
+    local_cluster: LocalCluster, cluster_redis: redis_lib.Redis
+) -> None:
+    """The node chosen serves the probe key's slot, so a probe write alone would succeed there; yet it would
+    only take the batches of its own slots. /readyz is 503, and an append elsewhere names the fix."""
+    owner = cluster_redis.nodes_manager.get_node_from_slot(cluster_redis.keyslot(keys.ready_probe()))  # type: ignore[attr-defined]
+    node = next(n for n in local_cluster.nodes if f"127.0.0.1:{n.port}" == owner.name)
+    app = create_app(ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN, redis_url=node.url,
+                                  rate_limit=None))
+    assert app.test_client().get("/readyz").status_code == 503
+    appender = app.extensions["ldptel"].appender
+    nodes = cluster_redis.nodes_manager  # type: ignore[attr-defined]
+    elsewhere = next(s for s in range(64)
+                     if nodes.get_node_from_slot(cluster_redis.keyslot(keys.stream("m", s))).name != owner.name)  # type: ignore[attr-defined]
+    bid = next(bytes([b]) * 16 for b in range(256) if keys.shard_for(bytes([b]) * 16, 64) == elsewhere)
+    with pytest.raises(PlainUrlAtClusterError, match="redis\\+cluster://"):
+        appender.append(metric="m", shards=64, batch_id=bid, version=1, n=1, data=b"x", day="2026-03-01", dedupe_ttl=60)
+    app.extensions["redis"].close()
