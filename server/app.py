@@ -20,7 +20,7 @@ from ldptel.server.config import ServerConfig
 from ldptel.server.errors import register_error_handlers
 from ldptel.server.fastpath import FastIngest
 from ldptel.server.prom import Telemetry
-from ldptel.server.ratelimit import TokenBucketLimiter
+from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.server.state import EXTENSION, IngestState, digest
 from ldptel.storage.append import BatchAppender
 from ldptel.storage.client import connect, parse_redis_url
@@ -59,7 +59,9 @@ def create_app(config: ServerConfig | None = None) -> Flask:
         config=cfg,
         redis=client,
         appender=BatchAppender(client, wait_replicas=target.wait_replicas),
-        limiter=None if cfg.rate_limit is None else TokenBucketLimiter(rate=cfg.rate_limit, burst=cfg.rate_burst),
+        limiter=None if cfg.rate_limit is None else TokenRateLimiter(client, rate=cfg.rate_limit, burst=cfg.rate_burst),
+        failures=None if cfg.auth_failure_limit is None else SourceFailureLimiter(
+            rate=cfg.auth_failure_limit, burst=cfg.auth_failure_burst),
         telemetry=Telemetry(),
         app_digests=frozenset(digest(t) for t in cfg.app_tokens),
         admin_digest=digest(cfg.admin_token),

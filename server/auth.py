@@ -1,4 +1,5 @@
-"""Who may call an endpoint: bearer tokens (app, admin, metrics) and the per-token rate limit of the Flask routes.
+"""Who may call an endpoint: bearer tokens (app, admin, metrics), the failed-authentication limit per source and
+the per-token rate limit of the Flask routes (both in ``ratelimit.py``).
 
 Roles: ``app`` (``LDPTEL_APP_TOKENS``: send reports, read specs), ``admin`` (``LDPTEL_ADMIN_TOKEN``: change the
 registry, read ``/metrics``) and ``metrics`` (``LDPTEL_METRICS_TOKEN``, optional: read ``/metrics`` only).
@@ -25,14 +26,22 @@ _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 
 
 def authenticate(*allowed: Role) -> Role:
-    """Check the bearer token (401/403), then the per-token rate limit (429); return the caller's role."""
-    header = request.headers.get("Authorization")
-    if header is None:
-        raise ApiError(401, "unauthorized", "missing bearer token", headers=_CHALLENGE)
-    token_digest = bearer_digest(header)
-    if token_digest is None:
-        raise ApiError(401, "unauthorized", "Authorization must be 'Bearer <token>'", headers=_CHALLENGE)
+    """Check the source's failed-authentication limit (429), the bearer token (401/403), then the per-token
+    rate limit (429); return the caller's role. Every 401 counts against the source (``ratelimit.py``)."""
     state = current_state()
+    source = request.environ.get("REMOTE_ADDR") or ""
+    if state.failures is not None:
+        blocked = state.failures.blocked(source)
+        if blocked > 0:  # before the token is looked at: a right guess gets the same answer
+            state.telemetry.rejected("", "rate_limited", 0)
+            raise ApiError(429, "rate_limited", "too many failed authentications from this source",
+                           headers={"Retry-After": str(max(1, int(blocked + 0.999)))})
+    try:
+        token_digest = _token_digest()
+    except ApiError:
+        if state.failures is not None:
+            state.failures.failed(source)
+        raise
     role: Role
     if digest_in(token_digest, (state.admin_digest,)):
         role = "admin"
@@ -41,6 +50,8 @@ def authenticate(*allowed: Role) -> Role:
     elif digest_in(token_digest, state.app_digests):
         role = "app"
     else:
+        if state.failures is not None:
+            state.failures.failed(source)
         raise ApiError(
             401, "unauthorized", "unknown token", headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}
         )
@@ -56,3 +67,14 @@ def authenticate(*allowed: Role) -> Role:
             state.telemetry.rejected("", "rate_limited", 0)  # counted on every route
             raise ApiError(429, "rate_limited", "too many requests for this token", headers={"Retry-After": retry_after})
     return role
+
+
+def _token_digest() -> bytes:
+    """The digest of the request's bearer token (401 when there is none or it is malformed)."""
+    header = request.headers.get("Authorization")
+    if header is None:
+        raise ApiError(401, "unauthorized", "missing bearer token", headers=_CHALLENGE)
+    token_digest = bearer_digest(header)
+    if token_digest is None:
+        raise ApiError(401, "unauthorized", "Authorization must be 'Bearer <token>'", headers=_CHALLENGE)
+    return token_digest

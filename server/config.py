@@ -26,9 +26,14 @@ Environment variables (all optional except the tokens):
 ``LDPTEL_METRICS_TOKEN``       optional bearer token that may only read ``GET /metrics`` (for Prometheus)
 ``LDPTEL_MAX_BATCH_REPORTS``   most reports in one batch (default 10000)
 ``LDPTEL_MAX_BODY_BYTES``      largest request body (default 4 MiB)
-``LDPTEL_RATE_LIMIT``          ``RATE[:BURST]`` requests/s per token and process, or ``off`` (default 1000:2000)
+``LDPTEL_RATE_LIMIT``          ``RATE[:BURST]`` requests/s per token, over all processes and replicas (Redis), or
+                               ``off`` (default 1000:2000)
+``LDPTEL_AUTH_FAILURE_LIMIT``  ``RATE[:BURST]`` failed authentications/s per source address and process (memory
+                               only), or ``off`` (default 1:20)
 ``LDPTEL_SHARDS``              stream shards of a new metric (default 4)
-``LDPTEL_DEDUPE_TTL``          seconds a batch id is remembered for dedupe (default 86400)
+``LDPTEL_RETRY_HORIZON_DAYS``  days a batch may be retried: the server refuses (422 ``batch_too_old``) a batch
+                               formed longer ago and remembers batch ids until the end of their arrival day +
+                               this + 1; the SDK drops such batches itself (default 3)
 ``LDPTEL_RETRY_AFTER``         seconds advertised in Retry-After on 503/429 (default 1)
 ``LDPTEL_REDIS_TIMEOUT``       Redis socket timeout in seconds (default 2)
 ``LDPTEL_REGISTRY_TTL``        seconds an ingest process may reuse a metric's registry record (default 1; 0: never)
@@ -46,7 +51,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ldptel.client.errors import LdpError
-from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS, MAX_REPORTS
+from ldptel.client.protocol.wire import (
+    DEFAULT_MAX_BATCH_REPORTS,
+    DEFAULT_RETRY_HORIZON_DAYS,
+    MAX_REPORTS,
+    MAX_RETRY_HORIZON_DAYS,
+)
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.client import parse_redis_url
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
@@ -77,8 +87,9 @@ class ConfigError(LdpError, ValueError):
 class ServerConfig:
     """Validated ingest configuration (see the module docstring for the matching environment variables).
 
-    ``rate_limit`` is requests/s per token in each server process (``None``: no limit) and ``rate_burst``
-    the bucket size. ``redis_url=None`` means "start an embedded Redis" (:func:`ldptel.server.serve`,
+    ``rate_limit`` is requests/s per token over every process and replica (``None``: no limit) and
+    ``rate_burst`` the bucket size; ``auth_failure_limit``/``auth_failure_burst`` the same for failed
+    authentications per source address, in each process (``ldptel.server.ratelimit``). ``redis_url=None`` means "start an embedded Redis" (:func:`ldptel.server.serve`,
     :func:`ldptel.server.create_app` and the gunicorn config all honour it).
     """
 
@@ -90,8 +101,10 @@ class ServerConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     rate_limit: float | None = 1000.0
     rate_burst: int = 2000
+    auth_failure_limit: float | None = 1.0
+    auth_failure_burst: int = 20
     shards: int = DEFAULT_SHARDS
-    dedupe_ttl: int = 86_400
+    retry_horizon_days: int = DEFAULT_RETRY_HORIZON_DAYS
     retry_after: int = 1
     redis_timeout: float = 2.0
     registry_ttl: float = 1.0
@@ -123,8 +136,12 @@ class ServerConfig:
         if self.rate_limit is not None and not (math.isfinite(self.rate_limit) and self.rate_limit > 0):
             raise ConfigError(f"{PREFIX}RATE_LIMIT must be a positive number of requests/s or 'off'")
         _check_range("RATE_LIMIT burst", self.rate_burst, 1, MAX_BURST)
+        if self.auth_failure_limit is not None and not (
+                math.isfinite(self.auth_failure_limit) and self.auth_failure_limit > 0):
+            raise ConfigError(f"{PREFIX}AUTH_FAILURE_LIMIT must be a positive number of failures/s or 'off'")
+        _check_range("AUTH_FAILURE_LIMIT burst", self.auth_failure_burst, 1, MAX_BURST)
         _check_range("SHARDS", self.shards, 1, MAX_SHARDS)
-        _check_range("DEDUPE_TTL", self.dedupe_ttl, 1, 365 * 86_400)
+        _check_range("RETRY_HORIZON_DAYS", self.retry_horizon_days, 0, MAX_RETRY_HORIZON_DAYS)
         _check_range("RETRY_AFTER", self.retry_after, 1, 3600)
         if not (math.isfinite(self.redis_timeout) and 0 < self.redis_timeout <= 60):
             raise ConfigError(f"{PREFIX}REDIS_TIMEOUT must be in (0, 60] seconds")
@@ -157,7 +174,7 @@ class ServerConfig:
             ("MAX_BATCH_REPORTS", "max_batch_reports"),
             ("MAX_BODY_BYTES", "max_body_bytes"),
             ("SHARDS", "shards"),
-            ("DEDUPE_TTL", "dedupe_ttl"),
+            ("RETRY_HORIZON_DAYS", "retry_horizon_days"),
             ("RETRY_AFTER", "retry_after"),
         ):
             raw = get(name)
@@ -170,6 +187,9 @@ class ServerConfig:
         raw = get("RATE_LIMIT")
         if raw is not None:
             kwargs["rate_limit"], kwargs["rate_burst"] = _parse_rate(raw)
+        raw = get("AUTH_FAILURE_LIMIT")
+        if raw is not None:
+            kwargs["auth_failure_limit"], kwargs["auth_failure_burst"] = _parse_rate(raw, "AUTH_FAILURE_LIMIT")
         raw = get("DATA_DIR")
         if raw is not None:
             kwargs["data_dir"] = Path(raw)
@@ -245,11 +265,11 @@ def _parse_float(name: str, raw: str) -> float:
         raise ConfigError(f"{PREFIX}{name} must be a number, got {raw!r}") from None
 
 
-def _parse_rate(raw: str) -> tuple[float | None, int]:
+def _parse_rate(raw: str, name: str = "RATE_LIMIT") -> tuple[float | None, int]:
     """``"off"`` → no limit; ``"RATE"`` → burst 2×RATE; ``"RATE:BURST"``."""
     if raw.lower() == "off":
         return None, 1
     rate_text, _, burst_text = raw.partition(":")
-    rate = _parse_float("RATE_LIMIT", rate_text)
-    burst = _parse_int("RATE_LIMIT burst", burst_text) if burst_text else max(1, math.ceil(2 * rate))
+    rate = _parse_float(name, rate_text)
+    burst = _parse_int(f"{name} burst", burst_text) if burst_text else max(1, math.ceil(2 * rate))
     return rate, burst

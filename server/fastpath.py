@@ -28,22 +28,26 @@ from typing import Any
 
 import redis
 
-from ldptel.client.protocol.wire import decode_header, decode_payload
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, decode_header
 from ldptel.server.state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
+    BatchAgeError,
     IngestState,
     append_batch,
     bearer_digest,
     cached_record,
+    check_batch_age,
     digest_in,
     error_body,
+    validated_payload,
 )
 
 __all__ = ["FastIngest"]
 
 log = logging.getLogger("ldptel.server")
 ENDPOINT = "/v1/reports"
+_BATCH_AGE = "HTTP_" + BATCH_AGE_HEADER.upper().replace("-", "_")
 _JSON = ("Content-Type", "application/json")
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -90,6 +94,8 @@ class FastIngest:
         token_digest = None if header_text is None else bearer_digest(header_text)
         if token_digest is None or not digest_in(token_digest, state.app_digests):
             return None
+        if state.failures is not None and state.failures.blocked(environ.get("REMOTE_ADDR") or ""):
+            return None  # Flask answers 429 (a source over its failed-authentication limit)
         if state.limiter is not None:
             wait = environ[RATE_WAIT_KEY] = state.limiter.acquire(token_digest)
             if wait > 0:
@@ -101,13 +107,18 @@ class FastIngest:
             record = cached_record(state, header.metric)
             if not record.active or header.version != record.current_version:
                 return None  # Flask re-reads the registry before it answers 409
-            decode_payload(body, header, record.current.params)  # full validation against the current spec
+            validated_payload(body, header, record.current.params)  # full validation against the current spec
         except redis.RedisError:
             raise
         except Exception:
             return None
+        age = environ.get(_BATCH_AGE)
+        try:
+            check_batch_age(age, state.config.retry_horizon_days)
+        except BatchAgeError:
+            return None  # Flask answers 400/422
         return append_batch(
-            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body
+            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, age=age
         )
 
     def _respond(

@@ -9,7 +9,10 @@ from ip=<addr>: ...``, level warning) and offers it to the access log (``%(h)s``
   The addresses gunicorn listens on are left alone (``Listening at: http://10.0.0.5:8000`` stays useful):
   they are the server's own, never a client's;
 * the access log's atoms lose ``REMOTE_ADDR`` and ``REMOTE_PORT``, so no ``access_log_format``
-  (``%(h)s``, ``%({remote_addr}e)s``, ``%({remote_port}e)s``) can print them.
+  (``%(h)s``, ``%({remote_addr}e)s``, ``%({remote_port}e)s``) can print them; the user agent and referer
+  (``%(a)s``, ``%(f)s``) are ``-`` and the request time (``%(t)s``) is the UTC day;
+* error-log lines are dated with the UTC day only (``[2026-11-23 UTC]``), never the time of day: a line about
+  a request must not tell when it came (issue 12: nothing finer than the day for anything tied to a batch).
 
 The app's own logs carry no address either (:mod:`ldptel.server` never reads it; ``ldptel serve`` logs
 ``-`` in its place).
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -88,8 +92,13 @@ def _listen_hosts(cfg: Any) -> set[str]:
 class AnonymousLogger(Logger):  # type: ignore[misc]
     """Gunicorn's :class:`~gunicorn.glogging.Logger` that never writes a client address (see the module docs)."""
 
+    datefmt = "[%Y-%m-%d UTC]"  # the day only (gunicorn's own: "[%Y-%m-%d %H:%M:%S %z]")
+
     def setup(self, cfg: Any) -> None:
         super().setup(cfg)
+        for handler in self.error_log.handlers:
+            if handler.formatter is not None:
+                handler.formatter.converter = time.gmtime
         for log in (self.error_log, self.access_log):
             for old in [f for f in log.filters if isinstance(f, AddressFilter)]:  # a reload re-runs setup
                 log.removeFilter(old)
@@ -97,7 +106,8 @@ class AnonymousLogger(Logger):  # type: ignore[misc]
 
     def atoms(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> dict[str, Any]:
         atoms: dict[str, Any] = super().atoms(resp, req, environ, request_time)
-        atoms["h"] = "-"
+        atoms["h"] = atoms["a"] = atoms["f"] = "-"
+        atoms["t"] = time.strftime("[%d/%b/%Y]", time.gmtime())
         atoms.pop("{remote_addr}e", None)
         atoms.pop("{remote_port}e", None)
         return atoms

@@ -32,6 +32,8 @@ _ERROR_CODES = [
     "registry_conflict",
     "too_large",
     "too_many_reports",
+    "invalid_batch_age",
+    "batch_too_old",
     "unsupported_media_type",
     "rate_limited",
     "redis_unavailable",
@@ -132,7 +134,7 @@ _SCHEMAS: dict[str, Any] = {
             "versions": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/MetricSpec"}},
             "resharded": {
                 "type": "array",
-                "description": "earlier shard counts: [count, unix second it was replaced] (ldptel metrics grow)",
+                "description": "earlier shard counts: [count, start of the UTC day it was replaced, unix s] (ldptel metrics grow)",
                 "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
             },
         },
@@ -260,8 +262,20 @@ _PATHS: dict[str, Any] = {
             "description": (
                 "The body is one batch in the binary wire format (application/octet-stream) or its JSON form "
                 "(application/json, for debugging). A retried batch (same batch id) is acknowledged again but "
-                "appended once. The server assigns the UTC day and stores nothing about the sender."
+                "appended once. The server assigns the UTC day and stores nothing about the sender. The optional "
+                "header X-Ldptel-Batch-Age-Days is the number of UTC days since the client formed the batch (by "
+                "its own clock): an older batch than LDPTEL_RETRY_HORIZON_DAYS is refused (422 batch_too_old) "
+                "rather than risk counting it twice, since its batch id may be forgotten by then."
             ),
+            "parameters": [
+                {
+                    "name": "X-Ldptel-Batch-Age-Days",
+                    "in": "header",
+                    "required": False,
+                    "description": "whole UTC days since the client formed the batch (default 0)",
+                    "schema": {"type": "string", "pattern": "^[0-9]{1,6}$"},
+                }
+            ],
             "requestBody": {
                 "required": True,
                 "content": {
@@ -271,11 +285,12 @@ _PATHS: dict[str, Any] = {
             },
             "responses": {
                 "202": _json("appended (or a duplicate of an appended batch)", "Accepted"),
-                "400": _error("malformed body, wrong sizes, indices or bits"),
+                "400": _error("malformed body, wrong sizes, indices or bits, or an invalid X-Ldptel-Batch-Age-Days"),
                 "404": _error("unknown metric"),
                 "409": _error("retired metric or not the current version; the body carries the current spec"),
                 "413": _error("too many reports or bytes"),
                 "415": _error("unsupported content type"),
+                "422": _error("batch_too_old: formed longer ago than the retry horizon; drop it, do not retry"),
                 **_AUTH_ERRORS,
             },
         }

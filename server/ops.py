@@ -48,8 +48,9 @@ def healthz() -> Response:
 def readyz() -> Response:
     """Ready means "a write would succeed now": one small SET, refused by Redis exactly when it refuses the
     appends (maxmemory under ``noeviction``, a read-only replica, writes stopped after a failed save) as
-    well as when it is unreachable. RedisError -> 503 (``errors.py``). As cheap as a PING: one round trip
-    (on a Redis Cluster one per primary: every node the appends go to, :meth:`BatchAppender.check_writable`)."""
+    well as when it is unreachable (a script's write is refused the same way). RedisError -> 503 (``errors.py``).
+    As cheap as a PING: one round trip (on a Redis Cluster one per primary: every node the appends go to,
+    :meth:`BatchAppender.check_writable`). Nothing reaches the AOF or replicas and nothing expires."""
     current_state().appender.check_writable()
     return json_response({"status": "ready"}, 200)
 

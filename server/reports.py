@@ -13,7 +13,9 @@ written:
    worker within ``registry_ttl`` (until then that worker still appends batches of the previous version, which
    the aggregator keeps in that version's sketches);
 4. full vectorized validation of the payload against the current spec (400);
-5. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
+5. the batch's age (``X-Ldptel-Batch-Age-Days``, optional): 400 if invalid, 422 ``batch_too_old`` beyond the
+   retry horizon (``state.check_batch_age``: a batch is either deduplicated or refused, never counted twice);
+6. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
    (202 only after Redis replied; :mod:`ldptel.storage.append`).
 
 The JSON form (for debugging) is checked the same way and re-encoded to the binary form before the append.
@@ -29,15 +31,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flask import Blueprint, Response
+from flask import Blueprint, Response, request
 
 from ldptel.client.errors import WireFormatError
 from ldptel.client.protocol.specs import MetricSpec
-from ldptel.client.protocol.wire import batch_from_json, decode_header, decode_payload, encode_batch
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, batch_from_json, decode_header, encode_batch
 from ldptel.server.auth import authenticate
 from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
-from ldptel.server.state import IngestState, append_batch, cached_record, current_state
+from ldptel.server.state import (
+    BatchAgeError,
+    IngestState,
+    append_batch,
+    cached_record,
+    current_state,
+    validated_payload,
+)
 from ldptel.storage.registry import MetricRecord, UnknownMetricError
 
 __all__ = ["bp"]
@@ -65,12 +74,15 @@ def post_reports() -> Response:
     try:
         mimetype, body = read_body(kinds=(_BINARY, _JSON))
         batch = _binary_batch(state, body) if mimetype == _BINARY else _json_batch(state, body)
+        age = request.headers.get(BATCH_AGE_HEADER)
+        try:
+            accepted = append_batch(state, record=batch.record, batch_id=batch.batch_id, version=batch.version,
+                                    n=batch.n, data=batch.data, age=age)
+        except BatchAgeError as exc:
+            fail(exc.status, exc.code, str(exc), metric=batch.record.name, n=batch.n)
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)
         raise
-    accepted = append_batch(
-        state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data
-    )
     return json_response(accepted, 202)
 
 
@@ -81,7 +93,7 @@ def _binary_batch(state: IngestState, body: bytes) -> _Batch:
         fail(400, "invalid_batch", str(exc))
     record, spec = _target(state, header.metric, header.version, header.n)
     try:
-        decode_payload(body, header, spec.params)
+        validated_payload(body, header, spec.params)
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=header.metric, n=header.n)
     return _Batch(record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body)
@@ -103,6 +115,7 @@ def _json_batch(state: IngestState, body: bytes) -> _Batch:
         data = encode_batch(
             metric=record.name, version=version, batch_id=header.batch_id, batch=batch, params=spec.params
         )
+        validated_payload(data, decode_header(data), spec.params)  # the same checks as the binary form
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=record.name, n=n)
     return _Batch(record=record, batch_id=header.batch_id, version=version, n=header.n, data=data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import replace
 
 from werkzeug.serving import WSGIRequestHandler, make_server
@@ -18,10 +19,14 @@ log = logging.getLogger("ldptel.server")
 
 
 class _AnonymousHandler(WSGIRequestHandler):
-    """werkzeug's request log line without the client address (we log no identifiers)."""
+    """werkzeug's request log line without the client address (we log no identifiers) and dated with the UTC
+    day only (nothing finer than the day for anything tied to a batch)."""
 
     def address_string(self) -> str:
         return "-"
+
+    def log_date_time_string(self) -> str:
+        return time.strftime("%d/%b/%Y UTC", time.gmtime())
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         path = self.path.split("?", 1)[0]  # never log query strings

@@ -18,9 +18,13 @@ from typing import Any
 import redis
 from flask import current_app
 
+from ldptel.client.errors import LdpError
+from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.protocol.specs import Params
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
-from ldptel.server.ratelimit import TokenBucketLimiter
+from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.storage import keys
 from ldptel.storage.append import BatchAppender, utc_day
 from ldptel.storage.registry import MetricRecord, UnknownMetricError, parse_record
@@ -30,7 +34,10 @@ __all__ = [
     "IngestState",
     "RATE_WAIT_KEY",
     "REDIS_UNAVAILABLE",
+    "BatchAgeError",
     "append_batch",
+    "check_batch_age",
+    "validated_payload",
     "bearer_digest",
     "digest_in",
     "cached_record",
@@ -54,7 +61,8 @@ class IngestState:
     config: ServerConfig
     redis: redis.Redis
     appender: BatchAppender
-    limiter: TokenBucketLimiter | None
+    limiter: TokenRateLimiter | None
+    failures: SourceFailureLimiter | None
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes
@@ -120,13 +128,45 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
     return record
 
 
+class BatchAgeError(LdpError):
+    """The batch's age (``X-Ldptel-Batch-Age-Days``) is invalid (400) or beyond the retry horizon (422)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def check_batch_age(age: str | None, horizon: int) -> None:
+    """Refuse a batch whose age (``X-Ldptel-Batch-Age-Days``: whole UTC days since the device formed it, by the
+    device's clock) is not a non-negative integer (400) or exceeds ``horizon`` (422 ``batch_too_old``).
+
+    Never counted twice: the first arrival's dedupe key lives until the end of (arrival day + horizon + 1).
+    A retry on day R that is accepted has age ≤ horizon; the device's day count and the server's differ by
+    at most one (a constant clock offset moves each day boundary by the same amount), so R ≤ arrival + horizon
+    + 1 and the key is still there. No header (an older client): age 0.
+    """
+    if age is None:
+        return
+    if not (age.isascii() and age.isdigit() and len(age) <= 6):
+        raise BatchAgeError(400, "invalid_batch_age", f"{BATCH_AGE_HEADER} must be a whole number of days >= 0")
+    if int(age) > horizon:
+        raise BatchAgeError(
+            422, "batch_too_old",
+            f"batch formed {int(age)} days ago, beyond the retry horizon of {horizon} day(s): it may have been "
+            "counted already and its id forgotten; drop it",
+        )
+
+
 def append_batch(
-    state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes
+    state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes,
+    age: str | None = None,
 ) -> dict[str, Any]:
     """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
 
     The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended.
+    ``age``: the client's ``X-Ldptel-Batch-Age-Days`` (:func:`check_batch_age` raises :class:`BatchAgeError`).
     """
+    check_batch_age(age, state.config.retry_horizon_days)
     day = utc_day()
     result = state.appender.append(
         metric=record.name,
@@ -136,8 +176,8 @@ def append_batch(
         n=n,
         data=data,
         day=day,
-        dedupe_ttl=state.config.dedupe_ttl,
-        earlier_shards=record.earlier_shards(state.config.dedupe_ttl),  # after a shard-count growth
+        dedupe_days=state.config.retry_horizon_days + 1,  # see check_batch_age
+        earlier_shards=record.earlier_shards(state.config.retry_horizon_days + 1),  # after a shard-count growth
     )
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
     return {
@@ -148,6 +188,14 @@ def append_batch(
         "batch_id": batch_id.hex(),
         "day": day,
     }
+
+
+def validated_payload(body: bytes, header: BatchHeader, params: Params) -> ReportBatch:
+    """The ingest's full validation of a batch: every column (:func:`decode_payload`), then the mechanism's
+    plausibility check (reports no honest client produces, ldp-math §8.2). Raises WireFormatError."""
+    batch = decode_payload(body, header, params)
+    mechanism_of(params).check_plausible(batch, params)
+    return batch
 
 
 def error_body(code: str, message: str, /, **extra: Any) -> dict[str, Any]:

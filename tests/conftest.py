@@ -99,8 +99,9 @@ def admin_token() -> str:
 
 @pytest.fixture
 def server_config(redis: redis_lib.Redis, redis_url: str) -> ServerConfig:
-    """Test tokens, the test Redis, no rate limit."""
-    return ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN, redis_url=redis_url, rate_limit=None)
+    """Test tokens, the test Redis, no rate limits (tests/server/test_rate_limits.py covers them)."""
+    return ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN, redis_url=redis_url, rate_limit=None,
+                        auth_failure_limit=None)
 
 
 @pytest.fixture

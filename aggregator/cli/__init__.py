@@ -3,7 +3,7 @@
     ldptel aggregate [--once] [--metric NAME ...]            fold stream shards into sketches   aggregate.py
     ldptel estimate METRIC [--from DAY --to DAY] ...         debiased estimates with intervals  estimate.py
     ldptel metrics list|show|create|retire                   the metric registry                metrics.py
-    ldptel status                                            per-shard length, pending, lag     status.py
+    ldptel status                                            per-shard length, lag              status.py
     ldptel plan --reports-per-day N --domain-size D ...      choose mechanism, ε, k and m       plan.py
     ldptel serve [--host H --port P]                         the ingest service (development)   serve.py
     ldptel demo ...                                          the end-to-end demo                demo.py

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import signal
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
@@ -98,12 +99,15 @@ class _Progress:
 
 
 class _JsonFormatter(logging.Formatter):
-    """One JSON object per log record: ts, level, msg and the record's extra fields."""
+    """One JSON object per log record: day (UTC), level, msg and the record's extra fields.
+
+    No time finer than the day (issue 12): commit and dead-letter lines are tied to batches."""
 
     _SKIP = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(), "msg": record.getMessage()}
+        day = time.strftime("%Y-%m-%d", time.gmtime(record.created))
+        out: dict[str, Any] = {"day": day, "level": record.levelname.lower(), "msg": record.getMessage()}
         out.update({k: v for k, v in record.__dict__.items() if k not in self._SKIP})
         return json.dumps(out, default=str)
 

@@ -1,4 +1,4 @@
-"""``ldptel status``: per (metric, shard) stream length, pending entries, lag, checkpoint and lease owner."""
+"""``ldptel status``: per (metric, shard) stream length, lag, checkpoint and lease owner."""
 
 from __future__ import annotations
 
@@ -18,18 +18,18 @@ NAME = "status"
 EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 STATUS_FORMATS = ("table", "json")
-STATUS_HEADERS = ("metric", "shard", "length", "pending", "lag", "checkpoint", "owner")
+STATUS_HEADERS = ("metric", "shard", "length", "lag", "checkpoint", "owner")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(NAME, parents=[common], help="per-shard stream length, pending, checkpoint and lag")
+    p = sub.add_parser(NAME, parents=[common], help="per-shard stream length, checkpoint and lag")
     p.add_argument("--metric", action="append", metavar="NAME", help="only this metric (repeatable)")
     p.add_argument("--format", choices=STATUS_FORMATS, default="table")
     p.set_defaults(func=run)
 
 
 def shard_status(r: redis.Redis, metrics: Sequence[MetricRecord]) -> list[dict[str, Any]]:
-    """Per (metric, shard): stream length, pending, not-yet-folded entries (lag), checkpoint, lease owner."""
+    """Per (metric, shard): stream length, not-yet-folded entries (lag), checkpoint, lease owner."""
     from ldptel.aggregator.worker import shard_lag
     from ldptel.storage import keys
 
@@ -44,13 +44,12 @@ def shard_status(r: redis.Redis, metrics: Sequence[MetricRecord]) -> list[dict[s
         replies = pipe.execute()
         for shard in range(rec.shards):
             length, ckpt, owner, ttl = replies[4 * shard : 4 * shard + 4]
-            lag, pending = shard_lag(r, rec.name, shard)
+            lag = shard_lag(r, rec.name, shard)
             rows.append(
                 {
                     "metric": rec.name,
                     "shard": shard,
                     "length": int(length),
-                    "pending": pending,
                     "lag": lag,
                     "checkpoint": ckpt.decode() if ckpt else None,
                     "owner": owner.decode() if owner else None,
@@ -74,7 +73,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     table(
         STATUS_HEADERS,
-        [[row["metric"], row["shard"], row["length"], row["pending"], "?" if row["lag"] is None else row["lag"],
+        [[row["metric"], row["shard"], row["length"], "?" if row["lag"] is None else row["lag"],
           row["checkpoint"] or "-", row["owner"] or "-"] for row in rows],
         out,
     )

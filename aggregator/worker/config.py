@@ -27,7 +27,7 @@ __all__ = [
     "default_worker_id",
 ]
 
-DEFAULT_BATCH = 1000  # stream entries per XREADGROUP
+DEFAULT_BATCH = 1000  # stream entries per XREAD
 DEFAULT_CHECKPOINT_EVERY = 100_000  # entries read since a shard's last commit that make it commit
 DEFAULT_CHECKPOINT_SECONDS = 1.0  # ... or seconds since it
 DEFAULT_LEASE_TTL = 10.0  # seconds a lease lives without renewal
@@ -48,7 +48,7 @@ class WorkerConfig:
     """Tuning of one fold worker.
 
     metrics: names to fold (empty: every metric in the registry, rescanned every ``rescan_seconds``).
-    batch: stream entries per XREADGROUP. checkpoint_every / checkpoint_seconds: commit a shard when
+    batch: stream entries per XREAD. checkpoint_every / checkpoint_seconds: commit a shard when
     either that many entries were read since its last commit or that much time passed. lease_ttl: seconds
     a lease lives without renewal (renewed every third of it). retention_seconds: folded entries older than
     this are trimmed (0: trimmed at the commit that folds them). once: drain what is there and stop.

@@ -2,8 +2,8 @@
 
 The in-memory state of a (version, day) starts from what is stored (:func:`ldptel.storage.sketches.load_state`)
 and every read is folded into it in one vectorized :func:`~ldptel.client.fold` call per (version, day). Each
-entry read is queued for acknowledgement (and, if it cannot be folded, for the dead letters); all of it is
-written by the next commit (:mod:`~ldptel.aggregator.worker.commit`).
+entry read advances the shard's last folded id (and, if it cannot be folded, is queued for the dead letters);
+all of it is written by the next commit (:mod:`~ldptel.aggregator.worker.commit`).
 """
 
 from __future__ import annotations
@@ -28,56 +28,31 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, kw_only=True)
 class Folded:
-    """What one :func:`fold_read` did: entries read, reports folded, entries skipped as already folded."""
+    """What one :func:`fold_read` did: entries read, reports folded."""
 
     entries: int
     reports: int
-    skipped: int
 
 
 def fold_read(r: redis_lib.Redis, specs: MetricSpecs, sh: OwnedShard, read: Read) -> Folded:
-    """Fold entries read from the pending list (``read.pending``) or new ones (``>``).
-
-    A pending entry was delivered but never acknowledged, and acknowledgements are committed with the
-    sketches, so it was never folded into them: it is always folded, even below the checkpoint (an entry
-    a former owner read after it lost its lease, while this worker had already moved past it). A new
-    entry at or below the last folded id can only come from a group moved backwards under a running
-    worker; it is already counted and skipped.
-    """
-    pending = read.pending
-    keep: list[bool] = []
-    reports = skipped = 0
+    """Fold a read (entries after the shard's cursor, in id order) into the in-memory states."""
+    reports = 0
     for (eid, fields), decoded in zip(read.entries, read.decoded, strict=True):
-        sh.to_ack.append(eid)
-        sid = parse_id(eid)
-        keep.append(False)
-        if not pending and sid <= sh.last_folded:
-            skipped += 1
-            continue
-        if pending and sid <= sh.checkpoint:
-            log.warning(
-                "folding an entry another reader left pending below the checkpoint",
-                extra={"event": "stray", "shard": sh.name, "id": eid.decode()},
-            )
-        sh.last_folded = max(sh.last_folded, sid)
+        sh.last_folded = max(sh.last_folded, parse_id(eid))
         if isinstance(decoded, str):
-            sh.dead.append((eid, fields or {}, decoded))
-            if fields is not None:
-                log.warning(
-                    "dead-lettered a stream entry",
-                    extra={"event": "dead_letter", "shard": sh.name, "id": eid.decode(), "error": decoded},
-                )
+            sh.dead.append((eid, fields, decoded))
+            log.warning(
+                "dead-lettered a stream entry",
+                extra={"event": "dead_letter", "shard": sh.name, "id": eid.decode(), "error": decoded},
+            )
             continue
-        keep[-1] = True
         reports += decoded[2].n
-    # Nothing skipped (the normal case): fold the batches the read merged already.
-    groups = read.merged if not skipped else read.without(keep)
-    for (version, day), batches in groups.items():
+    for (version, day), batches in read.merged.items():
         state = _state(r, specs, sh, version, day)
         fold(specs.params(sh.metric, version), batches, into=state)  # the one call into the mechanisms
         sh.dirty.add((version, day))
     sh.uncommitted += len(read.entries)
-    return Folded(entries=len(read.entries), reports=reports, skipped=skipped)
+    return Folded(entries=len(read.entries), reports=reports)
 
 
 def _state(r: redis_lib.Redis, specs: MetricSpecs, sh: OwnedShard, version: int, day: str) -> SketchState:

@@ -25,7 +25,7 @@ import redis as redis_lib
 from ldptel.aggregator.worker.commit import commit
 from ldptel.aggregator.worker.config import WorkerConfig
 from ldptel.aggregator.worker.folding import fold_read
-from ldptel.aggregator.worker.groups import place_group, shard_lag
+from ldptel.aggregator.worker.lag import shard_lag
 from ldptel.aggregator.worker.reading import Reader, forget_prefetch
 from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
@@ -51,7 +51,6 @@ class WorkerStats:
 
     entries: int
     reports: int
-    skipped: int
     dead: int
     commits: int
     shards: tuple[str, ...]
@@ -63,7 +62,6 @@ class WorkerStats:
         return {
             "entries": self.entries,
             "reports": self.reports,
-            "skipped": self.skipped,
             "dead": self.dead,
             "commits": self.commits,
             "shards": list(self.shards),
@@ -91,7 +89,7 @@ class Worker:
         self._last_wait_log = -1e18
         self._unclaimed: tuple[str, ...] = ()
         self._started = time.monotonic()
-        self._entries = self._reports = self._skipped = self._dead = self._commits = 0
+        self._entries = self._reports = self._dead = self._commits = 0
         self._last_scan = -1e18
         self._last_heartbeat = -1e18
         self._rr = 0
@@ -108,7 +106,6 @@ class Worker:
         return WorkerStats(
             entries=self._entries,
             reports=self._reports,
-            skipped=self._skipped,
             dead=self._dead,
             commits=self._commits,
             shards=tuple(self.owned()),
@@ -118,10 +115,10 @@ class Worker:
         )
 
     def lag(self) -> int:
-        """Entries in the owned streams not yet folded (undelivered + pending), from XINFO GROUPS."""
+        """Entries in the owned streams not yet folded (committed), from :func:`shard_lag`."""
         total = 0
         for sh in self._owned.values():
-            total += shard_lag(self.r, sh.metric, sh.shard)[0] or 0
+            total += shard_lag(self.r, sh.metric, sh.shard) or 0
         return total
 
     # --------------------------------------------------------------------------------------------- run
@@ -150,7 +147,7 @@ class Worker:
                     if cfg.once:
                         raise
                     # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
-                    # pending in Redis), wait, and claim again once Redis answers.
+                    # in the stream after the checkpoint), wait, and claim again once Redis answers.
                     log.error("lost Redis; retrying", extra={"event": "redis_error", "error": str(exc), "retry_in": backoff})
                     backoff = self._back_off(backoff, "Redis connection lost")
                 except redis_lib.ResponseError as exc:
@@ -171,7 +168,7 @@ class Worker:
         return stats
 
     def _back_off(self, backoff: float, why: str) -> float:
-        """Forget every shard (uncommitted work stays pending in Redis), wait ``backoff`` seconds and make the
+        """Forget every shard (uncommitted work is read again from the checkpoint), wait ``backoff`` seconds and make the
         next step heartbeat and claim again; returns the next, doubled backoff."""
         for sh in list(self._owned.values()):
             self._drop(sh, why)
@@ -245,9 +242,8 @@ class Worker:
                 self._maybe_commit(sh)
                 if self.config.once and sh.drained:
                     self._commit(sh)
-                    if sh.drained:  # a commit that finds entries left pending re-reads them first
-                        self._release_shard(sh)
-                        self._finished.add(key)
+                    self._release_shard(sh)
+                    self._finished.add(key)
             except LeaseLostError:
                 self._drop(sh, "lease lost")
         return worked
@@ -274,13 +270,10 @@ class Worker:
         """Read one batch of entries from a shard and fold it; returns the number of entries read."""
         self._ensure_lease(sh)
         read = self._reader.next_read(sh, block_ms=block_ms)
-        if read is None:
-            return 0
         if read.entries:
             folded = fold_read(self.r, self._specs, sh, read)
             self._entries += folded.entries
             self._reports += folded.reports
-            self._skipped += folded.skipped
         self._reader.done(read)
         return len(read.entries)
 
@@ -352,8 +345,8 @@ class Worker:
 
     def _adopt(self, metric: str, shard: int, leased_at: float) -> None:
         checkpoint = store.read_checkpoint(self.r, metric, shard)
-        place_group(self.r, metric, shard, checkpoint)
-        sh = OwnedShard(metric=metric, shard=shard, checkpoint=checkpoint, last_folded=checkpoint, leased_at=leased_at)
+        sh = OwnedShard(metric=metric, shard=shard, checkpoint=checkpoint, last_folded=checkpoint, leased_at=leased_at,
+                        cursor=format_id(checkpoint))
         self._owned[(metric, shard)] = sh
         log.info(
             "claimed a shard",
@@ -366,7 +359,7 @@ class Worker:
         self._leases.release(sh.metric, sh.shard)
 
     def _drop(self, sh: OwnedShard, why: str) -> None:
-        """Forget a shard without writing (its uncommitted work stays pending for the next owner)."""
+        """Forget a shard without writing (its uncommitted entries are read again by the next owner)."""
         forget_prefetch(sh)
         self._owned.pop((sh.metric, sh.shard), None)
         log.warning("dropped a shard", extra={"event": "drop", "shard": sh.name, "reason": why})

@@ -1,18 +1,20 @@
-"""Reading a shard: XREADGROUP, decoding each entry, merging the batches of a read, and reading ahead.
+"""Reading a shard: XREAD after a cursor, decoding each entry, merging the batches of a read, and reading ahead.
 
-:meth:`Reader.next_read` reads one batch of entries for an owned shard: first the shard's own pending list
-(cursor ``0`` onward: entries delivered to the fold consumer and never acknowledged), then new entries (``>``).
-Reads are large (``batch`` entries per XREADGROUP, ~130 KB per cms entry) and go through
+:meth:`Reader.next_read` reads one batch of entries for an owned shard: the entries after its cursor, which
+starts at the committed checkpoint when the worker takes the shard and moves with each read. No consumer
+group: XREAD writes nothing (a group's deliveries would be logged to the AOF with a time each), and the
+checkpoint, committed with the sketches, is all a new owner needs (:mod:`~ldptel.aggregator.worker.commit`).
+Reads are large (``batch`` entries per XREAD, ~130 KB per cms entry) and go through
 :class:`~ldptel.storage.streamread.StreamReader`, whose replies are parsed in place: an entry's batch bytes
 are a view of the reader's buffer, valid only until its next read.
 
 Each read is decoded, and its batches are merged per (version, day) into a buffer from :class:`BufferPool`, on
 the prefetch thread: with ``prefetch``, the next read of a shard starts before the current one is folded, so
 Redis I/O, reply parsing, decoding and the merge overlap the fold (numpy releases the GIL). Entries read
-ahead are only pending, never acknowledged, until a commit after they are folded.
+ahead count only once folded and committed (a read dropped with its shard is read again by the next owner).
 
-An entry that cannot be folded (missing fields, unknown version, failed decode, deleted from the stream while
-pending) is kept with the reason, for its dead letter; it never stops the worker.
+An entry that cannot be folded (missing fields, unknown version, failed decode) is kept with the reason, for
+its dead letter; it never stops the worker.
 """
 
 from __future__ import annotations
@@ -26,16 +28,15 @@ from dataclasses import dataclass
 import numpy as np
 import redis as redis_lib
 
-from ldptel.aggregator.worker.shard import CONSUMER, OwnedShard
+from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import get_mechanism, mechanism_of
 from ldptel.client.protocol.wire import ReportBatch, decode_batch
-from ldptel.storage import keys
 from ldptel.storage import sketches as store
 from ldptel.storage.streamread import StreamReader
 
-__all__ = ["ENTRY_FIELDS", "BufferPool", "Read", "Reader", "UndecodableEntryError", "forget_prefetch", "prefetched_entries"]
+__all__ = ["ENTRY_FIELDS", "BufferPool", "Read", "Reader", "UndecodableEntryError", "forget_prefetch"]
 
 Decoded = tuple[int, str, ReportBatch] | str  # (version, day, batch), or why the entry goes to the dead letters
 Merged = dict[tuple[int, str], list[ReportBatch]]  # per (version, day)
@@ -59,40 +60,13 @@ def _merge_read(batches: list[ReportBatch], take: Callable[[int], np.ndarray]) -
 # ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, eq=False)
 class Read:
-    """One XREADGROUP reply: its entries, each decoded (or the reason it goes to the dead letters), and the
+    """One XREAD reply: its entries, each decoded (or the reason it goes to the dead letters), and the
     decoded batches merged per (version, day)."""
 
-    entries: list[tuple[bytes, dict[bytes, bytes] | None]]  # fields: {} if decoded, None if deleted
+    entries: list[tuple[bytes, dict[bytes, bytes]]]  # fields: {} if decoded, the entry's fields if not
     decoded: list[Decoded]
     merged: Merged
     buffers: list[np.ndarray]  # the memory of the merged bits, for BufferPool.give once folded
-    pending: bool  # read from the shard's pending list (else new entries)
-
-    def without(self, keep: list[bool]) -> Merged:
-        """``merged`` without the reports of the entries not kept.
-
-        The merged batches in ``decoded`` are views of the reader's buffer, which the next read may already
-        be filling: only their rows (copies) are used, to find which merged report came from which entry.
-        """
-        per_key: dict[tuple[int, str], list[tuple[ReportBatch, bool]]] = defaultdict(list)
-        for decoded, kept in zip(self.decoded, keep, strict=True):
-            if not isinstance(decoded, str):
-                per_key[(decoded[0], decoded[1])].append((decoded[2], kept))
-        out: Merged = {}
-        for key, items in per_key.items():
-            batches = [b for b, _ in items]
-            mech = get_mechanism(batches[0].mechanism)
-            if mech.merges:
-                (whole,) = self.merged[key]
-                source = np.repeat(np.arange(len(items)), [b.n for b in batches])
-                mask = np.array([k for _, k in items])[source][mech.merge_order(batches)]
-                if mask.any():
-                    out[key] = [whole.select(mask)]
-            else:  # decoded from copies (see Reader._decode): safe to use as they are
-                kept_batches = [b for b, k in items if k]
-                if kept_batches:
-                    out[key] = kept_batches
-        return out
 
 
 class BufferPool:
@@ -135,33 +109,22 @@ class Reader:
         self._prefetch = prefetch
         self._pool: ThreadPoolExecutor | None = None
 
-    def next_read(self, sh: OwnedShard, *, block_ms: int | None) -> Read | None:
-        """The shard's next read (the one read ahead if any), its cursor advanced; None when it found the end
-        of the pending list (the cursor then moves to new entries). Give it back with :meth:`done`.
+    def next_read(self, sh: OwnedShard, *, block_ms: int | None) -> Read:
+        """The shard's next read (the one read ahead if any), its cursor advanced. Give it back with :meth:`done`.
 
-        ``block_ms``: wait that long for new entries (None: do not wait); the pending list never waits. With
-        ``prefetch``, the next read of the shard is started before this one is returned.
+        ``block_ms``: wait that long for new entries (None: do not wait). With ``prefetch``, the next read of
+        the shard is started before this one is returned.
         """
         if sh.prefetch is not None:
-            cursor, future = sh.prefetch
+            read = sh.prefetch.result()
             sh.prefetch = None
-            read = future.result()
         else:
-            cursor = sh.cursor
-            read = self._read(sh, cursor, None if cursor != ">" else block_ms)
-        entries = read.entries
-        if cursor != ">":
-            if not entries:
-                sh.cursor = ">"  # our pending list is done: switch to new entries
-                if sh.rescanning:
-                    sh.rescan_found, sh.rescanning = max(sh.scanned, 0), False
-                sh.scanned = 0
-                return None
-            sh.cursor = entries[-1][0].decode()
-            sh.scanned += len(entries)
-        sh.drained = not entries
-        if entries and self._prefetch:
-            sh.prefetch = (sh.cursor, self._executor().submit(self._read, sh, sh.cursor, None))
+            read = self._read(sh, sh.cursor, block_ms)
+        if read.entries:
+            sh.cursor = read.entries[-1][0].decode()
+        sh.drained = not read.entries
+        if read.entries and self._prefetch:
+            sh.prefetch = self._executor().submit(self._read, sh, sh.cursor, None)
         return read
 
     def done(self, read: Read) -> None:
@@ -181,22 +144,16 @@ class Reader:
         return self._pool
 
     def _read(self, sh: OwnedShard, cursor: str, block_ms: int | None) -> Read:
-        """One XREADGROUP, its entries decoded and their batches merged per (version, day).
+        """One XREAD after ``cursor``, its entries decoded and their batches merged per (version, day).
 
         Run on the prefetch thread, so decoding and the merge (one copy of every report's bits into one
         array, which the fold would otherwise make) overlap the fold of the previous read.
         """
         decoded: list[Decoded] = []
         groups: Merged = defaultdict(list)
-        kept: list[tuple[bytes, dict[bytes, bytes] | None]] = []
-        with self._reads.read(
-            keys.CONSUMER_GROUP, CONSUMER, sh.stream, cursor, count=self._batch, block_ms=block_ms
-        ) as entries:
+        kept: list[tuple[bytes, dict[bytes, bytes]]] = []
+        with self._reads.read(sh.stream, cursor, count=self._batch, block_ms=block_ms) as entries:
             for eid, fields in entries:
-                if fields is None:  # deleted from the stream while pending: nothing to fold
-                    decoded.append("entry deleted from the stream before it was folded")
-                    kept.append((eid, None))
-                    continue
                 try:
                     version, day, batch = self._decode(sh.metric, fields)
                 except (LdpError, ValueError, KeyError) as exc:
@@ -218,7 +175,7 @@ class Reader:
             for key, batches in groups.items():
                 whole = _merge_read(batches, take)
                 merged[key] = batches if whole is None else [whole]
-        return Read(entries=kept, decoded=decoded, merged=merged, buffers=held, pending=cursor != ">")
+        return Read(entries=kept, decoded=decoded, merged=merged, buffers=held)
 
     def _decode(self, metric: str, fields: dict[bytes, bytes | memoryview]) -> tuple[int, str, ReportBatch]:
         missing = [name.decode() for name in ENTRY_FIELDS if name not in fields]
@@ -240,21 +197,10 @@ class Reader:
         return version, day, batch
 
 
-def prefetched_entries(sh: OwnedShard) -> int:
-    """Entries of the read in flight (waited for; a failed read is dropped and its entries stay pending)."""
-    if sh.prefetch is None:
-        return 0
-    try:
-        return len(sh.prefetch[1].result().entries)
-    except redis_lib.RedisError:
-        sh.prefetch = None
-        return 0
-
-
 def forget_prefetch(sh: OwnedShard) -> None:
-    """Wait for a read in flight and discard it: its entries stay pending for whoever folds next."""
+    """Wait for a read in flight and discard it: its entries are read again by whoever folds next."""
     if sh.prefetch is not None:
-        _, future = sh.prefetch
+        future = sh.prefetch
         sh.prefetch = None
         try:
             future.result()

@@ -19,11 +19,7 @@ from ldptel.storage.sketches import StreamId
 if TYPE_CHECKING:
     from ldptel.aggregator.worker.reading import Read
 
-__all__ = ["CONSUMER", "DeadLetter", "OwnedShard"]
-
-# Every shard stream has exactly one consumer in the group, so a new owner sees (and folds) the entries the
-# previous owner read but never acknowledged.
-CONSUMER = "fold"
+__all__ = ["DeadLetter", "OwnedShard"]
 
 DeadLetter = tuple[bytes, dict[bytes, bytes], str]  # (entry id, its fields, why it cannot be folded)
 
@@ -35,16 +31,11 @@ class OwnedShard:
     checkpoint: StreamId  # the committed checkpoint: last entry id folded into the stored sketches
     last_folded: StreamId  # last entry id folded into ``states`` (committed or not)
     leased_at: float  # time.monotonic() of the last successful lease renewal
-    cursor: str = "0"  # "0"…: re-reading our pending list; ">": new entries
-    prefetch: tuple[str, Future[Read]] | None = None  # (cursor, read in flight)
+    cursor: str  # id of the last entry read (XREAD reads after it): the checkpoint when the shard is taken
+    prefetch: Future[Read] | None = None  # the read in flight (after ``cursor``)
     drained: bool = False
-    scanned: int = 0  # entries read in the current pass over the pending list
-    rescan_found: int = -1  # entries the last stray-triggered pass found (-1: none yet)
-    rescanning: bool = False
-    warned_foreign: bool = False
     states: dict[tuple[int, str], SketchState] = field(default_factory=dict)  # per (version, day)
     dirty: set[tuple[int, str]] = field(default_factory=set)  # states changed since the last commit
-    to_ack: list[bytes] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
     uncommitted: int = 0  # entries read since the last commit
     last_commit: float = field(default_factory=time.monotonic)

@@ -50,20 +50,6 @@ class ReportBatch:
     cols: np.ndarray | None = None
     bits: np.ndarray | None = None
 
-    def select(self, keep: np.ndarray) -> ReportBatch:
-        """The reports where the boolean array ``keep`` (length n) is true, as a batch of the same type."""
-        arrays: dict[str, np.ndarray] = {}
-        for attr in ("rows", "cols", "bits"):
-            arr = getattr(self, attr)
-            if arr is None:
-                continue
-            if attr == "bits" and arr.ndim == 1:  # one bit per report, packed
-                arr = np.packbits(np.unpackbits(arr, count=self.n)[keep])
-            else:
-                arr = arr[keep]
-            arrays[attr] = arr
-        return type(self)(mechanism=self.mechanism, n=int(np.count_nonzero(keep)), **arrays)
-
     def bit_values(self) -> np.ndarray:
         """The n reported bits as uint8 0/1 (batches with one bit per report)."""
         if self.bits is None or self.bits.ndim != 1:
@@ -162,10 +148,6 @@ class Mechanism(ABC, Generic[P, B]):
         """Bytes of ``out`` that :meth:`merge` needs for ``batches``."""
         raise InvalidParameterError("mechanism", "one with a merge step", self.name)
 
-    def merge_order(self, batches: Sequence[B]) -> np.ndarray:
-        """Where :meth:`merge` puts each report: merged report i is report ``order[i]`` of the concatenation."""
-        raise InvalidParameterError("mechanism", "one with a merge step", self.name)
-
     @abstractmethod
     def estimate(
         self, params: P, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
@@ -225,6 +207,13 @@ class Mechanism(ABC, Generic[P, B]):
             else:
                 parts.append(np.ascontiguousarray(arr, dtype=np.uint8).tobytes())
         return parts
+
+    def check_plausible(self, batch: B, params: P) -> None:
+        """Raise :class:`WireFormatError` if a report of ``batch`` (already decoded, so well formed) is one an
+        honest client produces with probability below
+        :data:`~ldptel.client.protocol.params.PLAUSIBILITY_FALSE_REJECTION` (the ingest calls it on every
+        batch, ldp-math §8.2). Default: every well-formed report is possible (rr, grr, hcms: any bit and any
+        index in range occurs), so nothing more can be refused."""
 
     def decode_payload(self, buf: memoryview, n: int, params: P) -> B:
         """The reports of a payload, every column checked (exact length, index ranges, zero padding).

@@ -30,16 +30,17 @@ value hashes to a) and Var(y_ja | rows) = [n_j·q(1−q) + F_j(a)·(p−q)(1−p
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 import numpy as np
 
-from ldptel.client.errors import EmptyStateError
+from ldptel.client.errors import EmptyStateError, WireFormatError
 from ldptel.client.mechanisms._sketch import (
     Cells,
     SketchMechanism,
@@ -52,7 +53,7 @@ from ldptel.client.mechanisms._sketch import (
 )
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.state import Estimate, SketchState, labels_of
-from ldptel.client.protocol.params import flip_epsilon, safe_flip_threshold
+from ldptel.client.protocol.params import PLAUSIBILITY_FALSE_REJECTION, flip_epsilon, safe_flip_threshold
 from ldptel.client.protocol.rng import (
     bernoulli_int,
     bernoulli_words,
@@ -327,6 +328,33 @@ def estimate(params: UnaryParams, state: SketchState, *, candidates: Sequence[ob
     return Estimate(params.mechanism, labels_of(candidates), est, np.sqrt(var), n, confidence)
 
 
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+# Set bits per byte: numpy ≥ 2's ufunc (~4x faster, measured at 1,000 reports of m = 1024: 35 µs against
+# 130 µs), else a table (numpy 1.26 has no popcount).
+_popcount: Callable[[np.ndarray], np.ndarray] = getattr(np, "bitwise_count", None) or functools.partial(np.take, _POPCOUNT)
+
+
+@functools.lru_cache(maxsize=64)
+def set_bits_range(m: int, p: float, q: float) -> tuple[int, int]:
+    """[lo, hi]: the set bits of an honest unary row of m bits lie in it except with probability at most
+    :data:`~ldptel.client.protocol.params.PLAUSIBILITY_FALSE_REJECTION` (half in each tail).
+
+    The count is S = Bernoulli(p) (the value's bit) + Binomial(m − 1, q) (the others), as in ldp-math §8.2's
+    "OUE bit counts follow Binomial(d−1, q) + Bernoulli(p)"; its exact distribution is summed from each tail.
+    """
+    i = np.arange(m, dtype=np.float64)  # successes among the m − 1 cold bits: 0 … m − 1
+    log_choose = np.concatenate(([0.0], np.cumsum(np.log((m - i[1:]) / i[1:]))))
+    cold = np.exp(log_choose + i * math.log(q) + (m - 1 - i) * math.log1p(-q))
+    pmf = np.append(cold * (1 - p), 0.0)
+    pmf[1:] += cold * p  # S = s: s − 1 cold bits and the hot one
+    half = PLAUSIBILITY_FALSE_REJECTION / 2
+    below = np.cumsum(pmf)  # P(S ≤ s)
+    above = np.cumsum(pmf[::-1])[::-1]  # P(S ≥ s), summed from the tail
+    lo = int(np.count_nonzero(below <= half))  # every s < lo has P(S ≤ s) ≤ half
+    hi = int(m - np.count_nonzero(above[1:] <= half))  # every s > hi has P(S ≥ s) ≤ half
+    return lo, hi
+
+
 def cells(params: UnaryParams, state: SketchState) -> Cells:
     """y_ja = (O[j, a] − n_j·q)/(p − q); α = q(1−q)/(p−q)², β = (1−p−q)/(p−q)."""
     p, q = params.p, params.q
@@ -372,13 +400,22 @@ class Unary(SketchMechanism[UP, UnaryBatch]):
     def merge_bytes(self, batches: Sequence[UnaryBatch]) -> int:
         return int(sum(b.n for b in batches) * batches[0].bits.shape[1])
 
-    def merge_order(self, batches: Sequence[UnaryBatch]) -> np.ndarray:
-        return row_order(concat_rows(batches))
-
     def estimate_candidates(
         self, params: UP, state: SketchState, candidates: Sequence[object], confidence: float
     ) -> Estimate:
         return estimate(params, state, candidates=candidates, confidence=confidence)
+
+    def check_plausible(self, batch: UnaryBatch, params: UP) -> None:
+        """Refuse a report whose count of set bits lies in a tail of its honest distribution (see
+        :func:`set_bits_range`): an all-ones row, say, which would add to every value's estimate."""
+        lo, hi = set_bits_range(params.m, params.p, params.q)
+        counts = _popcount(batch.bits).sum(axis=1, dtype=np.uint32)
+        if batch.n and (int(counts.max()) > hi or int(counts.min()) < lo):
+            bad = int(np.flatnonzero((counts > hi) | (counts < lo))[0])
+            raise WireFormatError(
+                f"report {bad} has {int(counts[bad])} of {params.m} bits set; honest {self.name} reports with these "
+                f"parameters have {lo} to {hi} (all but {PLAUSIBILITY_FALSE_REJECTION:g} of them)"
+            )
 
     def variance(self, params: UP, counts: np.ndarray, n: int) -> np.ndarray:
         return variance(params, counts, n)

@@ -34,6 +34,9 @@ AUTO_PROB_BITS_LOSS = 0.01
 AUTO_PROB_BITS_RANGE = (8, 24)
 SINGLE_DRAW_PROB_BITS = 32
 PROB_BITS_RANGE = (2, 32)
+# Poisoning (issue 12): the ingest refuses a report no honest client produces, where the mechanism can tell
+# (Mechanism.check_plausible). An honest report is refused with probability at most this (both tails together).
+PLAUSIBILITY_FALSE_REJECTION = 1e-9
 
 
 def check_epsilon(value: object) -> float:

@@ -36,11 +36,24 @@ FORMAT_VERSION = 1
 MAX_REPORTS = (1 << 32) - 1
 # Reports per uploaded batch: the SDK's largest batch and the ingest service's default limit (LDPTEL_MAX_BATCH_REPORTS).
 DEFAULT_MAX_BATCH_REPORTS = 10_000
+# Late retries (issue 12): a batch is sent with its age, the UTC days since the device formed it by the device's
+# own clock (HTTP header BATCH_AGE_HEADER; an age, not a date, so a device clock that is off by a constant does
+# not matter). The server refuses a batch older than the horizon (422 batch_too_old) and remembers batch ids
+# until the end of their arrival day + the horizon + 1 (the 1 covers day boundaries falling at other instants
+# on a skewed clock), so a retry is either deduplicated or refused, never counted twice. The SDK drops
+# batches older than the horizon itself. One setting: LDPTEL_RETRY_HORIZON_DAYS (server) and the Reporter's
+# retry_horizon_days (the SDK's default is the server's).
+DEFAULT_RETRY_HORIZON_DAYS = 3
+MAX_RETRY_HORIZON_DAYS = 30
+BATCH_AGE_HEADER = "X-Ldptel-Batch-Age-Days"
 _HEADER = struct.Struct("<4sBBHII16sB")
 
 __all__ = [
+    "BATCH_AGE_HEADER",
     "BatchHeader",
     "DEFAULT_MAX_BATCH_REPORTS",
+    "DEFAULT_RETRY_HORIZON_DAYS",
+    "MAX_RETRY_HORIZON_DAYS",
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_REPORTS",

@@ -27,6 +27,7 @@ class ReporterStats:
     dropped_stale: int
     no_spec: int
     retries: int
+    dropped_too_old: int = 0  # in batches older than the retry horizon (dropped by the SDK or refused: 422)
 
 
 @dataclass(slots=True)
@@ -45,16 +46,19 @@ class Counters:
     dropped_queue_full: int = 0
     dropped_rejected: int = 0
     dropped_stale: int = 0
+    dropped_too_old: int = 0
     no_spec: int = 0
     retries: int = 0
 
-    def settle(self, n: int, outcome: Literal["ack", "stale", "rejected"]) -> None:
-        """A batch of ``n`` reports left the disk: acknowledged, or dropped as stale or rejected."""
+    def settle(self, n: int, outcome: Literal["ack", "stale", "rejected", "too_old"]) -> None:
+        """A batch of ``n`` reports left the disk: acknowledged, or dropped as stale, rejected or too old."""
         self.pending -= n
         if outcome == "ack":
             self.delivered += n
         elif outcome == "stale":
             self.dropped_stale += n
+        elif outcome == "too_old":
+            self.dropped_too_old += n
         else:
             self.dropped_rejected += n
 
@@ -68,6 +72,7 @@ class Counters:
             dropped_queue_full=self.dropped_queue_full,
             dropped_rejected=self.dropped_rejected,
             dropped_stale=self.dropped_stale,
+            dropped_too_old=self.dropped_too_old,
             no_spec=self.no_spec,
             retries=self.retries,
         )

@@ -49,6 +49,7 @@ class StoredBatch:
     version: int
     n: int
     body: bytes
+    formed_day: str | None  # UTC day the batch was formed (None: formed by an SDK before the retry horizon)
 
 
 def enqueue(conn: sqlite3.Connection, metric: str, version: int, payload: bytes) -> None:
@@ -79,9 +80,11 @@ def form_batches(
     batch_size: int,
     partial: bool,
     spec_of: Callable[[str, int], MetricSpec | None],
+    day: str,
 ) -> FormResult:
     """Turn queued reports into batches of at most ``batch_size`` (partial ones only when ``partial``).
 
+    ``day``: the UTC day now (stored with each batch: its retries are dropped after the retry horizon).
     One ``BEGIN IMMEDIATE`` transaction; on a ``synchronous=FULL`` connection its commit also makes every
     earlier commit durable, before anything is sent.
     """
@@ -109,8 +112,8 @@ def form_batches(
                 batch_id = secure_token(16)
                 body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params)
                 conn.execute(
-                    "INSERT INTO batches(batch_id, metric, version, n, body) VALUES (?, ?, ?, ?, ?)",
-                    (batch_id, metric, version, len(rows), body),
+                    "INSERT INTO batches(batch_id, metric, version, n, body, formed_day) VALUES (?, ?, ?, ?, ?, ?)",
+                    (batch_id, metric, version, len(rows), body, day),
                 )
                 conn.execute(
                     "DELETE FROM reports WHERE metric = ? AND version = ? AND id <= ?", (metric, version, rows[-1][0])
@@ -126,7 +129,7 @@ def form_batches(
 
 def next_batch(conn: sqlite3.Connection, after_id: int = 0) -> StoredBatch | None:
     row = conn.execute(
-        "SELECT id, batch_id, metric, version, n, body FROM batches WHERE id > ? ORDER BY id LIMIT 1",
+        "SELECT id, batch_id, metric, version, n, body, formed_day FROM batches WHERE id > ? ORDER BY id LIMIT 1",
         (after_id,),
     ).fetchone()
     return None if row is None else StoredBatch(*row)

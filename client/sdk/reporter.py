@@ -91,7 +91,7 @@ from typing import Literal
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
 from ldptel.client.protocol.validate import check_int, check_number
-from ldptel.client.protocol.wire import ReportBatch
+from ldptel.client.protocol.wire import DEFAULT_RETRY_HORIZON_DAYS, MAX_RETRY_HORIZON_DAYS, ReportBatch
 from ldptel.client.sdk import ledger as _ledger
 from ldptel.client.sdk import memo
 from ldptel.client.sdk import queue as _queue
@@ -155,6 +155,9 @@ class Reporter:
     :param timeout: HTTP timeout in seconds.
     :param spec_ttl: seconds after which a cached spec is refreshed in the background.
     :param backoff_base: first retry delay scale in seconds; :param backoff_cap: largest delay.
+    :param retry_horizon_days: a batch formed longer ago than this many UTC days is dropped (counted in
+        ``dropped_too_old``), never sent: the server (``LDPTEL_RETRY_HORIZON_DAYS``, the same default) forgets
+        batch ids after that and refuses such batches, so a late retry can never count twice.
 
     Parts: the spec cache (:class:`~ldptel.client.sdk.spec_cache.SpecCache`) and the uploader
     (:class:`~ldptel.client.sdk.uploader.Uploader`), which owns the one transport (uploads and spec fetches)
@@ -189,9 +192,11 @@ class Reporter:
         spec_ttl: float = 3600.0,
         backoff_base: float = 1.0,
         backoff_cap: float = 300.0,
+        retry_horizon_days: int = DEFAULT_RETRY_HORIZON_DAYS,
     ) -> None:
         self._batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
         self._max_queue = check_int("max_queue", max_queue, 1, sys.maxsize)
+        retry_horizon_days = check_int("retry_horizon_days", retry_horizon_days, 0, MAX_RETRY_HORIZON_DAYS)
         flush_interval = check_number("flush_interval", flush_interval, 0.0, math.inf, open_interval=True, allow_inf=True)
         timeout = check_number("timeout", timeout, 0.0, math.inf, open_interval=True)
         spec_ttl = check_number("spec_ttl", spec_ttl, 0.0, math.inf, open_interval=True, allow_inf=True)
@@ -232,7 +237,7 @@ class Reporter:
                 storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
                 clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size,
                 flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap),
-                notify=self._notify)
+                notify=self._notify, retry_horizon_days=retry_horizon_days)
         except BaseException:
             self._db.close()
             raise

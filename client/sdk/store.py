@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS batches(           -- formed batches, kept until the 
     metric   TEXT NOT NULL,
     version  INTEGER NOT NULL,
     n        INTEGER NOT NULL,
-    body     BLOB NOT NULL                    -- the exact wire bytes (encode_batch)
+    body     BLOB NOT NULL,                   -- the exact wire bytes (encode_batch)
+    formed_day TEXT                           -- UTC day it was formed (its age is sent with it)
 );
 CREATE TABLE IF NOT EXISTS ledger(            -- privacy spend per metric and UTC day
     metric  TEXT NOT NULL,
@@ -153,6 +154,9 @@ def init_schema(conn: sqlite3.Connection) -> None:
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 conn.execute(statement)
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(batches)")}
+        if "formed_day" not in columns:  # databases of SDKs before the retry horizon: their batches have none
+            conn.execute("ALTER TABLE batches ADD COLUMN formed_day TEXT")
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
         if row is None:
             conn.execute("INSERT INTO meta(key, value) VALUES ('schema', ?)", (SCHEMA_VERSION,))

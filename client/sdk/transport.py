@@ -38,7 +38,7 @@ from typing import Literal
 from urllib.parse import quote, urlsplit
 
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.protocol.wire import DEFAULT_MAX_BATCH_REPORTS
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, DEFAULT_MAX_BATCH_REPORTS
 
 Outcome = Literal["ack", "stale", "auth", "retry", "rejected"]
 MAX_BATCH_SIZE = DEFAULT_MAX_BATCH_REPORTS  # reports per batch; see the module docstring
@@ -129,10 +129,13 @@ class Transport:
                 self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
         return self._conn
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> Response:
+    def request(
+        self, method: str, path: str, body: bytes | None = None, *, headers: dict[str, str] | None = None
+    ) -> Response:
         """Send one (idempotent) request; raises :class:`OSError` / :class:`http.client.HTTPException` on
         network failure. A reused connection the peer closed is replaced once (see the module docs)."""
-        headers = {"Authorization": f"Bearer {self._token}", "User-Agent": USER_AGENT, "Accept": "application/json"}
+        headers = {"Authorization": f"Bearer {self._token}", "User-Agent": USER_AGENT, "Accept": "application/json",
+                   **(headers or {})}
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
         reused = self._conn is not None and self._reused
@@ -159,8 +162,10 @@ class Transport:
             raise
         return Response(status=resp.status, retry_after=retry_after, body=data)
 
-    def post_batch(self, body: bytes) -> Response:
-        return self.request("POST", "/v1/reports", body)
+    def post_batch(self, body: bytes, *, age_days: int | None = None) -> Response:
+        """POST a batch, with its age in UTC days (``X-Ldptel-Batch-Age-Days``) when known."""
+        extra = {} if age_days is None else {BATCH_AGE_HEADER: str(age_days)}
+        return self.request("POST", "/v1/reports", body, headers=extra)
 
     def get_metric(self, name: str) -> Response:
         return self.request("GET", "/v1/metrics/" + quote(name, safe=""))

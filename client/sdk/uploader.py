@@ -11,8 +11,11 @@ One cycle (:meth:`Uploader.cycle`):
    its random id and exact bytes once, on disk, so every retry resends the same batch;
 5. send the stored batches in order and settle each by the server's answer
    (:func:`ldptel.client.sdk.transport.classify`): acknowledged → delivered; 409 → dropped as stale and the
-   spec the answer carries adopted; another 4xx → dropped as rejected; 401/403, 408/425/429, 5xx or a
-   network error → kept, and the uploader backs off (:class:`~ldptel.client.sdk.transport.Backoff`);
+   spec the answer carries adopted; 422 ``batch_too_old`` → dropped as too old; another 4xx → dropped as
+   rejected; 401/403, 408/425/429, 5xx or a network error → kept, and the uploader backs off
+   (:class:`~ldptel.client.sdk.transport.Backoff`). Each batch is sent with its age (UTC days since it was
+   formed, by this device's clock); one older than ``retry_horizon_days`` is dropped without sending (the server may have forgotten its
+   id and would refuse it: a batch is either deduplicated or dropped, never counted twice);
 6. checkpoint the WAL (the ``report()`` connection leaves checkpoints to this one).
 
 It runs on a background thread (``ldptel-uploader``) that sleeps until the next cycle is due or it is woken,
@@ -28,8 +31,10 @@ thread sleeps on it and :meth:`flush` waits on it. ``_lock`` is always taken bef
 
 from __future__ import annotations
 
+import datetime
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -67,6 +72,7 @@ class Uploader:
         flush_interval: float,
         backoff: Backoff,
         notify: Notifier,
+        retry_horizon_days: int,
     ) -> None:
         self._db = connect(storage_dir, synchronous="FULL")
         self._tx = transport
@@ -79,6 +85,7 @@ class Uploader:
         self._flush_interval = flush_interval
         self._backoff = backoff
         self._notify = notify
+        self._horizon = retry_horizon_days
         self._lock = threading.Lock()
         self._retry_at = 0.0
         self._next_flush_at = clock()  # leftovers from a previous run go out at once
@@ -190,7 +197,8 @@ class Uploader:
                 unbatched = self._counters.unbatched
             if unbatched > 0 and (due or unbatched >= self._batch_size):
                 res = _queue.form_batches(
-                    self._db, batch_size=self._batch_size, partial=due, spec_of=self._specs.spec_of)
+                    self._db, batch_size=self._batch_size, partial=due, spec_of=self._specs.spec_of,
+                    day=_utc_day(self._clock()))
                 with self._state:
                     self._counters.unbatched -= res.moved
                     self._counters.pending -= res.unencodable
@@ -210,8 +218,15 @@ class Uploader:
 
     def _send(self, batch: _queue.StoredBatch) -> bool:
         """Post one batch and settle it; False when the uploader must back off."""
+        age = None if batch.formed_day is None else _age_days(batch.formed_day, self._clock())
+        if age is not None and age > self._horizon:
+            self._settle(batch, "too_old")
+            self._notify(_batch_error(
+                batch, f"batch formed on {batch.formed_day}, beyond the retry horizon of {self._horizon} day(s); "
+                f"{batch.n} reports dropped", status=None, outcome="too_old"))
+            return True
         try:
-            resp = self._tx.post_batch(batch.body)
+            resp = self._tx.post_batch(batch.body, age_days=age)
         except NETWORK_ERRORS as exc:
             self._retry(None)
             self._notify(_batch_error(batch, f"network error: {exc!r}", status=None, outcome="retry"))
@@ -232,13 +247,19 @@ class Uploader:
                 batch, f"HTTP 409: version {batch.version} of {batch.metric!r} is no longer accepted; "
                 f"{batch.n} reports dropped", status=409, outcome="stale"))
             return True
+        body = resp.json()
+        if resp.status == 422 and isinstance(body, dict) and body.get("error") == "batch_too_old":
+            self._settle(batch, "too_old")
+            self._notify(_batch_error(batch, f"HTTP 422: batch too old for the server's retry horizon; {batch.n} "
+                                      "reports dropped", status=422, outcome="too_old"))
+            return True
         self._settle(batch, "rejected")
         self._notify(_batch_error(
             batch, f"HTTP {resp.status}: batch rejected for good; {batch.n} reports dropped ({resp.body[:200]!r})",
             status=resp.status, outcome="rejected"))
         return True
 
-    def _settle(self, batch: _queue.StoredBatch, outcome: Literal["ack", "stale", "rejected"]) -> None:
+    def _settle(self, batch: _queue.StoredBatch, outcome: Literal["ack", "stale", "rejected", "too_old"]) -> None:
         _queue.remove_batch(self._db, batch)
         with self._state:
             self._counters.settle(batch.n, outcome)
@@ -253,6 +274,19 @@ class Uploader:
     def _pending(self) -> int:
         with self._state:
             return self._counters.pending
+
+
+def _utc_day(now: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(now))
+
+
+def _age_days(day: str, now: float) -> int:
+    """Whole UTC days from ``day`` to the day of ``now``, ≥ 0 (a clock turned back since, or a malformed stored
+    day, counts as 0: the README states what a clock turned back allows)."""
+    try:
+        return max(0, (datetime.date.fromisoformat(_utc_day(now)) - datetime.date.fromisoformat(day)).days)
+    except ValueError:
+        return 0
 
 
 def _batch_error(batch: _queue.StoredBatch, message: str, *, status: int | None, outcome: str) -> UploadError:

@@ -1,13 +1,15 @@
 -- Append one validated batch to its shard stream, at most once per batch id.
 -- KEYS[1] = stream  ldp:v1:{metric:shard}:reports
 -- KEYS[2] = dedupe  ldp:v1:{metric:shard}:seen:<batch id hex>   (same hash tag, same slot)
--- ARGV    = day, version, n, batch bytes, dedupe ttl seconds, start of the UTC day in ms
+-- ARGV    = day, version, n, batch bytes, dedupe expiry (ms, a UTC day boundary), start of the UTC day in ms
 -- Returns the new entry id, or false when the batch id was already seen (a retry: nothing written).
 --
--- Entry ids are "<start of the UTC day in ms>-<sequence>", never the arrival time: nothing finer than the
--- day is stored with a batch. Ids still increase within a stream (the aggregator's checkpoint relies on it).
--- If a later id already exists (an entry from before this format, or another ingest whose clock is past
--- midnight already), '*' is used: Redis then keeps the last id's ms and increments the sequence.
+-- Nothing finer than the day is stored with a batch:
+-- * entry ids are "<start of a UTC day in ms>-<sequence>", never the arrival time. Ids must increase within a
+--   stream, so when a later id exists already (another ingest whose clock is past midnight, or skew), the
+--   entry takes the ms of the last id rounded up to a day boundary and the next sequence: still a day, never
+--   Redis's clock ('*' alone would use it, and so would every later entry of that day on the shard);
+-- * the dedupe key expires at a day boundary (PXAT), so neither its TTL nor the AOF tells the arrival time.
 --
 -- Order: EXISTS, XADD, SET. A script is not rolled back when a command fails, so the dedupe key is only
 -- written after the entry exists: a failed XADD leaves nothing behind and the client's retry appends it.
@@ -16,7 +18,15 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 local id = redis.pcall('XADD', KEYS[1], ARGV[6] .. '-*', 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
 if type(id) == 'table' and id.err then
-  id = redis.call('XADD', KEYS[1], '*', 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
+  local info = redis.call('XINFO', 'STREAM', KEYS[1])
+  local last = ''
+  for i = 1, #info, 2 do
+    if info[i] == 'last-generated-id' then last = info[i + 1] end
+  end
+  local ms = tonumber(string.match(last, '^(%d+)-'))
+  local day = 86400000
+  ms = math.ceil(ms / day) * day
+  id = redis.call('XADD', KEYS[1], string.format('%d-*', ms), 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
 end
-redis.call('SET', KEYS[2], id, 'EX', ARGV[5])
+redis.call('SET', KEYS[2], id, 'PXAT', ARGV[5])
 return id

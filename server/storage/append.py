@@ -29,15 +29,18 @@ from ldptel.storage.connection import (
     pack_command,
 )
 
-__all__ = ["READY_PROBE_TTL_MS", "AppendResult", "BatchAppender", "ReplicaWaitError", "utc_day"]
+__all__ = ["AppendResult", "BatchAppender", "ReplicaWaitError", "utc_day"]
 
 _INFO_CLUSTER = pack_command(b"INFO", b"cluster")
-READY_PROBE_TTL_MS = 60_000  # the readiness probe keys expire by themselves
+# The readiness probe: one SET of a constant, no expiry, in a script that is not propagated (redis.set_repl): a
+# probe every few seconds in the AOF would timestamp the batch appends around it, and an expiry would hold its time.
+_READY_PROBE_LUA = "redis.set_repl(redis.REPL_NONE) return redis.call('SET', KEYS[1], '1')"
 WAIT_TIMEOUT_MS = 1_000  # how long an append waits for its replicas (``wait_replicas``)
 _LUA = resources.files(__package__).joinpath("append.lua").read_text(encoding="utf-8")
 
 
 _day_cache: tuple[int, str] = (-1, "")
+DAY_MS = 86_400_000
 
 
 def utc_day(now: datetime | None = None) -> str:
@@ -81,6 +84,8 @@ class BatchAppender(RawClient):
         self._sha = hashlib.sha1(_LUA.encode("utf-8")).hexdigest().encode("ascii")
         self._load = pack_command(b"SCRIPT", b"LOAD", _LUA)
         self._wait_command = pack_command(b"WAIT", wait_replicas, WAIT_TIMEOUT_MS)
+        self._probe_sha = hashlib.sha1(_READY_PROBE_LUA.encode("utf-8")).hexdigest().encode("ascii")
+        self._probe_load = pack_command(b"SCRIPT", b"LOAD", _READY_PROBE_LUA)
 
     def _seen(self, key: str) -> bool:
         conn, found = self._routed(key, pack_command(b"EXISTS", key), RawConnection.reply)
@@ -98,11 +103,13 @@ class BatchAppender(RawClient):
     def check_writable(self) -> None:
         """Raise the redis error of the first server this appender writes to that refuses a small write now
         (unreachable, a replica, OOM, a failed save): one Redis, or every primary of a cluster (one probe key
-        per primary, on a slot it serves). The readiness check of the ingest service."""
+        per primary, on a slot it serves). The readiness check of the ingest service: a constant SET, no expiry,
+        in a script that neither the AOF nor the replicas see (``redis.set_repl``)."""
         primaries = self.primaries()
         probes = [keys.ready_probe(_tag_for_slot(slot)) for _, slot in primaries] or [keys.ready_probe()]
         for key in probes:
-            conn, _ = self._routed(key, pack_command(b"SET", key, b"1", b"PX", READY_PROBE_TTL_MS), RawConnection.reply)
+            probe = pack_command(b"EVALSHA", self._probe_sha, b"1", key)
+            conn, _ = self._routed(key, probe, RawConnection.reply, load=self._probe_load)
             self._checkin(conn)
         if not primaries:  # one Redis: refuse a cluster node behind a plain URL (it takes only its slots' writes)
             conn, info = self._routed(probes[0], _INFO_CLUSTER, RawConnection.reply)
@@ -120,18 +127,21 @@ class BatchAppender(RawClient):
         n: int,
         data: bytes,
         day: str,
-        dedupe_ttl: int,
+        dedupe_days: int,
         earlier_shards: tuple[int, ...] = (),
     ) -> AppendResult:
         """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard.
 
+        ``day`` is the UTC arrival day; the batch id is remembered until the end of ``day`` + ``dedupe_days``.
         ``earlier_shards``: the metric's shard counts before a recent growth
         (:meth:`~ldptel.storage.registry.MetricRecord.earlier_shards`). A batch whose shard differs under one
         of them is first looked up there (EXISTS of its dedupe key: one more round trip, only for those
-        batches, only during the dedupe window), so a retry of a batch accepted before the growth stays a
-        duplicate. Not atomic with the append: a retry racing its own first attempt across a growth (the
-        first still in flight in a process that has not yet seen the new count) could be appended twice.
+        batches, only while dedupe keys from before the growth can exist), so a retry of a batch accepted
+        before the growth stays a duplicate. Not atomic with the append: a retry racing its own first attempt
+        across a growth (the first still in flight in a process that has not yet seen the new count) could be
+        appended twice.
         """
+        day_start = _day_start_ms(day)
         shard = keys.shard_for(batch_id, shards)
         for count in earlier_shards:
             before = keys.shard_for(batch_id, count)
@@ -147,8 +157,8 @@ class BatchAppender(RawClient):
             version,
             n,
             data,
-            dedupe_ttl,
-            _day_start_ms(day),  # entry ids carry only the day
+            day_start + (dedupe_days + 1) * DAY_MS,  # the dedupe key expires at a day boundary
+            day_start,  # entry ids carry only the day
         )
         stream = keys.stream(metric, shard)
         for attempt in range(2):

@@ -1,4 +1,4 @@
-"""The one raw-RESP connection stack of the storage layer: the ingest append and the fold's XREADGROUP use it.
+"""The one raw-RESP connection stack of the storage layer: the ingest append and the fold's XREAD use it.
 
 Both hot paths bypass redis-py's command machinery, each for a measured reason:
 

@@ -4,14 +4,12 @@ The ingest service (stream appends, dedupe keys, the registry), the aggregator (
 leases, the worker heartbeat set, dead letters, queries) and the CLI all build their keys with these
 functions; no other module formats a key. All keys start with ``ldp:v1:`` and those that belong to one metric
 shard carry the hash tag ``{<metric>:<shard>}``, so a shard's stream, dedupe keys, sketches, checkpoint and
-lease live in one Redis Cluster slot and can be written in one MULTI/EXEC or Lua script. The consumer group
-name the fold workers read the streams with is here too.
+lease live in one Redis Cluster slot and can be written in one MULTI/EXEC or Lua script.
 """
 
 from __future__ import annotations
 
 PREFIX = "ldp:v1:"
-CONSUMER_GROUP = "ldptel-aggregators"
 
 
 def registry() -> str:
@@ -30,7 +28,7 @@ def stream(metric: str, shard: int) -> str:
 
 
 def seen(metric: str, shard: int, batch_id_hex: str) -> str:
-    """Dedupe key for a client batch id, next to the stream it guards (SET NX EX, atomic with XADD)."""
+    """Dedupe key for a client batch id, next to the stream it guards (SET PXAT a UTC day boundary, atomic with XADD)."""
     return f"{PREFIX}{tag(metric, shard)}:seen:{batch_id_hex}"
 
 
@@ -49,8 +47,13 @@ def checkpoint(metric: str, shard: int) -> str:
     return f"{PREFIX}{tag(metric, shard)}:checkpoint"
 
 
+def folded(metric: str, shard: int) -> str:
+    """Count of this shard's stream entries folded (or dead-lettered), incremented with the checkpoint (the lag)."""
+    return f"{PREFIX}{tag(metric, shard)}:folded"
+
+
 def lease(metric: str, shard: int) -> str:
-    """Which aggregator worker owns this shard (SET NX PX, renewed; expires when the worker dies)."""
+    """Which aggregator worker owns this shard (SET NX PX, renewed; expires when the worker dies; not in the AOF)."""
     return f"{PREFIX}{tag(metric, shard)}:lease"
 
 
@@ -59,14 +62,20 @@ def dead_letters(metric: str, shard: int) -> str:
     return f"{PREFIX}{tag(metric, shard)}:dead"
 
 
+def rate(token_digest_prefix: str) -> str:
+    """String: an app token's request-rate state (GCRA time, ms; in memory only, see ``ldptel.server.ratelimit``)."""
+    return f"{PREFIX}rate:{token_digest_prefix}"
+
+
 def ready_probe(tag: str | None = None) -> str:
-    """String the ingest service's ``/readyz`` writes (with an expiry) to learn that Redis accepts writes; on a
-    cluster one per primary, each under a hash tag ``{<tag>}`` chosen to land on a slot that primary serves."""
+    """String the ingest service's ``/readyz`` writes (a constant, no expiry, not in the AOF) to learn that Redis
+    accepts writes; on a cluster one per primary, each under a hash tag ``{<tag>}`` chosen to land on a slot that
+    primary serves."""
     return f"{PREFIX}ready-probe" if tag is None else f"{PREFIX}{{{tag}}}:ready-probe"
 
 
 def aggregators() -> str:
-    """Sorted set of live aggregator workers (score: heartbeat expiry, ms), used to share shards fairly."""
+    """Sorted set of live aggregator workers (score: heartbeat expiry, ms; not in the AOF), to share shards fairly."""
     return f"{PREFIX}aggregators"
 
 

@@ -9,8 +9,8 @@ same version number or lose one another.
 The shard count can only grow (:func:`grow_shards`): new batches then spread over more streams (on a Redis
 Cluster, more primaries) and more fold workers, and queries and workers sum every shard below the count. A
 batch's shard is derived from its id, so after a growth a retried batch may map to another shard than its first
-attempt did: the record keeps each earlier count with the time it was replaced (``resharded``), and for a dedupe
-window after that the append also checks the batch's shard under the earlier count
+attempt did: the record keeps each earlier count with the UTC day it was replaced (``resharded``), and while the
+dedupe keys of batches accepted before it can exist the append also checks the batch's shard under the earlier count
 (:meth:`MetricRecord.earlier_shards`, :meth:`ldptel.storage.append.BatchAppender.append`).
 """
 
@@ -29,6 +29,7 @@ from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import keys
+from ldptel.storage.append import DAY_MS
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -50,6 +51,7 @@ __all__ = [
 
 Status = Literal["active", "retired"]  # a metric's status (the OpenAPI document lists these values)
 _MAX_WATCH_RETRIES = 50
+DAY_S = DAY_MS // 1000
 DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
 MAX_SHARDS = 1024
 
@@ -93,7 +95,7 @@ class MetricRecord:
     status: Status
     shards: int
     versions: dict[int, MetricSpec] = field(hash=False)
-    resharded: tuple[tuple[int, int], ...] = ()  # (earlier shard count, unix second it was replaced), oldest first
+    resharded: tuple[tuple[int, int], ...] = ()  # (earlier shard count, start of the UTC day it was replaced, s)
 
     @property
     def current(self) -> MetricSpec:
@@ -103,10 +105,12 @@ class MetricRecord:
     def active(self) -> bool:
         return self.status == "active"
 
-    def earlier_shards(self, dedupe_ttl: int, *, now: float | None = None) -> tuple[int, ...]:
-        """The earlier shard counts whose dedupe keys may still exist (replaced less than ``dedupe_ttl`` s ago)."""
+    def earlier_shards(self, dedupe_days: int, *, now: float | None = None) -> tuple[int, ...]:
+        """The earlier shard counts whose dedupe keys may still exist. A batch accepted under a count arrived
+        on or before the day it was replaced, and its dedupe key expires at the latest at the end of that day
+        + ``dedupe_days`` (:meth:`ldptel.storage.append.BatchAppender.append`)."""
         t = time.time() if now is None else now
-        return tuple(count for count, until in self.resharded if t < until + dedupe_ttl)
+        return tuple(count for count, until in self.resharded if t < _day_start(until) + (dedupe_days + 1) * DAY_S)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the registry's storage format and the API's response body."""
@@ -150,6 +154,11 @@ def parse_record(raw: bytes | str) -> MetricRecord:
     except (ValueError, UnicodeDecodeError) as exc:
         raise RegistryCorruptError(f"registry value is not JSON: {exc}") from None
     return MetricRecord.from_dict(data)
+
+
+def _day_start(unix_second: int | float) -> int:
+    """The start of the UTC day holding ``unix_second`` (s)."""
+    return int(unix_second // DAY_S * DAY_S)
 
 
 def _same_definition(a: MetricSpec, b: MetricSpec) -> bool:
@@ -260,7 +269,9 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
             return old
         if shards < old.shards:
             raise RegistryConflictError(f"metric {name!r} has {old.shards} shards; a shard count can only grow")
-        return dataclasses.replace(old, shards=shards, resharded=(*old.resharded, (old.shards, int(time.time()))))
+        # only the UTC day of the change is stored (no finer time: see ldptel.storage.append)
+        replaced = _day_start(int(time.time()))
+        return dataclasses.replace(old, shards=shards, resharded=(*old.resharded, (old.shards, replaced)))
 
     return _update(r, name, change)
 

@@ -82,7 +82,7 @@ def append_reports(
         data = encode_batch(metric=spec.name, version=spec.version, batch_id=bid, batch=batch, params=spec.params)
         res = appender.append(
             metric=spec.name, shards=record.shards, batch_id=bid, version=spec.version, n=batch.n, data=data, day=day,
-            dedupe_ttl=3600,
+            dedupe_days=1,
         )
         assert not res.duplicate
         batches.append(batch)

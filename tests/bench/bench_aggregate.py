@@ -3,12 +3,12 @@
 
 Prints one JSON line per figure:
 
-* ``xreadgroup_bare``: redis-py XREADGROUP alone over the same entries (a separate consumer group), the
-  ceiling for any consumer written with redis-py in this run;
+* ``xread_bare``: redis-py XREAD alone over the same entries (the worker's read, without a consumer group),
+  the ceiling for any consumer written with redis-py in this run;
 * ``fold_core_only``: the protocol core's :func:`ldptel.client.fold` alone over the same decoded batches, in
   calls of ``--batch`` entries (no Redis): the ceiling the fold sets for the end-to-end figure;
 * ``fold_end_to_end``: :class:`ldptel.aggregator.worker.Worker` with ``once``: read, decode, fold (cms,
-  k = 2048, m = 1024), commit (sketch blob + checkpoint + XACK in one MULTI/EXEC), from the first read to the
+  k = 2048, m = 1024), commit (sketch blob + checkpoint + folded count in one MULTI/EXEC), from the first read to the
   last commit. Goal: ≥ 2,000,000 reports/s.
 
 Usage::
@@ -65,16 +65,16 @@ def fill(r: redis_lib.Redis, params: CmsParams, *, reports: int, per_entry: int,
 
 def bare_read(r: redis_lib.Redis, *, batch: int) -> tuple[int, float]:
     stream = keys.stream(METRIC, 0)
-    r.xgroup_create(stream, "bench-bare", id="0")
     entries = 0
+    after: bytes | str = "0"
     start = time.perf_counter()
     while True:
-        resp = r.xreadgroup("bench-bare", "c", {stream: ">"}, count=batch)
+        resp = r.xread({stream: after}, count=batch)
         if not resp or not resp[0][1]:
             break
         entries += len(resp[0][1])
+        after = resp[0][1][-1][0]
     elapsed = time.perf_counter() - start
-    r.xgroup_destroy(stream, "bench-bare")
     return entries, elapsed
 
 
@@ -93,7 +93,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reports", type=int, default=4_000_000)
     ap.add_argument("--per-entry", type=int, default=1000, help="reports per stream entry (one ingest batch)")
-    ap.add_argument("--batch", type=int, default=1000, help="entries per XREADGROUP (the worker's default)")
+    ap.add_argument("--batch", type=int, default=1000, help="entries per XREAD (the worker's default)")
     ap.add_argument("--aof", action="store_true", help="embedded server with AOF everysec")
     ap.add_argument("--repeat", type=int, default=2, help="runs; each figure's best and all runs are printed")
     args = ap.parse_args()
@@ -111,7 +111,7 @@ def main() -> int:
             n = entries * args.per_entry
             got, bare_s = bare_read(r, batch=args.batch)
             assert got == entries
-            emit(figure="xreadgroup_bare", run=run, reports=n, entries=entries, batch=args.batch,
+            emit(figure="xread_bare", run=run, reports=n, entries=entries, batch=args.batch,
                  seconds=round(bare_s, 3), reports_per_s=round(n / bare_s), aof=args.aof)
 
             folded, core_s = core_fold(r, params, batch=args.batch)

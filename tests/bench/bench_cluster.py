@@ -95,7 +95,7 @@ def _fill(r: Any, spec: Any, reports: int, rng: np.random.Generator) -> int:
         bid = rng.bytes(16)
         data = encode_batch(metric=spec.name, version=1, batch_id=bid, batch=batch, params=spec.params)
         appender.append(metric=spec.name, shards=SHARDS, batch_id=bid, version=1, n=1000, data=data, day=utc_day(),
-                        dedupe_ttl=3600)
+                        dedupe_days=1)
     appender.close()
     return entries * 1000
 

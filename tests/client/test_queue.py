@@ -62,13 +62,13 @@ def test_batch_formation_is_one_transaction_with_a_stored_id(tmp_path) -> None:
     for i in range(25):
         conn.execute("INSERT INTO reports(metric, version, payload) VALUES ('m', 1, ?)",
                      (pack_report(privatize(f"v{i}", spec.params, rng=rng), spec.params),))
-    res = form_batches(conn, batch_size=10, partial=False, spec_of=lambda m, v: spec)
+    res = form_batches(conn, batch_size=10, partial=False, spec_of=lambda m, v: spec, day="2026-11-23")
     assert (res.formed, res.moved) == (2, 20)  # the 5 left wait for a partial flush
-    res = form_batches(conn, batch_size=10, partial=True, spec_of=lambda m, v: spec)
+    res = form_batches(conn, batch_size=10, partial=True, spec_of=lambda m, v: spec, day="2026-11-23")
     assert (res.formed, res.moved) == (1, 5)
     assert conn.execute("SELECT COUNT(*) FROM reports").fetchone()[0] == 0
     first = next_batch(conn)
-    assert first is not None and len(first.batch_id) == 16
+    assert first is not None and len(first.batch_id) == 16 and first.formed_day == "2026-11-23"
     header, _ = decode_batch(first.body, spec.params)
     assert header.batch_id == first.batch_id and header.n == 10
     ids = [r[0] for r in conn.execute("SELECT batch_id FROM batches")]

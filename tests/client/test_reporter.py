@@ -375,3 +375,46 @@ def test_backoff_is_exponential_with_equal_jitter_and_a_cap() -> None:
     assert lo.next_delay(retry_after=7.0) == 7.0 and hi.next_delay(retry_after=7.0) == pytest.approx(7.7, abs=1e-5)
     lo.reset()
     assert lo.next_delay() == 0.5
+
+
+# ------------------------------------------------------------------------------------ retry horizon
+def test_a_batch_older_than_the_retry_horizon_is_dropped_not_sent(live: LiveServer, app_token, tmp_path, clock) -> None:
+    """Issue 12: a batch formed, then kept by an outage past the retry horizon, is dropped and counted on the
+    device (the server may have forgotten its id): it is never sent, so it cannot be counted twice."""
+    spec = live.create(cms())
+    errors: list[UploadError] = []
+    rep = _sync(live.url, app_token, tmp_path, clock, specs=[spec], on_error=errors.append, batch_size=5,
+                retry_horizon_days=2)
+    live.stop()
+    for i in range(10):
+        assert rep.report(spec.name, f"v{i}").queued
+    assert rep.flush(timeout=60) is False  # two batches formed today, kept through the outage
+    clock.t += 3 * DAY
+    live.start()
+    assert rep.flush(timeout=60)
+    st = rep.stats()
+    assert (st.pending, st.delivered, st.dropped_too_old, st.dropped_rejected) == (0, 0, 10, 0)
+    assert live.delivered(spec.name)["total"] == 0
+    assert [e.outcome for e in errors if e.outcome != "retry"] == ["too_old", "too_old"]
+    rep.close()
+
+
+def test_a_422_batch_too_old_is_final_and_counted(live: LiveServer, app_token, tmp_path, clock) -> None:
+    """A device whose horizon is longer than the server's: the server refuses (422 batch_too_old) and the SDK
+    drops the batch for good (no retry loop), counted as too old; a batch within both horizons goes through."""
+    spec = live.create(cms())
+    rep = _sync(live.url, app_token, tmp_path, clock, specs=[spec], batch_size=5, retry_horizon_days=10)
+    live.stop()
+    for i in range(5):
+        assert rep.report(spec.name, f"v{i}").queued
+    assert rep.flush(timeout=60) is False
+    clock.t += 4 * DAY  # past the server's default horizon of 3 days
+    live.start()
+    assert rep.flush(timeout=60)
+    for i in range(5):
+        assert rep.report(spec.name, f"w{i}").queued
+    assert rep.flush(timeout=60)
+    st = rep.stats()
+    assert (st.pending, st.delivered, st.dropped_too_old, st.dropped_rejected, st.retries > 0) == (0, 5, 5, 0, True)
+    assert live.delivered(spec.name)["total"] == 5
+    rep.close()

@@ -16,10 +16,12 @@ from ldptel.aggregator.cli import main
 from ldptel.client import privatize_batch
 from ldptel.client.protocol.wire import encode_batch
 from ldptel.server import ServerConfig, create_app
+from ldptel.server.ratelimit import TokenRateLimiter
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
-from ldptel.storage.append import BatchAppender
+from ldptel.storage.append import BatchAppender, utc_day
 from ldptel.storage.connection import PlainUrlAtClusterError
+from ldptel.storage.leases import Leases
 from tests.aggregator.agg_helpers import Ingested
 from tests.cluster.local import LocalCluster
 from tests.stats import assert_close_normal
@@ -82,7 +84,7 @@ def test_pipeline_and_every_command_on_a_cluster(
     code, out, err = run("status", "--format", "json")
     assert code == 0, err
     rows = json.loads(out)
-    assert len(rows) == SHARDS and all(row["lag"] == 0 and row["pending"] == 0 for row in rows)
+    assert len(rows) == SHARDS and all(row["lag"] == 0 for row in rows)
 
     ingested = Ingested(record=record, batches=[b for _, b in sent], values=values)  # type: ignore[misc]
     index = store.sketch_index(cluster_redis, "pages", SHARDS)
@@ -125,7 +127,7 @@ def test_the_appender_follows_moved_when_a_slot_changes_owner(
     nodes = cluster_redis.nodes_manager  # type: ignore[attr-defined]
     source = nodes.get_node_from_slot(slot)
     target = next(n for n in cluster_redis.get_primaries() if n.name != source.name)  # type: ignore[attr-defined]
-    kwargs = {"metric": "moving", "shards": 1, "version": 1, "n": 1, "data": b"x", "day": "2026-03-01", "dedupe_ttl": 60}
+    kwargs = {"metric": "moving", "shards": 1, "version": 1, "n": 1, "data": b"x", "day": utc_day(), "dedupe_days": 1}
     assert not appender.append(batch_id=b"a" * 16, **kwargs).duplicate  # type: ignore[arg-type]
     cluster_redis.delete(stream, keys.seen("moving", 0, (b"a" * 16).hex()))  # an empty slot moves at once
     ids = {n.name: n.redis_connection.execute_command("CLUSTER", "MYID").decode() for n in (source, target)}
@@ -174,7 +176,9 @@ def test_a_metric_grows_its_shard_count_without_double_counting_retries(
     assert not any(post(data) for data in before)
     code, out, err = run("metrics", "grow", "flag", "--shards", "6", "--format", "json")
     assert code == 0, err
-    assert registry.get_metric(cluster_redis, "flag").shards == 6
+    grown = registry.get_metric(cluster_redis, "flag")
+    assert grown.shards == 6
+    assert [count for count, _ in grown.resharded] == [2] and grown.resharded[0][1] % 86_400 == 0  # only its day
     assert all(post(data) for data in before)  # retries of pre-growth batches: still duplicates
     after = batches(30)
     assert not any(post(data) for data in after)
@@ -240,5 +244,34 @@ def test_a_plain_url_at_a_cluster_node_is_not_ready_and_says_why(
                      if nodes.get_node_from_slot(cluster_redis.keyslot(keys.stream("m", s))).name != owner.name)  # type: ignore[attr-defined]
     bid = next(bytes([b]) * 16 for b in range(256) if keys.shard_for(bytes([b]) * 16, 64) == elsewhere)
     with pytest.raises(PlainUrlAtClusterError, match="redis\\+cluster://"):
-        appender.append(metric="m", shards=64, batch_id=bid, version=1, n=1, data=b"x", day="2026-03-01", dedupe_ttl=60)
+        appender.append(metric="m", shards=64, batch_id=bid, version=1, n=1, data=b"x", day=utc_day(), dedupe_days=1)
     app.extensions["redis"].close()
+
+
+def test_the_unpropagated_coordination_scripts_work_on_a_cluster(
+    local_cluster: LocalCluster, cluster_redis: redis_lib.Redis
+) -> None:
+    """The readiness probe (one key per primary, no expiry), leases, heartbeats and the per-token rate limit
+    are scripts with ``redis.set_repl(REPL_NONE)``, each about one key: every one runs where its slot lives."""
+    app = create_app(ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN,
+                                  redis_url=local_cluster.url, rate_limit=None))
+    assert app.test_client().get("/readyz").status_code == 200
+    app.extensions["redis"].close()
+    for node in cluster_redis.get_primaries():  # type: ignore[attr-defined]
+        probes = list(node.redis_connection.scan_iter(match="*ready-probe"))
+        assert len(probes) == 1 and node.redis_connection.pttl(probes[0]) == -1  # one per primary, no expiry
+
+    leases = Leases(cluster_redis, owner="w1", ttl_seconds=5)
+    rival = Leases(cluster_redis, owner="w2", ttl_seconds=5)
+    assert leases.claim("m", 0) and not rival.claim("m", 0) and leases.renew("m", 0) and not rival.renew("m", 0)
+    leases.heartbeat()
+    rival.heartbeat()
+    assert leases.live_workers() == 2
+    leases.release("m", 0)
+    assert rival.claim("m", 0)
+    rival.leave()
+    assert leases.live_workers() == 1
+
+    limiter = TokenRateLimiter(cluster_redis, rate=0.001, burst=2)
+    assert [limiter.acquire(b"\x01" * 32) for _ in range(2)] == [0.0, 0.0]
+    assert limiter.acquire(b"\x01" * 32) > 0 and limiter.acquire(b"\x02" * 32) == 0.0  # per token

@@ -23,7 +23,7 @@ def test_short_lived_threads_reuse_a_bounded_set_of_connections(redis: redis_lib
     def one(i: int) -> None:
         try:
             appender.append(metric="m", shards=1, batch_id=i.to_bytes(16, "little"), version=1, n=1,
-                            data=b"x", day="2026-11-22", dedupe_ttl=60)
+                            data=b"x", day="2026-11-22", dedupe_days=0)
         except BaseException as exc:
             errors.append(exc)
 
@@ -35,3 +35,42 @@ def test_short_lived_threads_reuse_a_bounded_set_of_connections(redis: redis_lib
     assert redis.xlen(keys.stream("m", 0)) == 200
     assert len(appender._single._idle) <= BatchAppender.MAX_IDLE
     assert len(appender._single._idle) == 1  # sequential threads: one connection, reused 200 times
+
+
+DAY_MS = 86_400_000
+
+
+def _append(appender: BatchAppender, i: int, day: str) -> None:
+    result = appender.append(metric="m", shards=1, batch_id=i.to_bytes(16, "little"), version=1, n=1, data=b"x",
+                             day=day, dedupe_days=1)
+    assert not result.duplicate
+
+
+def test_an_earlier_day_after_a_later_id_keeps_day_only_ids(redis: redis_lib.Redis) -> None:
+    """Issue 12: an append for an earlier day meeting a later id (an ingest whose clock is still on yesterday
+    at midnight) used ``XADD *``, giving that entry and every later one of the day Redis's millisecond clock."""
+    appender = BatchAppender(redis)
+    _append(appender, 1, "2026-11-23")
+    _append(appender, 2, "2026-11-22")  # yesterday, after today's entry
+    _append(appender, 3, "2026-11-23")
+    ids = [eid.decode() for eid, _ in redis.xrange(keys.stream("m", 0))]
+    assert all(int(eid.split("-")[0]) % DAY_MS == 0 for eid in ids), ids
+    assert [eid.split("-")[0] for eid in ids] == ["1795392000000"] * 3 and len(set(ids)) == 3
+    days = [fields[b"d"] for _, fields in redis.xrange(keys.stream("m", 0))]
+    assert days == [b"2026-11-23", b"2026-11-22", b"2026-11-23"]  # the day field is the batch's own
+
+
+def test_an_id_finer_than_the_day_is_rounded_up_to_the_next_day(redis: redis_lib.Redis) -> None:
+    """A stream whose last id carries a time (written before day-only ids) gets the next day boundary."""
+    redis.xadd(keys.stream("m", 0), {"d": "2026-11-23"}, id="1795441204552-0")
+    _append(BatchAppender(redis), 1, "2026-11-23")
+    last = redis.xrevrange(keys.stream("m", 0), count=1)[0][0].decode()
+    assert last == f"{1795392000000 + DAY_MS}-0"
+
+
+def test_the_dedupe_key_expires_at_a_day_boundary(redis: redis_lib.Redis) -> None:
+    appender = BatchAppender(redis)
+    appender.append(metric="m", shards=1, batch_id=b"\x07" * 16, version=1, n=1, data=b"x", day="2099-01-01",
+                    dedupe_days=3)
+    expires = redis.execute_command("PEXPIRETIME", keys.seen("m", 0, (b"\x07" * 16).hex()))
+    assert expires == 4070908800000 + 4 * DAY_MS  # the end of 2099-01-04: the arrival day + 3 days

@@ -27,11 +27,11 @@ def test_from_env_full() -> None:
             "LDPTEL_MAX_BODY_BYTES": "100000",
             "LDPTEL_RATE_LIMIT": "50:80",
             "LDPTEL_SHARDS": "8",
-            "LDPTEL_DEDUPE_TTL": "3600",
+            "LDPTEL_RETRY_HORIZON_DAYS": "5",
         }
     )
     assert config.app_tokens == {APP, OTHER}
-    assert (config.max_batch_reports, config.max_body_bytes, config.shards, config.dedupe_ttl) == (500, 100000, 8, 3600)
+    assert (config.max_batch_reports, config.max_body_bytes, config.shards, config.retry_horizon_days) == (500, 100000, 8, 5)
     assert (config.rate_limit, config.rate_burst) == (50.0, 80)
     assert APP not in repr(config) and ADMIN not in repr(config)  # secrets stay out of logs
 
@@ -42,6 +42,12 @@ def test_defaults_and_rate_forms() -> None:
     assert config.redis_url is None and config.shards == 4
     assert ServerConfig.from_env({**base, "LDPTEL_RATE_LIMIT": "off"}).rate_limit is None
     assert ServerConfig.from_env({**base, "LDPTEL_RATE_LIMIT": "10"}).rate_burst == 20
+    assert (config.auth_failure_limit, config.auth_failure_burst) == (1.0, 20)
+    assert ServerConfig.from_env({**base, "LDPTEL_AUTH_FAILURE_LIMIT": "off"}).auth_failure_limit is None
+    limited = ServerConfig.from_env({**base, "LDPTEL_AUTH_FAILURE_LIMIT": "0.5:7"})
+    assert (limited.auth_failure_limit, limited.auth_failure_burst) == (0.5, 7)
+    with pytest.raises(ConfigError, match="AUTH_FAILURE_LIMIT"):
+        ServerConfig.from_env({**base, "LDPTEL_AUTH_FAILURE_LIMIT": "-1"})
 
 
 @pytest.mark.parametrize(

@@ -92,7 +92,8 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
 
 def _env(redis_url: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}
-    env.update(LDPTEL_APP_TOKENS=APP_TOKEN, LDPTEL_ADMIN_TOKEN=ADMIN_TOKEN, LDPTEL_RATE_LIMIT="off", LDPTEL_ACCESS_LOG="")
+    env.update(LDPTEL_APP_TOKENS=APP_TOKEN, LDPTEL_ADMIN_TOKEN=ADMIN_TOKEN, LDPTEL_RATE_LIMIT="off",
+               LDPTEL_AUTH_FAILURE_LIMIT="off", LDPTEL_ACCESS_LOG="")
     if redis_url:
         env["LDPTEL_REDIS_URL"] = redis_url
     return env

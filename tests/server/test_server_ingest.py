@@ -6,13 +6,14 @@ import json
 import os
 import secrets
 import struct
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
 import redis as redis_lib
 from flask.testing import FlaskClient
 
-from ldptel.client.protocol.wire import decode_batch, decode_header
+from ldptel.client.protocol.wire import DEFAULT_RETRY_HORIZON_DAYS, decode_batch, decode_header
 from ldptel.server import ServerConfig, create_app
 from ldptel.storage import keys
 from ldptel.storage.append import utc_day
@@ -62,10 +63,12 @@ def test_accepted_batch_is_one_stream_entry_with_the_exact_bytes(api, redis, rng
     assert fields == {b"d": utc_day().encode(), b"v": b"1", b"n": b"100", b"b": data}
     header, batch = decode_batch(fields[b"b"], spec.params)
     assert header.batch_id == bid and batch.n == 100
-    # the dedupe key sits beside the stream (same hash tag) and expires
+    # the dedupe key sits beside the stream (same hash tag) and expires at the end of today + the retry horizon + 1
     seen = keys.seen(spec.name, shard, bid.hex())
     assert redis.exists(seen) == 1
-    assert 0 < redis.ttl(seen) <= 86_400
+    today = datetime.strptime(utc_day(), "%Y-%m-%d").replace(tzinfo=UTC)
+    end = today + timedelta(days=2 + DEFAULT_RETRY_HORIZON_DAYS)
+    assert redis.execute_command("PEXPIRETIME", seen) == int(end.timestamp()) * 1000
 
 
 def test_retries_are_acknowledged_but_appended_once(api, redis, rng, cms) -> None:  # type: ignore[no-untyped-def]
@@ -397,6 +400,6 @@ def test_readyz_is_503_while_redis_refuses_writes_at_maxmemory(rng, tmp_path, ap
         ready = client.get("/readyz")
         assert ready.status_code == 200 and ready.json == {"status": "ready"}
         assert client.post("/v1/reports", data=data, content_type=OCTET, headers=headers).status_code == 202
-        assert r.pttl(keys.ready_probe()) > 0  # the probe never outlives a minute
+        assert r.get(keys.ready_probe()) == b"1" and r.pttl(keys.ready_probe()) == -1  # a constant: no time kept
         r.close()
         app.extensions["redis"].close()
