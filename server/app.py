@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 
-import redis
 from flask import Flask
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -24,6 +23,7 @@ from ldptel.server.prom import Telemetry
 from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.server.state import EXTENSION, IngestState, digest
 from ldptel.storage.append import BatchAppender
+from ldptel.storage.client import connect, parse_redis_url
 from ldptel.storage.embedded import shared_embedded
 
 __all__ = ["create_app"]
@@ -41,8 +41,9 @@ def create_app(config: ServerConfig | None = None) -> Flask:
     if redis_url is None:
         redis_url = shared_embedded(data_dir=cfg.data_dir).url
         cfg = cfg.with_redis_url(redis_url)
-    client = redis.Redis.from_url(
-        redis_url,
+    target = parse_redis_url(redis_url)  # one Redis or a cluster (ldptel.storage.client)
+    client = connect(
+        target,
         socket_timeout=cfg.redis_timeout,
         socket_connect_timeout=min(1.0, cfg.redis_timeout),
         # One immediate retry heals a pooled connection that a Redis restart closed. Retrying the append
@@ -57,7 +58,7 @@ def create_app(config: ServerConfig | None = None) -> Flask:
     state = app.extensions[EXTENSION] = IngestState(
         config=cfg,
         redis=client,
-        appender=BatchAppender(client),
+        appender=BatchAppender(client, wait_replicas=target.wait_replicas),
         limiter=None if cfg.rate_limit is None else TokenRateLimiter(client, rate=cfg.rate_limit, burst=cfg.rate_burst),
         failures=None if cfg.auth_failure_limit is None else SourceFailureLimiter(
             rate=cfg.auth_failure_limit, burst=cfg.auth_failure_burst),

@@ -19,7 +19,8 @@ config in code with :meth:`ServerConfig.demo`, which generates such tokens.
 Environment variables (all optional except the tokens):
 
 =============================  ==========================================================================
-``LDPTEL_REDIS_URL``           ``redis://host:port/db``; unset: a private embedded server is started
+``LDPTEL_REDIS_URL``           ``redis://host:port/db`` or ``redis+cluster://host:port[,host:port...]`` (a
+                               Redis Cluster; see ``ldptel.storage.client``); unset: a private embedded server
 ``LDPTEL_APP_TOKENS``          comma-separated bearer tokens for apps (``POST /v1/reports``, reading specs)
 ``LDPTEL_ADMIN_TOKEN``         bearer token for metric changes (and ``GET /metrics``)
 ``LDPTEL_METRICS_TOKEN``       optional bearer token that may only read ``GET /metrics`` (for Prometheus)
@@ -57,6 +58,7 @@ from ldptel.client.protocol.wire import (
     MAX_RETRY_HORIZON_DAYS,
 )
 from ldptel.server.ratelimit import MAX_BURST
+from ldptel.storage.client import parse_redis_url
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
 
 __all__ = ["ConfigError", "MIN_DISTINCT_CHARS", "MIN_TOKEN_BITS", "PLACEHOLDERS", "ServerConfig", "token_problem"]
@@ -124,8 +126,11 @@ class ServerConfig:
             _check_token(f"{PREFIX}METRICS_TOKEN", self.metrics_token)
             if self.metrics_token in self.app_tokens or self.metrics_token == self.admin_token:
                 raise ConfigError(f"{PREFIX}METRICS_TOKEN must differ from the admin token and every app token")
-        if self.redis_url is not None and not self.redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError(f"{PREFIX}REDIS_URL must start with redis://, rediss:// or unix://")
+        if self.redis_url is not None:
+            try:
+                parse_redis_url(self.redis_url)  # one Redis or a cluster (ldptel.storage.client)
+            except LdpError as exc:
+                raise ConfigError(f"{PREFIX}REDIS_URL: {exc}") from None
         _check_range("MAX_BATCH_REPORTS", self.max_batch_reports, 1, MAX_REPORTS)
         _check_range("MAX_BODY_BYTES", self.max_body_bytes, 64, 1 << 31)
         if self.rate_limit is not None and not (math.isfinite(self.rate_limit) and self.rate_limit > 0):

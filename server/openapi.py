@@ -129,7 +129,8 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": MAX_SHARDS,
-                "description": "only when the metric is created (default: the service's LDPTEL_SHARDS)",
+                "description": "only when the metric is created (default: the service's LDPTEL_SHARDS); "
+                "grow it later with ldptel metrics grow",
             },
             "version": {"description": "ignored: the registry assigns versions (so a fetched spec can be posted back)"},
             "effective_epsilon": {"description": "ignored: derived from params"},
@@ -146,6 +147,11 @@ _SCHEMAS: dict[str, Any] = {
             "shards": {"type": "integer", "minimum": 1},
             "current": {"$ref": "#/components/schemas/MetricSpec"},
             "versions": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/MetricSpec"}},
+            "resharded": {
+                "type": "array",
+                "description": "earlier shard counts: [count, start of the UTC day it was replaced, unix s] (ldptel metrics grow)",
+                "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+            },
         },
         "additionalProperties": False,
     },

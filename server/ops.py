@@ -18,13 +18,8 @@ from ldptel.server.auth import authenticate
 from ldptel.server.errors import json_response
 from ldptel.server.openapi import openapi_document
 from ldptel.server.state import current_state
-from ldptel.storage import keys
 
 __all__ = ["bp"]
-
-# One SET of a constant, no expiry, in a script that is not propagated (redis.set_repl): a probe every few
-# seconds in the AOF would timestamp the batch appends around it, and an expiry would hold the probe's time.
-_READY_PROBE_LUA = "redis.set_repl(redis.REPL_NONE) return redis.call('SET', KEYS[1], '1')"
 
 bp = Blueprint("ops", __name__)
 
@@ -54,8 +49,9 @@ def readyz() -> Response:
     """Ready means "a write would succeed now": one small SET, refused by Redis exactly when it refuses the
     appends (maxmemory under ``noeviction``, a read-only replica, writes stopped after a failed save) as
     well as when it is unreachable (a script's write is refused the same way). RedisError -> 503 (``errors.py``).
-    As cheap as a PING: one round trip. Nothing reaches the AOF or replicas and nothing expires."""
-    current_state().redis.eval(_READY_PROBE_LUA, 1, keys.ready_probe())
+    As cheap as a PING: one round trip (on a Redis Cluster one per primary: every node the appends go to,
+    :meth:`BatchAppender.check_writable`). Nothing reaches the AOF or replicas and nothing expires."""
+    current_state().appender.check_writable()
     return json_response({"status": "ready"}, 200)
 
 

@@ -177,6 +177,7 @@ def append_batch(
         data=data,
         day=day,
         dedupe_days=state.config.retry_horizon_days + 1,  # see check_batch_age
+        earlier_shards=record.earlier_shards(state.config.retry_horizon_days + 1),  # after a shard-count growth
     )
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
     return {

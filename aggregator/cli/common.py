@@ -54,22 +54,39 @@ def redis_url(given: str | None) -> str:
 def connected(url: str | None, *, socket_timeout: float | None = SOCKET_TIMEOUT) -> Iterator[redis.Redis]:
     """A pinged Redis client; a bad URL, an unreachable server or a connection lost later is a :class:`UserError`."""
     import redis
+    from redis.exceptions import RedisClusterException
+
+    from ldptel.storage.client import connect, parse_redis_url
 
     url = redis_url(url)
     try:
-        r = redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
-    except ValueError as exc:
+        target = parse_redis_url(url)
+        shown = target.display
+        r = connect(target, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=socket_timeout)
+    except (ValueError, LdpError) as exc:
         raise UserError(f"bad Redis URL {url!r}: {exc}") from None
+    except (redis.RedisError, RedisClusterException) as exc:  # a cluster client asks its seeds for the slot map
+        raise UserError(f"cannot reach Redis at {shown}: {_one_line(exc)} (set --redis-url or {ENV_REDIS_URL})") from None
     try:
         try:
             r.ping()
-        except redis.RedisError as exc:
-            raise UserError(f"cannot reach Redis at {url}: {exc} (set --redis-url or {ENV_REDIS_URL})") from None
+        except (redis.RedisError, RedisClusterException) as exc:
+            raise UserError(f"cannot reach Redis at {shown}: {_one_line(exc)} (set --redis-url or {ENV_REDIS_URL})") from None
         yield r
     except redis.ConnectionError as exc:
-        raise UserError(f"lost the connection to Redis: {exc}") from None
+        raise UserError(f"lost the connection to Redis: {_one_line(exc)}") from None
+    except (redis.exceptions.MovedError, redis.exceptions.AskError) as exc:  # a plain URL at a cluster node
+        raise UserError(
+            f"{shown} is a Redis Cluster node (MOVED {exc}): use redis+cluster://host:port[,host:port...]"
+        ) from None
+    except (redis.RedisError, RedisClusterException) as exc:  # any other Redis or Redis Cluster error
+        raise UserError(f"Redis error ({type(exc).__name__}): {_one_line(exc)}") from None
     finally:
         r.close()
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def read_text(path: str, *, what: str) -> str:

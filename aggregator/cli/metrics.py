@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from ldptel.aggregator.cli import metrics_file
-from ldptel.aggregator.cli.common import EXIT_OK, UserError, comma_list, connected, day, read_text, read_values
+from ldptel.aggregator.cli.common import (
+    EXIT_OK,
+    UserError,
+    comma_list,
+    connected,
+    day,
+    positive_int,
+    read_text,
+    read_values,
+)
 from ldptel.aggregator.cli.output import table, write_json
 from ldptel.client.mechanisms import mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
@@ -40,7 +49,7 @@ PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes", "va
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     sketches = ", ".join(mechanism_names(candidates=True))
     met = sub.add_parser(NAME, help="manage the metric registry",
-                         description="List, show, create or retire metrics, or plan, diff and apply a TOML file of them.")
+                         description="List, show, create, grow or retire metrics, or plan, diff and apply a TOML file of them.")
     msub = met.add_subparsers(dest="action", metavar="ACTION", required=True)
     mlist = msub.add_parser("list", parents=[common], help="every metric (status 'expired' past its expires day)")
     mlist.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -74,8 +83,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--owner", default="", help="metadata: who to ask about it (a team or an address)")
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
     mcreate.add_argument("--notes", default="", help="metadata: free text")
-    mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only)")
+    mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
     mcreate.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mgrow = msub.add_parser("grow", parents=[common], help="raise a metric's shard count (spread it over more shards)",
+                            description="Raise the shard count: new batches spread over more streams (on a Redis "
+                            "Cluster, more primaries) and fold workers; every shard keeps counting in queries.")
+    mgrow.add_argument("name", metavar="NAME")
+    mgrow.add_argument("--shards", type=positive_int, required=True, help="the new shard count (larger)")
+    mgrow.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -111,6 +126,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 write_json(rec.to_dict(), out)
             else:
                 _write_records([rec], "table", out)
+        elif action == "grow":
+            _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out)
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out)
         else:

@@ -50,6 +50,7 @@ from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.specs import MetricSpec
+from ldptel.storage.client import connect
 from ldptel.storage.embedded import EmbeddedRedis, EmbeddedRedisError
 
 FOLD_TIMEOUT = 60.0  # seconds for the worker to fold everything after the last device
@@ -137,7 +138,7 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         stats = _simulate(session, config, services, dist=dist, truth=truth, seed=seed, status=status,
                           words=tuple(tuple(words.values[j] for j in row) for row in typed.tolist()))
         times.mark("fleet")
-        r = services.redis_server.client()
+        r = connect(services.redis_server.url)
         try:
             folded = _wait_folded(r, session, dist=dist, stats=stats, status=status, word=words.values[0])
             times.mark("folded")

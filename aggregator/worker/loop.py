@@ -31,6 +31,7 @@ from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import InvalidParameterError
 from ldptel.storage import sketches as store
+from ldptel.storage.client import TRANSIENT_ERRORS, decodes_responses
 from ldptel.storage.connection import refused_write
 from ldptel.storage.leases import LeaseLostError, Leases
 from ldptel.storage.sketches import format_id
@@ -74,7 +75,7 @@ class Worker:
     """A fold worker over one Redis connection (``decode_responses`` must be off: entries are binary)."""
 
     def __init__(self, r: redis_lib.Redis, config: WorkerConfig | None = None) -> None:
-        if r.connection_pool.connection_kwargs.get("decode_responses"):
+        if decodes_responses(r):
             raise InvalidParameterError("r", "a Redis client with decode_responses=False (entries are binary)", r)
         self.r = r
         self.config = config or WorkerConfig()
@@ -151,7 +152,7 @@ class Worker:
                         last_progress = time.monotonic()
                     backoff = 0.1
                     refused = False
-                except (redis_lib.ConnectionError, redis_lib.TimeoutError) as exc:
+                except TRANSIENT_ERRORS as exc:  # lost Redis, or a cluster mid-failover
                     if cfg.once:
                         raise
                     # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
@@ -329,8 +330,7 @@ class Worker:
     def _rebalance(self) -> None:
         """Claim free shards up to a fair share; release extras when more workers are alive."""
         self._last_scan = time.monotonic()
-        if not self.config.metrics:
-            self._specs.forget_shards()  # rescan: shard counts come from the registry
+        self._specs.forget_shards()  # rescan: shard counts come from the registry (they can grow)
         all_shards = [s for s in self._all_shards() if s not in self._finished]
         if self.config.once:
             target = len(all_shards)

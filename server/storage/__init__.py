@@ -1,6 +1,6 @@
 """The Redis storage layer that the ingest service and the aggregator share (neither imports the other).
 
-:mod:`~ldptel.storage.keys` (every key), :mod:`~ldptel.storage.registry` (metric specs),
+:mod:`~ldptel.storage.client` (the one client factory: one Redis or a cluster), :mod:`~ldptel.storage.keys` (every key), :mod:`~ldptel.storage.registry` (metric specs),
 :mod:`~ldptel.storage.append` (deduplicated stream append), :mod:`~ldptel.storage.streamread` (stream reads),
 :mod:`~ldptel.storage.connection` (the raw-RESP connection stack under those two hot paths),
 :mod:`~ldptel.storage.sketches` (the sketch store and checkpoints) and :mod:`~ldptel.storage.embedded` (a

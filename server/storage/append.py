@@ -17,12 +17,25 @@ from datetime import UTC, datetime
 from importlib import resources
 
 import redis
+from redis.crc import key_slot
 
+from ldptel.client.errors import LdpError
 from ldptel.storage import keys
-from ldptel.storage.connection import RawClient, RawConnection, Reply, UnexpectedReplyError, pack_command
+from ldptel.storage.connection import (
+    PlainUrlAtClusterError,
+    RawClient,
+    RawConnection,
+    UnexpectedReplyError,
+    pack_command,
+)
 
-__all__ = ["AppendResult", "BatchAppender", "utc_day"]
+__all__ = ["AppendResult", "BatchAppender", "ReplicaWaitError", "utc_day"]
 
+_INFO_CLUSTER = pack_command(b"INFO", b"cluster")
+# The readiness probe: one SET of a constant, no expiry, in a script that is not propagated (redis.set_repl): a
+# probe every few seconds in the AOF would timestamp the batch appends around it, and an expiry would hold its time.
+_READY_PROBE_LUA = "redis.set_repl(redis.REPL_NONE) return redis.call('SET', KEYS[1], '1')"
+WAIT_TIMEOUT_MS = 1_000  # how long an append waits for its replicas (``wait_replicas``)
 _LUA = resources.files(__package__).joinpath("append.lua").read_text(encoding="utf-8")
 
 
@@ -65,10 +78,44 @@ class BatchAppender(RawClient):
     MAX_IDLE = 64
     BUFFER_BYTES = 512  # replies are an entry id, nil, a script sha or an error line
 
-    def __init__(self, r: redis.Redis) -> None:
+    def __init__(self, r: redis.Redis, *, wait_replicas: int = 0) -> None:
         super().__init__(r)
+        self.wait_replicas = wait_replicas
         self._sha = hashlib.sha1(_LUA.encode("utf-8")).hexdigest().encode("ascii")
         self._load = pack_command(b"SCRIPT", b"LOAD", _LUA)
+        self._wait_command = pack_command(b"WAIT", wait_replicas, WAIT_TIMEOUT_MS)
+        self._probe_sha = hashlib.sha1(_READY_PROBE_LUA.encode("utf-8")).hexdigest().encode("ascii")
+        self._probe_load = pack_command(b"SCRIPT", b"LOAD", _READY_PROBE_LUA)
+
+    def _seen(self, key: str) -> bool:
+        conn, found = self._routed(key, pack_command(b"EXISTS", key), RawConnection.reply)
+        self._checkin(conn)
+        return found == 1
+
+    def _wait(self, conn: RawConnection) -> None:
+        """WAIT until ``wait_replicas`` replicas hold what this connection wrote, else a ReplicaWaitError."""
+        acked = conn.call(self._wait_command, RawConnection.reply)
+        if not isinstance(acked, int) or acked < self.wait_replicas:
+            raise ReplicaWaitError(
+                f"the batch reached {acked!r} of {self.wait_replicas} replicas within {WAIT_TIMEOUT_MS} ms"
+            )
+
+    def check_writable(self) -> None:
+        """Raise the redis error of the first server this appender writes to that refuses a small write now
+        (unreachable, a replica, OOM, a failed save): one Redis, or every primary of a cluster (one probe key
+        per primary, on a slot it serves). The readiness check of the ingest service: a constant SET, no expiry,
+        in a script that neither the AOF nor the replicas see (``redis.set_repl``)."""
+        primaries = self.primaries()
+        probes = [keys.ready_probe(_tag_for_slot(slot)) for _, slot in primaries] or [keys.ready_probe()]
+        for key in probes:
+            probe = pack_command(b"EVALSHA", self._probe_sha, b"1", key)
+            conn, _ = self._routed(key, probe, RawConnection.reply, load=self._probe_load)
+            self._checkin(conn)
+        if not primaries:  # one Redis: refuse a cluster node behind a plain URL (it takes only its slots' writes)
+            conn, info = self._routed(probes[0], _INFO_CLUSTER, RawConnection.reply)
+            self._checkin(conn)
+            if isinstance(info, bytes) and b"cluster_enabled:1" in info:
+                raise PlainUrlAtClusterError("the Redis URL is a Redis Cluster node: use redis+cluster://host:port")
 
     def append(
         self,
@@ -81,13 +128,25 @@ class BatchAppender(RawClient):
         data: bytes,
         day: str,
         dedupe_days: int,
+        earlier_shards: tuple[int, ...] = (),
     ) -> AppendResult:
         """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard.
 
         ``day`` is the UTC arrival day; the batch id is remembered until the end of ``day`` + ``dedupe_days``.
+        ``earlier_shards``: the metric's shard counts before a recent growth
+        (:meth:`~ldptel.storage.registry.MetricRecord.earlier_shards`). A batch whose shard differs under one
+        of them is first looked up there (EXISTS of its dedupe key: one more round trip, only for those
+        batches, only while dedupe keys from before the growth can exist), so a retry of a batch accepted
+        before the growth stays a duplicate. Not atomic with the append: a retry racing its own first attempt
+        across a growth (the first still in flight in a process that has not yet seen the new count) could be
+        appended twice.
         """
         day_start = _day_start_ms(day)
         shard = keys.shard_for(batch_id, shards)
+        for count in earlier_shards:
+            before = keys.shard_for(batch_id, count)
+            if before != shard and self._seen(keys.seen(metric, before, batch_id.hex())):
+                return AppendResult(duplicate=True)
         evalsha = pack_command(
             b"EVALSHA",
             self._sha,
@@ -101,13 +160,17 @@ class BatchAppender(RawClient):
             day_start + (dedupe_days + 1) * DAY_MS,  # the dedupe key expires at a day boundary
             day_start,  # entry ids carry only the day
         )
-        conn = self._checkout()
-        try:
+        stream = keys.stream(metric, shard)
+        for attempt in range(2):
             try:
-                result = _call(conn, evalsha)
-            except redis.exceptions.NoScriptError:
-                _call(conn, self._load)
-                result = _call(conn, evalsha)
+                conn, result = self._routed(stream, evalsha, RawConnection.reply, load=self._load)
+                break
+            except (redis.ConnectionError, redis.TimeoutError):  # dropped: the send reconnects (and re-routes)
+                if attempt:
+                    raise
+        try:
+            if result is not None and self.wait_replicas:
+                self._wait(conn)
         finally:
             self._checkin(conn)
         if result is None:
@@ -117,9 +180,15 @@ class BatchAppender(RawClient):
         return AppendResult(duplicate=False)
 
 
-def _call(conn: RawConnection, packed: bytes) -> Reply:
-    """One command and its whole reply, sent once more on a fresh connection if the first one broke."""
-    try:
-        return conn.call(packed, RawConnection.reply)
-    except (redis.ConnectionError, redis.TimeoutError):  # the connection was dropped: the send reconnects
-        return conn.call(packed, RawConnection.reply)
+class ReplicaWaitError(LdpError, redis.TimeoutError):
+    """Fewer replicas than ``wait_replicas`` acknowledged an appended batch in time: it is not acknowledged
+    (the client retries; the batch id makes the retry idempotent)."""
+
+
+@functools.lru_cache(maxsize=16384)
+def _tag_for_slot(slot: int) -> str:
+    """A short hash-tag text whose key slot is ``slot`` (for a probe key on a given cluster node)."""
+    n = 0
+    while key_slot(f"{{probe:{n}}}".encode()) != slot:
+        n += 1
+    return f"probe:{n}"

@@ -39,16 +39,22 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
-from typing import ClassVar, Protocol, TypeAlias, TypeVar
+from typing import ClassVar, Protocol, TypeAlias, TypeVar, cast
 
 import redis
 from redis._parsers import BaseParser
+from redis.cluster import ClusterNode, NodesManager, RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import RedisClusterException
 
 from ldptel.client.errors import LdpError
+from ldptel.storage.client import ClusterUnavailableError, is_cluster
 
 __all__ = [
     "ConnectionLostError",
+    "PlainUrlAtClusterError",
     "RawClient",
     "RawConnection",
     "Reply",
@@ -75,6 +81,10 @@ class UnexpectedReplyError(LdpError, redis.ConnectionError):
 
 class ConnectionLostError(LdpError, redis.ConnectionError):
     """The socket failed, or the server closed it, while a reply was being read."""
+
+
+class PlainUrlAtClusterError(LdpError, redis.ResponseError):
+    """A plain ``redis://`` URL points at a Redis Cluster node (it redirected a command, or says it is one)."""
 
 
 class ReplyTimeoutError(LdpError, redis.TimeoutError):
@@ -127,8 +137,9 @@ def pack_command(*args: bytes | str | int) -> bytes:
 class RawConnection:
     """One redis-py connection and the buffer its replies are received into and parsed in place (RESP2)."""
 
-    def __init__(self, conn: _RedisPyConnection, *, buffer_bytes: int) -> None:
+    def __init__(self, conn: _RedisPyConnection, *, buffer_bytes: int, stack: _Stack) -> None:
         self.conn = conn
+        self.stack = stack  # the server's stack it goes back to
         self.buf = bytearray(buffer_bytes)
         self.view = memoryview(self.buf)
         self.pos = 0  # parse position in the current reply
@@ -265,25 +276,20 @@ def _int(line: bytes) -> int:
         raise UnexpectedReplyError(f"not a RESP2 length or integer: {line[:20]!r}") from None
 
 
-class RawClient:
-    """Commands on raw connections of its own (thread-safe: a small stack of idle connections).
+class _Stack:
+    """The idle raw connections to one server (thread-safe), made with the settings of a redis-py pool."""
 
-    Subclasses set ``MAX_IDLE`` (idle connections kept) and ``BUFFER_BYTES`` (initial receive buffer of a
-    connection) and send commands with :meth:`_checkout`, :meth:`RawConnection.call` and :meth:`_checkin`.
-    """
-
-    MAX_IDLE: ClassVar[int] = 4
-    BUFFER_BYTES: ClassVar[int] = 4096
-
-    def __init__(self, r: redis.Redis) -> None:
-        pool = r.connection_pool
+    def __init__(self, name: str, pool: redis.ConnectionPool, *, max_idle: int, buffer_bytes: int) -> None:
+        self.name = name  # "host:port" of a cluster node ("" for a single Redis)
         self._connection_class = pool.connection_class
         self._connection_kwargs = {**pool.connection_kwargs, "protocol": 2}  # the parser here speaks RESP2
+        self._max_idle = max_idle
+        self._buffer_bytes = buffer_bytes
         self._idle: list[RawConnection] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
-    def _checkout(self) -> RawConnection:
+    def checkout(self) -> RawConnection:
         """An idle connection (disconnected first if stale: the send reconnects), else a new one."""
         with self._lock:
             if self._pid != os.getpid():  # a forked child must not share the parent's sockets
@@ -291,21 +297,190 @@ class RawClient:
             conn = self._idle.pop() if self._idle else None
         if conn is None:
             made: _RedisPyConnection = self._connection_class(**self._connection_kwargs)
-            return RawConnection(made, buffer_bytes=self.BUFFER_BYTES)
+            return RawConnection(made, buffer_bytes=self._buffer_bytes, stack=self)
         if conn.stale():
             conn.disconnect()
         return conn
 
-    def _checkin(self, conn: RawConnection) -> None:
+    def checkin(self, conn: RawConnection) -> None:
         with self._lock:
-            if self._pid == os.getpid() and len(self._idle) < self.MAX_IDLE:
+            if self._pid == os.getpid() and len(self._idle) < self._max_idle:
                 self._idle.append(conn)
                 return
         conn.disconnect()
 
     def close(self) -> None:
-        """Disconnect the idle connections."""
         with self._lock:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.disconnect()
+
+
+class RawClient:
+    """Commands on raw connections of its own (thread-safe: a small stack of idle connections per server).
+
+    Subclasses set ``MAX_IDLE`` (idle connections kept per server) and ``BUFFER_BYTES`` (initial receive buffer
+    of a connection) and send a command about one key with :meth:`_routed` and give its connection back with
+    :meth:`_checkin`.
+
+    On one Redis every command goes to it. On a cluster (a ``RedisCluster`` from
+    :func:`ldptel.storage.client.connect`) a command goes to the primary that serves its key's slot (CRC16 of
+    the hash tag: redis-py's ``key_slot``), taken from the slot map that redis-py's cluster client keeps.
+    A ``MOVED`` reply (resharding, failover) updates that map and resends to the new owner; ``ASK`` (a slot
+    being migrated) resends once to the importing node after ``ASKING``; ``TRYAGAIN`` (a multi-key command while
+    the slot's keys are split between the two) and ``CLUSTERDOWN`` wait a little and resend. A redirected or
+    refused command was not executed, so resending is always safe. A lost connection is not resent here
+    (the caller decides: the append's script is idempotent, a read is not); on a cluster it also makes the next
+    command refresh the slot map, so once a replica has been promoted the command reaches it.
+    """
+
+    MAX_IDLE: ClassVar[int] = 4
+    BUFFER_BYTES: ClassVar[int] = 4096
+    MAX_REDIRECTS: ClassVar[int] = 16  # MOVED/ASK/TRYAGAIN/CLUSTERDOWN rounds before the error propagates
+    RETRY_WAIT: ClassVar[float] = 0.05  # seconds before resending after TRYAGAIN or CLUSTERDOWN (doubles)
+
+    def __init__(self, r: redis.Redis) -> None:
+        self._cluster: RedisCluster | None = cast(RedisCluster, r) if is_cluster(r) else None
+        self._single = None if self._cluster is not None else self._stack("", r.connection_pool)
+        self._stacks: dict[str, _Stack] = {}
+        self._stacks_lock = threading.Lock()
+        self._refresh = False  # refresh the cluster's slot map before the next command
+        # key -> the stack of the primary serving its slot: skips redis-py's locked slot lookup on the hot
+        # path (~10 µs an append); emptied whenever the slot map may have changed (MOVED, a lost node, ...)
+        self._routes: dict[str, _Stack] = {}
+
+    def _stack(self, name: str, pool: redis.ConnectionPool) -> _Stack:
+        return _Stack(name, pool, max_idle=self.MAX_IDLE, buffer_bytes=self.BUFFER_BYTES)
+
+    # ------------------------------------------------------------------------------------------- routing
+    def _node_stack(self, node: ClusterNode) -> _Stack:
+        stack = self._stacks.get(node.name)  # a dict read is atomic; inserts take the lock
+        if stack is None:
+            assert self._cluster is not None
+            client: redis.Redis = self._cluster.get_redis_connection(node)
+            made = self._stack(node.name, client.connection_pool)
+            with self._stacks_lock:
+                stack = self._stacks.setdefault(node.name, made)
+        return stack
+
+    def _slot_map(self) -> NodesManager:
+        """redis-py's slot map of the cluster, refreshed first when a lost node or CLUSTERDOWN asked for it."""
+        cluster = self._cluster
+        assert cluster is not None
+        if self._refresh:
+            self._routes = {}
+            try:
+                cluster.nodes_manager.initialize()
+            except RedisClusterException as exc:  # not a RedisError: no node gave a full slot map
+                raise ClusterUnavailableError(f"no slot map from the cluster: {exc}") from None
+            self._refresh = False
+        return cluster.nodes_manager
+
+    def _primary(self, key: str) -> ClusterNode:
+        try:
+            node: ClusterNode = self._slot_map().get_node_from_slot(key_slot(key.encode("utf-8")))
+        except RedisClusterException as exc:  # SlotNotCoveredError: a slot without a node
+            self._refresh = True
+            raise ClusterUnavailableError(str(exc)) from None
+        return node
+
+    def primaries(self) -> list[tuple[ClusterNode, int]]:
+        """On a cluster: every primary that serves slots, with one slot it serves (empty on one Redis)."""
+        if self._cluster is None:
+            return []
+        manager = self._slot_map()
+        seen: dict[str, tuple[ClusterNode, int]] = {}
+        for slot, nodes in list(manager.slots_cache.items()):  # a refresh replaces the dict
+            if nodes and nodes[0].name not in seen:
+                seen[nodes[0].name] = (nodes[0], slot)
+        return sorted(seen.values(), key=lambda item: item[0].name)
+
+    def _routed(
+        self, key: str, packed: bytes, parse: Callable[[RawConnection], T], *, load: bytes | None = None
+    ) -> tuple[RawConnection, T]:
+        """Send a command about ``key`` where its slot lives; returns the connection (checked out: give it back
+        with :meth:`_checkin` once done with the reply's views) and ``parse`` of the reply. ``load``: a
+        SCRIPT LOAD sent on a ``NOSCRIPT`` reply to the server that gave it (then the command once more)."""
+        if self._single is not None:
+            conn = self._single.checkout()
+            try:
+                return conn, _send(conn, packed, parse, load=load, asking=False)
+            except redis.exceptions.AskError as exc:  # MOVED or ASK: this one Redis is a cluster node
+                self._single.checkin(conn)
+                raise PlainUrlAtClusterError(
+                    f"the Redis URL is a Redis Cluster node ({exc}): use redis+cluster://host:port[,host:port...]"
+                ) from None
+            except BaseException:
+                self._single.checkin(conn)
+                raise
+        cluster = self._cluster
+        assert cluster is not None
+        ask: ClusterNode | None = None
+        wait = self.RETRY_WAIT
+        for _ in range(self.MAX_REDIRECTS):
+            stack = None if ask is not None or self._refresh else self._routes.get(key)
+            if stack is None:
+                stack = self._node_stack(ask if ask is not None else self._primary(key))
+                if ask is None:
+                    if len(self._routes) >= _MAX_ROUTES:
+                        self._routes = {}
+                    self._routes[key] = stack
+            conn = stack.checkout()
+            try:
+                return conn, _send(conn, packed, parse, load=load, asking=ask is not None)
+            except redis.exceptions.MovedError as exc:
+                stack.checkin(conn)
+                self._routes = {}
+                cluster.nodes_manager.move_slot(exc)
+                ask = None
+            except redis.exceptions.AskError as exc:
+                stack.checkin(conn)
+                ask = ClusterNode(exc.host, int(exc.port))  # type: ignore[no-untyped-call]  # redis-py: no annotations
+            except (redis.exceptions.TryAgainError, redis.exceptions.ClusterDownError) as exc:
+                stack.checkin(conn)
+                ask = None
+                if isinstance(exc, redis.exceptions.ClusterDownError):
+                    self._refresh = True
+                time.sleep(wait)
+                wait = min(wait * 2, 1.0)
+            except (redis.ConnectionError, redis.TimeoutError):
+                stack.checkin(conn)
+                self._refresh = True  # a failover may have promoted a replica: ask the cluster again
+                raise
+            except BaseException:
+                stack.checkin(conn)
+                raise
+        raise redis.exceptions.ClusterError(f"too many cluster redirections for {key}")
+
+    def _checkin(self, conn: RawConnection) -> None:
+        conn.stack.checkin(conn)
+
+    def close(self) -> None:
+        """Disconnect the idle connections."""
+        if self._single is not None:
+            self._single.close()
+        with self._stacks_lock:
+            stacks = list(self._stacks.values())
+        for stack in stacks:
+            stack.close()
+
+
+def _send(conn: RawConnection, packed: bytes, parse: Callable[[RawConnection], T], *, load: bytes | None,
+          asking: bool) -> T:
+    """One command (after ASKING when redirected by ASK; ASKING lasts one command), and once more after
+    ``load`` when the server did not have the script."""
+    try:
+        if asking:
+            conn.call(_ASKING, RawConnection.reply)
+        return conn.call(packed, parse)
+    except redis.exceptions.NoScriptError:
+        if load is None:
+            raise
+        conn.call(load, RawConnection.reply)
+        if asking:
+            conn.call(_ASKING, RawConnection.reply)
+        return conn.call(packed, parse)
+
+
+_ASKING = pack_command(b"ASKING")
+_MAX_ROUTES = 65536  # keys whose route is remembered (metric shards and probe keys: far fewer in practice)

@@ -36,7 +36,7 @@ import redis
 
 from ldptel.client.errors import LdpError
 
-__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "find_server_binary"]
+__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "find_cli_binary", "find_server_binary"]
 
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0
@@ -67,6 +67,16 @@ def find_server_binary() -> Path:
     )
 
 
+def find_cli_binary() -> Path:
+    """The command-line client next to the server binary (``redis-cli`` or ``valkey-cli``): it creates clusters."""
+    server = find_server_binary()
+    for name in ("redis-cli", "valkey-cli"):
+        candidate = server.with_name(name)
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise EmbeddedRedisError(f"no redis-cli or valkey-cli next to {server}")
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -89,8 +99,16 @@ class EmbeddedRedis:
     a given directory is kept. ``port=None`` picks a free port at the first start and keeps it for restarts.
     """
 
-    def __init__(self, *, appendonly: bool = True, data_dir: str | Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        appendonly: bool = True,
+        data_dir: str | Path | None = None,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+    ) -> None:
         self._appendonly = appendonly
+        self._extra_args = extra_args  # more server flags, e.g. ("--cluster-enabled", "yes") for a cluster node
         self._own_dir = data_dir is None
         self._data_dir: Path | None = None if data_dir is None else Path(data_dir)
         self._port = port
@@ -178,6 +196,7 @@ class EmbeddedRedis:
             "--appendfsync", "everysec",
             "--appendfilename", "ldptel.aof",
             "--rdbcompression", "no",  # privatized bits barely compress; see deploy/redis.conf
+            *self._extra_args,
         ]  # fmt: skip
         main_thread = threading.current_thread() is threading.main_thread()
         # PDEATHSIG fires when the *thread* that forked exits, so only set it when starting from the main thread.

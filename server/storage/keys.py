@@ -67,10 +67,11 @@ def rate(token_digest_prefix: str) -> str:
     return f"{PREFIX}rate:{token_digest_prefix}"
 
 
-def ready_probe() -> str:
+def ready_probe(tag: str | None = None) -> str:
     """String the ingest service's ``/readyz`` writes (a constant, no expiry, not in the AOF) to learn that Redis
-    accepts writes."""
-    return f"{PREFIX}ready-probe"
+    accepts writes; on a cluster one per primary, each under a hash tag ``{<tag>}`` chosen to land on a slot that
+    primary serves."""
+    return f"{PREFIX}ready-probe" if tag is None else f"{PREFIX}{{{tag}}}:ready-probe"
 
 
 def aggregators() -> str:

@@ -9,13 +9,19 @@ their permanent randomization and queued reports stay valid (:func:`plan_change`
 WATCH/MULTI/EXEC on the registry hash, retried on conflict, so two concurrent changes can never hand out the
 same version number or lose one another.
 
-The shard count is fixed when a metric is created: a batch's shard is derived from its id, and changing the
-count would send a retried batch to a different shard's dedupe key (a double count).
+The shard count can only grow (:func:`grow_shards`): new batches then spread over more streams (on a Redis
+Cluster, more primaries) and more fold workers, and queries and workers sum every shard below the count. A
+batch's shard is derived from its id, so after a growth a retried batch may map to another shard than its first
+attempt did: the record keeps each earlier count with the UTC day it was replaced (``resharded``), and while the
+dedupe keys of batches accepted before it can exist the append also checks the batch's shard under the earlier count
+(:meth:`MetricRecord.earlier_shards`, :meth:`ldptel.storage.append.BatchAppender.append`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -26,6 +32,7 @@ from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import keys
+from ldptel.storage.append import DAY_MS
 
 __all__ = [
     "DEFAULT_SHARDS",
@@ -40,6 +47,7 @@ __all__ = [
     "UnknownVersionError",
     "create_metric",
     "get_metric",
+    "grow_shards",
     "list_metrics",
     "parse_record",
     "plan_change",
@@ -54,6 +62,7 @@ Status = Literal["active", "retired"]  # a metric's status (the OpenAPI document
 # a retired metric made active again under its current version, or a new version.
 ChangeKind = Literal["create", "unchanged", "metadata", "reactivate", "version"]
 _MAX_WATCH_RETRIES = 50
+DAY_S = DAY_MS // 1000
 DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
 MAX_SHARDS = 1024
 
@@ -97,6 +106,7 @@ class MetricRecord:
     status: Status
     shards: int
     versions: dict[int, MetricSpec] = field(hash=False)
+    resharded: tuple[tuple[int, int], ...] = ()  # (earlier shard count, start of the UTC day it was replaced, s)
 
     @property
     def current(self) -> MetricSpec:
@@ -105,6 +115,13 @@ class MetricRecord:
     @property
     def active(self) -> bool:
         return self.status == "active"
+
+    def earlier_shards(self, dedupe_days: int, *, now: float | None = None) -> tuple[int, ...]:
+        """The earlier shard counts whose dedupe keys may still exist. A batch accepted under a count arrived
+        on or before the day it was replaced, and its dedupe key expires at the latest at the end of that day
+        + ``dedupe_days`` (:meth:`ldptel.storage.append.BatchAppender.append`)."""
+        t = time.time() if now is None else now
+        return tuple(count for count, until in self.resharded if t < _day_start(until) + (dedupe_days + 1) * DAY_S)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form: the registry's storage format and the API's response body."""
@@ -115,7 +132,7 @@ class MetricRecord:
             "shards": self.shards,
             "current": self.current.to_dict(),
             "versions": {str(v): spec.to_dict() for v, spec in sorted(self.versions.items())},
-        }
+        } | ({"resharded": [list(pair) for pair in self.resharded]} if self.resharded else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -130,6 +147,7 @@ class MetricRecord:
                 status=data["status"],
                 shards=int(data["shards"]),
                 versions=versions,
+                resharded=tuple((int(count), int(until)) for count, until in data.get("resharded", ())),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
@@ -177,6 +195,11 @@ def plan_change(old: MetricRecord | None, spec: MetricSpec) -> Change:
     stored = spec.with_version(old.current_version)
     kind: ChangeKind = "reactivate" if not old.active else "unchanged" if stored == current else "metadata"
     return Change(kind=kind, version=old.current_version, before=old, spec=stored)
+
+
+def _day_start(unix_second: int | float) -> int:
+    """The start of the UTC day holding ``unix_second`` (s)."""
+    return int(unix_second // DAY_S * DAY_S)
 
 
 def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], MetricRecord]) -> MetricRecord:
@@ -273,7 +296,7 @@ def _register(
     """The record after registering ``spec`` over ``old``, and the change (``old`` itself when unchanged)."""
     if old is not None and shards is not None and shards != old.shards:
         raise RegistryConflictError(
-            f"metric {spec.name!r} has {old.shards} shards; the shard count of an existing metric cannot change"
+            f"metric {spec.name!r} has {old.shards} shards; change it with grow_shards (ldptel metrics grow)"
         )
     planned = plan_change(old, spec)
     if old is None:
@@ -282,12 +305,8 @@ def _register(
         return record, planned
     if planned.kind == "unchanged":
         return old, planned
-    record = MetricRecord(
-        name=old.name,
-        current_version=planned.version,
-        status="active",
-        shards=old.shards,
-        versions={**old.versions, planned.version: planned.spec},
+    record = dataclasses.replace(  # keeps the shard count and its history (``resharded``)
+        old, current_version=planned.version, status="active", versions={**old.versions, planned.version: planned.spec}
     )
     return record, planned
 
@@ -314,9 +333,26 @@ def retire_metric(r: redis.Redis, name: str) -> MetricRecord:
             raise UnknownMetricError(name)
         if not old.active:
             return old
-        return MetricRecord(
-            name=old.name, current_version=old.current_version, status="retired", shards=old.shards, versions=old.versions
-        )
+        return dataclasses.replace(old, status="retired")
+
+    return _update(r, name, change)
+
+
+def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
+    """Raise the shard count of ``name`` to ``shards`` (idempotent when it is that already). A count can only
+    grow: the streams, sketches and checkpoints of every shard below it stay where they are."""
+    check_int("shards", shards, 1, MAX_SHARDS)
+
+    def change(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        if shards == old.shards:
+            return old
+        if shards < old.shards:
+            raise RegistryConflictError(f"metric {name!r} has {old.shards} shards; a shard count can only grow")
+        # only the UTC day of the change is stored (no finer time: see ldptel.storage.append)
+        replaced = _day_start(int(time.time()))
+        return dataclasses.replace(old, shards=shards, resharded=(*old.resharded, (old.shards, replaced)))
 
     return _update(r, name, change)
 

@@ -40,9 +40,9 @@ class StreamReader(RawClient):
         """The entries of one XREAD after id ``after``; their ``b`` views are valid inside the ``with`` block only."""
         block = () if block_ms is None else ("BLOCK", block_ms)
         packed = pack_command("XREAD", "COUNT", count, *block, "STREAMS", stream, after)
-        conn = self._checkout()
+        conn, entries = self._routed(stream, packed, _entries)  # on a cluster: where the stream's slot lives
         try:
-            yield conn.call(packed, _entries)
+            yield entries
         finally:
             self._checkin(conn)
 

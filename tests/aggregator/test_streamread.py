@@ -59,7 +59,7 @@ def test_an_idle_connection_closed_by_the_server_is_replaced(redis: redis_lib.Re
     reader = StreamReader(redis)
     with reader.read("s", "0", count=10) as entries:
         assert len(entries) == 1
-    (idle,) = reader._idle
+    (idle,) = reader._single._idle
     host, port = idle.conn._sock.getsockname()[:2]
     redis.client_kill(f"{host}:{port}")  # the server closes it, as a Redis restart would
     redis.xadd("s", {"b": b"2"})

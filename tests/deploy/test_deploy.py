@@ -213,3 +213,23 @@ def test_scaling_notes_exist_and_cover_the_components() -> None:
     text = (DEPLOY / "SCALING.md").read_text()
     for topic in ("ingest", "shard", "aggregator", "Redis Cluster"):
         assert topic in text
+
+
+def test_cluster_compose_variant_runs_three_primaries_and_a_cluster_url() -> None:
+    compose = yaml.safe_load((DEPLOY / "docker-compose.cluster.yml").read_text())
+    services = compose["services"]
+    nodes = [name for name in services if name.startswith("redis-")]
+    assert len(nodes) == 3
+    for name in nodes:
+        command = services[name]["command"]
+        assert command[:2] == ["redis-server", "/usr/local/etc/redis/redis.conf"] and "--cluster-enabled" in command
+    create = services["cluster-create"]["command"][-1]
+    assert all(f"{name}:6379" in create for name in nodes) and "--cluster create" in create
+    from ldptel.storage.client import parse_redis_url
+
+    for name in ("ingest", "aggregator", "create-metrics", "cli"):
+        svc = services[name]
+        _check_command(svc["command"])
+        target = parse_redis_url(svc["environment"]["LDPTEL_REDIS_URL"])
+        assert target.cluster and {host for host, _ in target.seeds} == set(nodes)
+        assert "cluster-create" in svc["depends_on"]

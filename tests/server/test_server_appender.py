@@ -33,8 +33,8 @@ def test_short_lived_threads_reuse_a_bounded_set_of_connections(redis: redis_lib
         t.join()
     assert errors == []
     assert redis.xlen(keys.stream("m", 0)) == 200
-    assert len(appender._idle) <= BatchAppender.MAX_IDLE
-    assert len(appender._idle) == 1  # sequential threads: one connection, reused 200 times
+    assert len(appender._single._idle) <= BatchAppender.MAX_IDLE
+    assert len(appender._single._idle) == 1  # sequential threads: one connection, reused 200 times
 
 
 DAY_MS = 86_400_000

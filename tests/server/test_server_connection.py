@@ -19,11 +19,9 @@ from ldptel.storage.connection import (
 
 class _Client(RawClient):
     def call(self, *args: bytes | str | int) -> Reply:
-        conn = self._checkout()
-        try:
-            return conn.call(pack_command(*args), RawConnection.reply)
-        finally:
-            self._checkin(conn)
+        conn, reply = self._routed("k", pack_command(*args), RawConnection.reply)
+        self._checkin(conn)
+        return reply
 
 
 def test_pack_command_matches_redis_py() -> None:
@@ -42,27 +40,27 @@ def test_replies_as_python_values(redis: redis_lib.Redis) -> None:
     assert client.call("LRANGE", "list", "0", "-1") == [b"a", b"", b"\r\n" * 3000]
     assert client.call("XRANGE", "s", "-", "+") == [[entry_id, [b"f", b"v", b"g", b"w"]]]  # nested arrays
     assert client.call("XREAD", "STREAMS", "nostream", "0") is None  # a null array
-    assert len(client._idle) == 1
+    assert len(client._single._idle) == 1
     client.close()
 
 
 def test_an_error_reply_keeps_the_connection_and_the_redis_py_class(redis: redis_lib.Redis) -> None:
     client = _Client(redis)
     client.call("PING")
-    (conn,) = client._idle
+    (conn,) = client._single._idle
     sock = conn.conn._sock
     with pytest.raises(redis_lib.exceptions.NoScriptError):
         client.call("EVALSHA", "0" * 40, "0")
     with pytest.raises(redis_lib.ResponseError, match="wrong number of arguments"):
         client.call("GET")
     assert client.call("PING") == b"PONG"
-    assert client._idle == [conn] and conn.conn._sock is sock
+    assert client._single._idle == [conn] and conn.conn._sock is sock
     client.close()
 
 
 def test_a_reply_of_the_wrong_shape_drops_the_connection(redis: redis_lib.Redis) -> None:
     client = _Client(redis)
-    conn = client._checkout()
+    conn = client._single.checkout()
     redis.rpush("list", b"a", b"b")
     with pytest.raises(UnexpectedReplyError, match="bytes left") as info:
         conn.call(pack_command("LRANGE", "list", "0", "-1"), RawConnection.array)  # reads the header only
@@ -88,10 +86,10 @@ def test_a_timeout_is_a_redis_timeout_and_the_next_call_reconnects(redis_url: st
 def test_a_forked_child_does_not_reuse_the_parents_connections(redis: redis_lib.Redis) -> None:
     client = _Client(redis)
     client.call("PING")
-    (parent_conn,) = client._idle
-    client._pid = -1
-    conn = client._checkout()
-    assert conn is not parent_conn and client._idle == []
+    (parent_conn,) = client._single._idle
+    client._single._pid = -1
+    conn = client._single.checkout()
+    assert conn is not parent_conn and client._single._idle == []
     client._checkin(conn)
     client.close()
     parent_conn.disconnect()

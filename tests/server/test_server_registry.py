@@ -160,3 +160,13 @@ def test_register_metrics_is_all_or_nothing(redis) -> None:  # type: ignore[no-u
     done = register_metrics(redis, [(cms_spec(), None), (replace(rr_spec(), owner="x"), None)])
     assert [change.kind for _, change in done] == ["create", "metadata"]
     assert [rec.current_version for rec, _ in done] == [1, 1]
+
+
+def test_an_earlier_shard_count_is_checked_while_its_dedupe_keys_can_exist() -> None:
+    """A count replaced on day D (stored as D's start) is kept until the end of D + dedupe_days: the latest
+    expiry (PXAT a day boundary) of a dedupe key written under it."""
+    day = 1_795_392_000  # 2026-11-23T00:00Z
+    record = MetricRecord(name="m", current_version=1, status="active", shards=6, versions={1: rr_spec()},
+                          resharded=((2, day),))
+    assert record.earlier_shards(2, now=day + 3 * 86_400 - 1) == (2,)  # the last second of D + 2
+    assert record.earlier_shards(2, now=day + 3 * 86_400) == ()

@@ -1,0 +1,163 @@
+"""The one Redis client factory: every component (ingest, fold workers, CLI, demo) connects through
+:func:`connect`, so a URL means the same thing everywhere.
+
+URLs:
+
+* ``redis://[user:password@]host:port[/db][?option=value...]``, ``rediss://...`` (TLS), ``unix://...``: one
+  Redis, through ``redis.Redis.from_url`` (its query options apply);
+* ``redis+cluster://[user:password@]host:port[,host:port...]`` and ``rediss+cluster://...`` (TLS): a Redis
+  Cluster. The hosts are seed nodes; the rest of the cluster is discovered (``CLUSTER SLOTS``). The client is a
+  ``redis.cluster.RedisCluster``, which routes every keyed command by slot and follows MOVED/ASK itself; the
+  two hand-written fast paths route the same way (:mod:`ldptel.storage.connection`).
+
+One option of ours, on either kind: ``wait_replicas=N`` makes the ingest append wait (``WAIT N``) until N
+replicas hold a batch before it answers 202, so a failover that promotes a replica cannot lose an
+acknowledged batch (replication is asynchronous otherwise). It is removed before the URL reaches redis-py.
+
+``RedisCluster`` serves the same command methods as ``redis.Redis`` (both mix in redis-py's command classes)
+but is not a subclass of it; :func:`connect` returns either under the ``redis.Redis`` type that the storage
+layer's signatures use, and :func:`is_cluster` tells them apart where it matters (the raw connection stack,
+readiness).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
+
+from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.protocol.validate import check_int
+
+__all__ = ["CLUSTER_SCHEMES", "TRANSIENT_ERRORS", "ClusterUnavailableError", "RedisUrl", "connect", "decodes_responses", "is_cluster", "parse_redis_url"]
+
+CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
+_SINGLE_SCHEMES = ("redis", "rediss", "unix")
+_ALLOWED = "redis://, rediss://, unix://, redis+cluster://host:port[,host:port...] or rediss+cluster://..."
+MAX_WAIT_REPLICAS = 16
+
+
+class ClusterUnavailableError(LdpError, redis.ConnectionError):
+    """No slot map could be had from the cluster, or a slot is served by no node now (during a failover)."""
+
+
+# Errors that pass once Redis is back, a failover is done or a slot has moved: the fold worker waits and
+# retries them, the ingest answers 503. ``RedisClusterException`` is redis-py's cluster client failing to get
+# or use a slot map (it is not a ``RedisError``).
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterDownError,
+    TryAgainError,
+    RedisClusterException,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedisUrl:
+    """A parsed ``LDPTEL_REDIS_URL``: one Redis (``url`` for redis-py) or a cluster (``seeds``)."""
+
+    url: str  # the URL without our own options (what redis-py gets for one Redis)
+    cluster: bool
+    seeds: tuple[tuple[str, int], ...] = ()  # cluster seed nodes
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    wait_replicas: int = 0
+
+    @property
+    def display(self) -> str:
+        """The URL without its password (for messages and logs)."""
+        parts = urlsplit(self.url)
+        if parts.password is None:
+            return self.url
+        netloc = parts.netloc.rsplit("@", 1)[-1]
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+def parse_redis_url(url: str) -> RedisUrl:
+    """Parse a Redis URL (see the module docstring); :class:`InvalidParameterError` names what is wrong."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidParameterError("redis url", _ALLOWED, url)
+    scheme = url.split("://", 1)[0].lower()
+    parts = urlsplit(url)
+    options = parse_qsl(parts.query, keep_blank_values=True)
+    wait = 0
+    kept: list[tuple[str, str]] = []
+    for name, value in options:
+        if name == "wait_replicas":
+            try:
+                wait = check_int("wait_replicas", int(value), 0, MAX_WAIT_REPLICAS)
+            except ValueError:
+                raise InvalidParameterError("wait_replicas", f"an integer 0..{MAX_WAIT_REPLICAS}", value) from None
+        else:
+            kept.append((name, value))
+    base = url.split("?", 1)[0]  # not urlunsplit: it would turn unix:///path into unix:/path
+    plain = base + ("?" + urlencode(kept) if kept else "") if len(kept) != len(options) else url
+    if scheme in _SINGLE_SCHEMES:
+        return RedisUrl(url=plain, cluster=False, wait_replicas=wait)
+    if scheme not in CLUSTER_SCHEMES:
+        raise InvalidParameterError("redis url scheme", _ALLOWED, scheme)
+    if kept:
+        raise InvalidParameterError("cluster url options", "wait_replicas only", ",".join(name for name, _ in kept))
+    if parts.path not in ("", "/", "/0"):
+        raise InvalidParameterError("cluster url database", "none or /0 (a cluster has only db 0)", parts.path)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = userinfo.partition(":")
+    seeds = tuple(_host_port(item) for item in hosts.split(",") if item.strip())
+    if not seeds:
+        raise InvalidParameterError("cluster url", "at least one seed host:port", url)
+    return RedisUrl(
+        url=plain,
+        cluster=True,
+        seeds=seeds,
+        tls=CLUSTER_SCHEMES[scheme],
+        username=unquote(username) or None,
+        password=unquote(password) if userinfo and ":" in userinfo else None,
+        wait_replicas=wait,
+    )
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    host, sep, port = item.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidParameterError("cluster seed", "host:port with a port 1..65535", item)
+    return host.strip("[]"), int(port)
+
+
+def connect(url: str | RedisUrl, **options: Any) -> redis.Redis:
+    """A client for ``url``: ``redis.Redis`` for one Redis, ``RedisCluster`` for a cluster URL (typed as the
+    former: see the module docstring). ``options`` are redis-py connection options (``socket_timeout``,
+    ``socket_connect_timeout``, ``retry``, ``decode_responses``, ...). Nothing is sent until the first command."""
+    target = url if isinstance(url, RedisUrl) else parse_redis_url(url)
+    if not target.cluster:
+        return redis.Redis.from_url(target.url, **options)
+    options.pop("retry", None)  # the cluster client retries and re-routes on its own
+    cluster = RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in target.seeds],  # type: ignore[no-untyped-call]
+        ssl=target.tls,
+        username=target.username,
+        password=target.password,
+        **options,
+    )
+    return cast(redis.Redis, cluster)  # the same command API (see the module docstring)
+
+
+def is_cluster(r: redis.Redis) -> bool:
+    """Whether ``r`` (from :func:`connect`) is a cluster client."""
+    return isinstance(r, RedisCluster)
+
+
+def decodes_responses(r: redis.Redis) -> bool:
+    """Whether ``r`` decodes replies to str (the fold needs bytes)."""
+    kwargs: dict[str, Any] = (
+        cast(RedisCluster, r).get_connection_kwargs()  # type: ignore[no-untyped-call]  # redis-py: no annotations
+        if is_cluster(r)
+        else r.connection_pool.connection_kwargs
+    )
+    return bool(kwargs.get("decode_responses"))

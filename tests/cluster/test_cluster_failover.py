@@ -1,0 +1,132 @@
+"""Failover under load: kill -9 a primary of a 3-primary, 3-replica cluster while gunicorn ingests and a fold
+worker folds; its replica takes over. Audit: 0 acknowledged batches lost, 0 stored or folded twice.
+
+The ingest runs with ``?wait_replicas=1`` (a batch is acknowledged only once a replica holds it): without it,
+replication is asynchronous and a failover may drop the last acknowledged writes of the dead primary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ldptel.client.protocol.wire import decode_header
+from ldptel.storage import keys, registry
+from ldptel.storage import sketches as store
+from ldptel.storage.client import connect
+from tests.aggregator.agg_helpers import ldptel
+from tests.cluster.local import LocalCluster
+from tests.server.srv_helpers import OCTET, cms_spec, make_batch
+from tests.server.test_server_http import (
+    ADMIN_TOKEN,
+    APP_TOKEN,
+    Http,
+    _free_port,
+    _gunicorn,
+    _stop,
+    _wait_for,
+    _wait_http,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+SHARDS = 6
+
+
+def test_kill_a_primary_under_load_loses_and_doubles_nothing(tmp_path: Path) -> None:
+    with LocalCluster(primaries=3, replicas=1) as cluster:
+        port = _free_port()
+        log = tmp_path / "gunicorn.log"
+        proc = _gunicorn(port, cluster.url + "?wait_replicas=1", log)
+        worker = None
+        try:
+            _wait_http(port, proc, log)
+            spec = cms_spec()
+            setup = Http(port)
+            body = json.dumps({**{k: v for k, v in spec.to_dict().items() if k != "version"}, "shards": SHARDS}).encode()
+            assert setup.request("POST", "/v1/metrics", body, token=ADMIN_TOKEN, content_type="application/json")[0] in (200, 201)
+            with (tmp_path / "worker.log").open("wb") as out:  # a file, not a pipe: its logs never block it
+                worker = subprocess.Popen(
+                    [sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--checkpoint-seconds", "0.2"],
+                    env={**os.environ, "LDPTEL_REDIS_URL": cluster.url}, stdout=out, stderr=subprocess.STDOUT,
+                )
+            acked, statuses, errors = _load(port, spec, cluster, setup)
+            setup.close()
+        finally:
+            if worker is not None:
+                _stop(worker)
+            _stop(proc)
+        assert not errors, errors
+        assert 503 in statuses and 202 in statuses  # the dead primary's shards were refused until the failover
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+        assert worker is not None and worker.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
+
+        done = ldptel("aggregate", "--once", redis_url=cluster.url)  # fold what the follow worker left
+        assert done.returncode == 0, done.stderr
+        r = connect(cluster.url)
+        try:
+            stored = [decode_header(fields[b"b"]) for s in range(SHARDS) for _, fields in r.xrange(keys.stream(spec.name, s))]
+            ids = [h.batch_id for h in stored]
+            assert len(ids) == len(set(ids))  # 0 doubled in the streams
+            assert set(acked) <= set(ids)  # 0 acknowledged lost
+            assert len(ids) - len(acked) <= 2  # at most the batches in flight when the load stopped
+            record = registry.get_metric(r, spec.name)
+            index = store.sketch_index(r, spec.name, SHARDS)
+            pairs = [(s, v, d) for s, members in index.items() for v, d in members]
+            total, _ = store.sum_sketches(r, spec.name, params=record.current.params, pairs=pairs)
+            assert total.n == sum(h.n for h in stored)  # every stored report folded exactly once
+        finally:
+            r.close()
+
+
+def _load(port: int, spec, cluster: LocalCluster, http: Http) -> tuple[list[bytes], dict[int, int], list[BaseException]]:  # type: ignore[no-untyped-def]
+    """Two clients post batches (a batch is retried until acknowledged, like the SDK) while one primary is
+    killed; returns the acknowledged batch ids, the status counts and the clients' errors."""
+    acked: list[bytes] = []
+    statuses: dict[int, int] = {}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def client_loop(seed: int) -> None:
+        client = Http(port)
+        rng = np.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                data, bid = make_batch(spec, 100, rng)
+                while not stop.is_set():
+                    status, _, _ = client.request("POST", "/v1/reports", data, token=APP_TOKEN, content_type=OCTET)
+                    statuses[status] = statuses.get(status, 0) + 1
+                    if status == 202:
+                        acked.append(bid)
+                        break
+                    assert status == 503, status
+                    time.sleep(0.05)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=client_loop, args=(seed,)) for seed in (1, 2)]
+    for t in threads:
+        t.start()
+    try:
+        _wait_for(lambda: len(acked) >= 30, "acks before the kill")
+        victim = cluster.primary_nodes()[0]
+        victim.kill()  # SIGKILL
+        ready = [http.request("GET", "/readyz")[0] for _ in range(3)]
+        assert 503 in ready  # a primary it writes to is gone: not ready
+        at_kill = len(acked)
+        _wait_for(lambda: http.request("GET", "/readyz")[0] == 200, "a replica promoted", timeout=60)
+        _wait_for(lambda: len(acked) >= at_kill + 60, "acks after the failover", timeout=60)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    return acked, statuses, errors
