@@ -396,7 +396,7 @@ class FaultRun:
     def _wait_folded(self, r: redis_lib.Redis, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            lags = [shard_lag(r, m, s) if r.exists(keys.stream(m, s)) else 0
+            lags = [shard_lag(r, m, s)
                     for m in (RAW.name, SDK.name) for s in range(SHARDS)]
             if all(lag == 0 for lag in lags):
                 return
