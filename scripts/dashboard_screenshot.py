@@ -25,7 +25,7 @@ import redis  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
 from ldptel.storage.embedded import EmbeddedRedis  # noqa: E402
-from tests.aggregator.dashboard_data import day_list, populate, running_dashboard  # noqa: E402
+from tests.aggregator.dashboard_data import day_list, populate, populate_more, running_dashboard  # noqa: E402
 
 CHROMIUM = os.environ.get("LDPTEL_CHROMIUM", "/usr/bin/chromium")
 VIEWPORT = {"width": 1366, "height": 900}  # a laptop screen
@@ -57,13 +57,16 @@ def main() -> int:
     with EmbeddedRedis(appendonly=False) as server:
         client = redis.Redis.from_url(server.url)
         data = populate(client, days=days, per_day=args.per_day)
+        populate_more(client, days=days, per_day=args.per_day)
         with running_dashboard(server.url, token) as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
             candidates = "&".join(f"candidate={c}" for c in data.candidates)
             shots = {"emoji": f"{base}/metrics/emoji?top=5&postprocess=norm-sub&{candidates}",
                      "list": f"{base}/", "dark_mode": f"{base}/metrics/dark_mode", "platform": f"{base}/metrics/platform?postprocess=clip",
                      "no-candidates": f"{base}/metrics/emoji?top=5&candidate=",
-                     "both": f"{base}/metrics/emoji?top=4&estimator=both&{candidates}", "unknown": f"{base}/metrics/nope"}
+                     "both": f"{base}/metrics/emoji?top=4&estimator=both&{candidates}", "unknown": f"{base}/metrics/nope",
+                     "mean": f"{base}/metrics/load_ms", "histogram": f"{base}/metrics/load_hist?postprocess=norm-sub",
+                     "discovery": f"{base}/metrics/typed"}
             for scheme in ("light", "dark") if args.all else ("light",):
                 context = browser.new_context(viewport=VIEWPORT, color_scheme=scheme, device_scale_factor=1)
                 page = context.new_page()
