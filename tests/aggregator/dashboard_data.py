@@ -76,10 +76,11 @@ def populate(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, seed: i
     return Populated(days=days, candidates=tuple(dist.values[:12]) + (RISING,))
 
 
-def populate_more(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, seed: int = 11) -> None:
+def populate_more(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, words_per_day: int | None = None,
+                  seed: int = 11) -> None:
     """Create ``load_ms`` (mean), ``load_hist`` (num-histogram over log buckets) and ``typed`` (pem), append
-    ``per_day`` reports of each on every day (load times lognormal around 300 ms, slower by the day; words:
-    :data:`WORDS` and rare ones), and fold them."""
+    ``per_day`` reports of the load times on every day (lognormal around 300 ms, slower by the day) and
+    ``words_per_day`` (default ``per_day``) of the words (:data:`WORDS` and rare ones), and fold them."""
     rng = np.random.default_rng(seed)
     mean = create(r, MetricSpec(name="load_ms", params=params_from_dict(MEAN), reports_per_day=1,
                                 description="page load time, ms"), shards=1)
@@ -92,7 +93,7 @@ def populate_more(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, se
         load = rng.lognormal(np.log(300.0 * (1 + 0.05 * i)), 0.9, per_day)
         append_reports(r, mean, load.tolist(), rng, day=day, batch_size=BATCH)
         append_reports(r, hist, load.tolist(), rng, day=day, batch_size=BATCH)
-        picks = rng.choice(len(shares), size=per_day, p=shares)
+        picks = rng.choice(len(shares), size=per_day if words_per_day is None else words_per_day, p=shares)
         words = [heavy[p] if p < len(heavy) else f"r{rng.integers(0, 99_999):05d}" for p in picks]
         append_reports(r, typed, words, rng, day=day, batch_size=BATCH)
     drain(r)
