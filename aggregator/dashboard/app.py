@@ -8,11 +8,15 @@ prints with ``--format json``:
 * ``GET|POST /api/metrics/<name>/estimate``: ``ldptel estimate NAME ... --format json``
   (:func:`~ldptel.aggregator.query.estimate_metric`);
 * ``GET|POST /api/metrics/<name>/by-day``: ``ldptel estimate NAME --by-day ... --format json``
-  (:func:`~ldptel.aggregator.query.estimate_by_day`).
+  (:func:`~ldptel.aggregator.query.estimate_by_day`);
+* ``GET /api/metrics/<name>/discover``: ``ldptel discover NAME ... --format json``
+  (:func:`~ldptel.aggregator.discover.discover_metric`; its defaults: top 20, keep 50, α 0.05).
 
 Query parameters (GET) or a JSON object (POST, for long candidate lists) name the CLI's options: ``from``,
 ``to``, ``day``, ``version``, ``candidate`` (repeatable; a JSON list), ``candidates`` (text, one per line),
-``top``, ``confidence``, ``postprocess``, ``estimator``. Bad input is a 4xx JSON ``{"error", "message"}``.
+``top``, ``confidence``, ``postprocess``, ``estimator``, ``percentiles`` (levels separated by commas, or a
+JSON list); discovery takes ``from``, ``to``, ``day``, ``version``, ``top``, ``keep``, ``threshold``,
+``alpha``, ``confidence``. Bad input is a 4xx JSON ``{"error", "message"}``.
 
 Authentication reuses the ingest service's: ``Authorization: Bearer <token>`` compared by SHA-256 digest in
 constant time (:mod:`ldptel.server.state`). Browsers log in once at ``/login``; the cookie holds an HMAC of
@@ -23,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -34,8 +37,12 @@ from flask import Blueprint, Flask, Response, current_app, redirect, render_temp
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
+from ldptel.aggregator.cli.discover import ALPHA, DEFAULT_TOP, KEEP
+from ldptel.aggregator.cli.estimate import default_confidence
+from ldptel.aggregator.cli.output import json_text
 from ldptel.aggregator.dashboard.config import DashboardConfig
 from ldptel.aggregator.dashboard.overview import metric_list
+from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import EmptyRangeError, estimate_by_day, estimate_metric
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.server.state import bearer_digest, digest, digest_in
@@ -46,7 +53,9 @@ log = logging.getLogger("ldptel.dashboard")
 EXTENSION = "ldptel_dashboard"
 COOKIE = "ldptel_dashboard"
 _SESSION_LABEL = b"ldptel dashboard session v1"
-QUERY_KEYS = ("from", "to", "day", "version", "candidate", "candidates", "top", "confidence", "postprocess", "estimator")
+QUERY_KEYS = ("from", "to", "day", "version", "candidate", "candidates", "top", "confidence", "postprocess", "estimator",
+              "percentiles")
+DISCOVER_KEYS = ("from", "to", "day", "version", "top", "keep", "threshold", "alpha", "confidence")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
@@ -87,7 +96,7 @@ def _authenticated() -> bool:
 
 
 def _json(document: Any, status: int = 200) -> Response:
-    return Response(json.dumps(document), status=status, mimetype="application/json")
+    return Response(json_text(document, indent=None), status=status, mimetype="application/json")
 
 
 # ------------------------------------------------------------------------------------------------- API
@@ -101,29 +110,63 @@ def _int(key: str, raw: object) -> int:
     return value
 
 
-def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
-    """The keyword arguments of :func:`estimate_metric` from request parameters (``candidates`` gathered)."""
-    unknown = sorted(set(source) - set(QUERY_KEYS))
+def _float(key: str, raw: object, allowed: str) -> float:
+    try:
+        return float(str(raw))
+    except ValueError:
+        raise InvalidParameterError(key, allowed, raw) from None
+
+
+def _percentiles(raw: object) -> list[float]:
+    """``50,90,99`` (the CLI's ``--percentiles``) or a JSON list of numbers; the range is checked by the query."""
+    items = raw if isinstance(raw, list) else str(raw).split(",")
+    allowed = "numbers in (0, 100) separated by commas"
+    return [_float("percentiles", v.strip() if isinstance(v, str) else v, allowed) for v in items]
+
+
+def _range_options(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """The options every query shares: the day range, ``version``, ``top`` and ``confidence``."""
+    unknown = sorted(set(source) - set(keys))
     if unknown:
-        raise InvalidParameterError("parameter", f"one of {list(QUERY_KEYS)}", unknown[0])
-    options: dict[str, Any] = {"candidates": candidates or None}
+        raise InvalidParameterError("parameter", f"one of {list(keys)}", unknown[0])
+    options: dict[str, Any] = {}
     day = source.get("day") or None  # like the CLI's --day: both ends of the range
     options["day_from"] = day or source.get("from") or None
     options["day_to"] = day or source.get("to") or None
+    for key in ("day_from", "day_to"):
+        if options[key] is not None and not isinstance(options[key], str):
+            raise InvalidParameterError(key.replace("day_", ""), "a UTC day YYYY-MM-DD", options[key])
     for key in ("version", "top"):
         if source.get(key) not in (None, ""):
             options[key] = _int(key, source[key])
     if source.get("confidence") not in (None, ""):
-        try:
-            options["confidence"] = float(source["confidence"])
-        except (TypeError, ValueError):
-            raise InvalidParameterError("confidence", "a number in (0, 1)", source["confidence"]) from None
+        options["confidence"] = _float("confidence", source["confidence"], "a number in (0, 1)")
+    return options
+
+
+def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
+    """The keyword arguments of :func:`estimate_metric` from request parameters (``candidates`` gathered)."""
+    options = _range_options(source, QUERY_KEYS)
+    options["candidates"] = candidates or None
+    if source.get("percentiles") not in (None, ""):
+        options["percentiles"] = _percentiles(source["percentiles"])
     for key in ("postprocess", "estimator"):
         if source.get(key) not in (None, ""):
             options[key] = source[key]
-    for key in ("day_from", "day_to"):
-        if options[key] is not None and not isinstance(options[key], str):
-            raise InvalidParameterError(key.replace("day_", ""), "a UTC day YYYY-MM-DD", options[key])
+    return options
+
+
+def discover_options(source: Mapping[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of :func:`discover_metric`, with ``ldptel discover``'s defaults."""
+    options = _range_options(source, DISCOVER_KEYS)
+    options.setdefault("top", DEFAULT_TOP)
+    options.setdefault("confidence", default_confidence())
+    options["keep"] = _int("keep", source["keep"]) if source.get("keep") not in (None, "") else KEEP
+    options["alpha"] = ALPHA
+    if source.get("alpha") not in (None, ""):
+        options["alpha"] = _float("alpha", source["alpha"], "a number in (0, 1)")
+    if source.get("threshold") not in (None, ""):
+        options["threshold"] = _float("threshold", source["threshold"], "a number of standard errors > 0")
     return options
 
 
@@ -177,6 +220,12 @@ def estimate(name: str) -> Response:
 def by_day(name: str) -> Response:
     _, r = _state()
     return _json(estimate_by_day(r, name, **_request_options()).to_dict())
+
+
+@api.get("/metrics/<name>/discover")
+def discover(name: str) -> Response:
+    _, r = _state()
+    return _json(discover_metric(r, name, **discover_options({k: request.args.get(k) for k in request.args})).to_dict())
 
 
 # ----------------------------------------------------------------------------------------------- pages

@@ -1,5 +1,6 @@
 """Folded data and a running ``ldptel dashboard`` for the dashboard's browser test and its screenshot script
-(``scripts/dashboard_screenshot.py``): three metrics over several UTC days, appended with the ingest's own
+(``scripts/dashboard_screenshot.py``): three metrics over several UTC days (and, from :func:`populate_more`,
+numeric and discovery ones), appended with the ingest's own
 appender (one batch per day, so each day is a chosen one), folded by the real worker; the dashboard runs as
 the real console command in a subprocess on a free loopback port."""
 
@@ -19,6 +20,7 @@ import redis as redis_lib
 
 from ldptel.aggregator.demo.distribution import load_distribution
 from ldptel.client import MetricSpec
+from ldptel.client.mechanisms.histogram import bucket_edges
 from ldptel.client.protocol.specs import params_from_dict
 from tests.aggregator.agg_helpers import append_reports, create, drain
 
@@ -29,7 +31,11 @@ PLATFORMS = ("android", "ios", "web", "desktop")
 CATEGORIES = {"mechanism": "grr", "epsilon": 2.0, "domain": list(PLATFORMS)}
 BATCH = 2000  # reports per appended batch
 PLATFORM_SHARES = (0.46, 0.31, 0.15, 0.08)
-RISING = "🔥"  # an emoji whose share grows over the days, so the per-day chart has a trend to show
+RISING = "🔥"
+MEAN = {"mechanism": "mean", "epsilon": 4.0, "lo": 0.0, "hi": 5000.0}
+HISTOGRAM = {"mechanism": "num-histogram", "epsilon": 4.0, "edges": list(bucket_edges(10, 10000, 16, scale="log"))}
+DISCOVERY = {"mechanism": "pem", "epsilon": 4.0, "k": 32, "m": 256, "max_bytes": 9, "hash_seed": 4}
+WORDS = {"ok": 0.25, "日本語": 0.18, "😀": 0.15, "héllo": 0.12}  # the rest: rare words, a few devices each  # an emoji whose share grows over the days, so the per-day chart has a trend to show
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,29 @@ def populate(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, seed: i
         append_reports(r, platform, [PLATFORMS[p] for p in picks], rng, day=day, batch_size=BATCH)
     drain(r)
     return Populated(days=days, candidates=tuple(dist.values[:12]) + (RISING,))
+
+
+def populate_more(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, words_per_day: int | None = None,
+                  seed: int = 11) -> None:
+    """Create ``load_ms`` (mean), ``load_hist`` (num-histogram over log buckets) and ``typed`` (pem), append
+    ``per_day`` reports of the load times on every day (lognormal around 300 ms, slower by the day) and
+    ``words_per_day`` (default ``per_day``) of the words (:data:`WORDS` and rare ones), and fold them."""
+    rng = np.random.default_rng(seed)
+    mean = create(r, MetricSpec(name="load_ms", params=params_from_dict(MEAN), reports_per_day=1,
+                                description="page load time, ms"), shards=1)
+    hist = create(r, MetricSpec(name="load_hist", params=params_from_dict(HISTOGRAM), reports_per_day=1,
+                                description="page load time, ms (buckets)"), shards=1)
+    typed = create(r, MetricSpec(name="typed", params=params_from_dict(DISCOVERY), description="words typed"), shards=1)
+    heavy = list(WORDS)
+    shares = np.array([*WORDS.values(), 1.0 - sum(WORDS.values())])
+    for i, day in enumerate(days):
+        load = rng.lognormal(np.log(300.0 * (1 + 0.05 * i)), 0.9, per_day)
+        append_reports(r, mean, load.tolist(), rng, day=day, batch_size=BATCH)
+        append_reports(r, hist, load.tolist(), rng, day=day, batch_size=BATCH)
+        picks = rng.choice(len(shares), size=per_day if words_per_day is None else words_per_day, p=shares)
+        words = [heavy[p] if p < len(heavy) else f"r{rng.integers(0, 99_999):05d}" for p in picks]
+        append_reports(r, typed, words, rng, day=day, batch_size=BATCH)
+    drain(r)
 
 
 @contextmanager

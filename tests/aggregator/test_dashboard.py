@@ -23,7 +23,7 @@ from ldptel.server.config import ConfigError
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports
-from tests.aggregator.dashboard_data import Populated, day_list, populate, running_dashboard
+from tests.aggregator.dashboard_data import Populated, day_list, populate, populate_more, running_dashboard
 
 TOKEN = "dash-0123456789abcdef-ABCDEFGHIJ-xyz"
 DAYS = day_list("2026-03-04", 4)
@@ -191,12 +191,101 @@ def test_bad_post_bodies_are_400(dash: FlaskClient, body: bytes) -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(params=st.dictionaries(st.sampled_from(["from", "to", "day", "version", "candidate", "top", "confidence",
-                                               "postprocess", "estimator", "x"]), st.text(max_size=12), max_size=4),
-       name=st.sampled_from(["emoji", "dark_mode", "platform", "nope"]), path=st.sampled_from(["estimate", "by-day"]))
+                                               "postprocess", "estimator", "percentiles", "keep", "alpha", "threshold",
+                                               "x"]), st.text(max_size=12), max_size=4),
+       name=st.sampled_from(["emoji", "dark_mode", "platform", "nope"]), path=st.sampled_from(["estimate", "by-day", "discover"]))
 def test_no_query_string_gives_a_5xx(dash: FlaskClient, params: dict[str, str], name: str, path: str) -> None:
     resp = dash.get(f"/api/metrics/{name}/{path}?{urllib.parse.urlencode(params)}", headers=bearer())
     assert resp.status_code in (200, 400, 404), resp.get_data(as_text=True)
     assert resp.is_json
+
+
+@pytest.fixture
+def more(dash: FlaskClient, redis: redis_lib.Redis) -> FlaskClient:
+    """The dashboard over numeric (``load_ms`` mean, ``load_hist`` num-histogram) and discovery (``typed``) metrics too."""
+    populate_more(redis, days=DAYS, per_day=3000)
+    return dash
+
+
+NUMERIC_QUERIES = [
+    ("load_ms", {}, []),
+    ("load_ms", {"from": DAYS[1], "confidence": "0.9"}, []),
+    ("load_hist", {"percentiles": "50,90,99", "postprocess": "norm-sub"}, ["--percentiles", "50,90,99"]),
+    ("load_hist", {"percentiles": "25.5, 75", "day": DAYS[0]}, ["--percentiles", "25.5,75"]),
+    ("typed", {"candidate": ["ok", "😀", "nope"]}, []),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "flags"), NUMERIC_QUERIES)
+def test_numeric_and_percentile_endpoints_return_the_cli_document(more: FlaskClient, name: str, params: dict[str, object],
+                                                                   flags: list[str]) -> None:
+    query = urllib.parse.urlencode(params, doseq=True)
+    plain = {k: v for k, v in params.items() if k != "percentiles"}
+    for path, extra in ((f"/api/metrics/{name}/estimate", []), (f"/api/metrics/{name}/by-day", ["--by-day"])):
+        want = cli_json("estimate", name, *_cli_args(plain), *flags, *extra, "--format", "json")
+        got = more.get(f"{path}?{query}", headers=bearer())
+        assert got.status_code == 200, got.get_data(as_text=True)
+        text = got.get_data(as_text=True)
+        assert "NaN" not in text and got.get_json() == want  # strict JSON: a browser parses it
+        if "percentiles" in params:
+            posted = {**params, "percentiles": [float(v) for v in str(params["percentiles"]).split(",")]}
+            assert more.post(path, json=posted, headers=bearer()).get_json() == want
+    if name == "load_ms":  # numeric summaries: no shares of the reports
+        rows = more.get(f"/api/metrics/{name}/estimate?{query}", headers=bearer()).get_json()["rows"]
+        assert [r["value"] for r in rows] == ["mean", "sum", "count"] and all(r["frequency"] is None for r in rows)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"top": "2", "from": DAYS[1]}, {"keep": "20", "alpha": "0.01", "confidence": "0.9"}, {"threshold": "6", "day": DAYS[0]}],
+)
+def test_discover_endpoint_returns_the_cli_document(more: FlaskClient, params: dict[str, str]) -> None:
+    flags = {"top": "--top", "from": "--from", "day": "--day", "keep": "--keep", "alpha": "--alpha",
+             "confidence": "--confidence", "threshold": "--threshold"}
+    want = cli_json("discover", "typed", *[a for k, v in params.items() for a in (flags[k], v)], "--format", "json")
+    got = more.get(f"/api/metrics/typed/discover?{urllib.parse.urlencode(params)}", headers=bearer())
+    assert got.status_code == 200, got.get_data(as_text=True)
+    assert got.get_json() == want
+    assert want["rows"] and want["discovery"]["stages"]  # type: ignore[index]
+    if not params:
+        assert {"ok", "日本語", "😀", "héllo"} <= {r["value"] for r in want["rows"]}  # type: ignore[index]
+
+
+def test_metric_summary_says_what_kind_of_page_to_draw(more: FlaskClient) -> None:
+    listed = {m["name"]: m for m in more.get("/api/metrics", headers=bearer()).get_json()}
+    kinds = {name: (m["needs_candidates"], m["discovers"], m["counts"], m["edges_by_version"]["1"] is not None)
+             for name, m in listed.items()}
+    assert kinds == {"emoji": (True, False, True, False), "dark_mode": (False, False, True, False),
+                     "platform": (False, False, True, False), "load_ms": (False, False, False, False),
+                     "load_hist": (False, False, True, True), "typed": (True, True, True, False)}
+    hist = cli_json("estimate", "load_hist", "--format", "json")
+    edges = listed["load_hist"]["edges_by_version"]["1"]
+    assert len(edges) == len(hist["rows"]) + 1 and edges[0] == 10 and edges[-1] == 10000  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "needle"),
+    [
+        ("/api/metrics/load_hist/estimate?percentiles=50,abc", 400, "percentiles must be numbers in (0, 100)"),
+        ("/api/metrics/load_hist/estimate?percentiles=0", 400, "percentiles"),
+        ("/api/metrics/load_hist/estimate?percentiles=100.5", 400, "percentiles"),
+        ("/api/metrics/load_ms/estimate?percentiles=50", 400, "numeric histogram"),
+        ("/api/metrics/load_ms/estimate?postprocess=norm-sub", 400, "postprocess"),
+        ("/api/metrics/emoji/discover", 400, "a metric whose mechanism discovers values"),
+        ("/api/metrics/nope/discover", 404, "unknown metric"),
+        ("/api/metrics/typed/discover?keep=0", 400, "keep must be an integer >= 1"),
+        ("/api/metrics/typed/discover?alpha=2", 400, "alpha"),
+        ("/api/metrics/typed/discover?threshold=x", 400, "threshold"),
+        ("/api/metrics/typed/discover?candidate=ok", 400, "parameter must be one of"),
+        ("/api/metrics/typed/discover?from=2027-01-01", 404, "no sketches of 'typed'"),
+        ("/api/metrics/typed/estimate", 400, "candidates"),
+    ],
+)
+def test_bad_numeric_and_discovery_input_is_a_4xx_json_answer(more: FlaskClient, path: str, status: int, needle: str) -> None:
+    resp = more.get(path, headers=bearer())
+    assert resp.status_code == status, resp.get_data(as_text=True)
+    body = resp.get_json()
+    assert set(body) == {"error", "message"} and needle in body["message"], body
 
 
 def test_served_over_http_without_logging_addresses(data: Populated, redis_url: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 import redis as redis_lib
 
 from ldptel.aggregator.cli import main
-from tests.aggregator.dashboard_data import Populated, day_list, populate, running_dashboard
+from tests.aggregator.dashboard_data import Populated, day_list, populate, populate_more, running_dashboard
 
 TOKEN = "browser-0123456789abcdef-ABCDEFGHIJ"
 DAYS = day_list("2026-03-05", 5)
@@ -55,6 +55,7 @@ def chromium() -> Iterator[Any]:
 def site(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Populated]]:
     monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
     data = populate(redis, days=DAYS, per_day=2000)
+    populate_more(redis, days=DAYS, per_day=2000)
     with running_dashboard(redis_url, TOKEN) as base:
         yield base, data
 
@@ -161,6 +162,100 @@ def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated
     for got, exp in zip(table_rows(page), want["rows"], strict=True):
         assert got["value"] == exp["value"]
         assert_shown(got["estimate"], exp["estimate"])
+
+
+def cells(page: Any, table: str) -> list[dict[str, str]]:
+    rows: list[dict[str, str]] = page.eval_on_selector_all(
+        f"{table} tbody tr", "trs => trs.map(tr => Object.fromEntries([...tr.cells].map(td => [td.dataset.col, td.textContent])))"
+    )
+    return rows
+
+
+def assert_links(page: Any, base: str, links: dict[str, Any]) -> None:
+    for link, doc in links.items():
+        href = page.get_attribute(link, "href")
+        assert page.request.get(f"{base}{href}").json() == doc, link
+
+
+def test_mean_page_shows_the_cli_summaries(chromium: Any, site: tuple[str, Populated]) -> None:
+    base, _ = site
+    page = logged_in(chromium, base)
+    show(page, f"{base}/metrics/load_ms?from={DAYS[1]}")
+    assert page.inner_text("#error") == ""
+    want = cli_json("estimate", "load_ms", "--from", DAYS[1], "--format", "json")
+    for row in want["rows"]:  # mean, sum, count: each a card with its interval
+        card = page.locator(f"[data-summary={row['value']}]")
+        assert_shown(card.locator(".big").inner_text(), row["estimate"])
+        low, high = card.locator(".small").inner_text().split("interval ")[1].split(" · ")[0].split(" – ")
+        assert_shown(low, row["ci_low"])
+        assert_shown(high, row["ci_high"])
+    assert page.inner_text("[data-summary=note] .small") == want["note"] and "clipped to [0, 5000]" in want["note"]
+    assert page.locator("#estimates-card").is_hidden() and page.locator("#scale-toggle").is_hidden()
+    assert [r["value"] for r in table_rows(page)] == ["mean", "sum", "count"] and "frequency" not in table_rows(page)[0]
+    daily = cli_json("estimate", "load_ms", "--from", DAYS[1], "--by-day", "--format", "json")
+    means = [r for r in daily["rows"] if r["value"] == "mean"]
+    assert page.locator("#series-chart svg circle").count() == len(means) == len(DAYS) - 1  # the mean of each day
+    assert f"{means[0]['estimate']:,.1f}" in page.locator("#series-chart svg circle title").first.text_content()
+    assert_links(page, base, {"#series-json": daily})
+
+
+def test_histogram_page_shows_buckets_and_percentiles(chromium: Any, site: tuple[str, Populated]) -> None:
+    from playwright.sync_api import expect
+
+    base, _ = site
+    page = logged_in(chromium, base)
+    show(page, f"{base}/metrics/load_hist?postprocess=norm-sub")  # p50, p90, p99 unless asked otherwise
+    assert page.inner_text("#error") == ""
+    args = ["--postprocess", "norm-sub", "--percentiles", "50,90,99"]
+    want = cli_json("estimate", "load_hist", *args, "--format", "json")
+    shown = cells(page, "#percentiles")
+    assert [r["percentile"] for r in shown] == ["p50", "p90", "p99"]
+    for got, exp in zip(shown, want["percentiles"], strict=True):
+        for col in ("estimate", "ci_low", "ci_high"):
+            assert_shown(got[col], exp[col])
+    rows = table_rows(page)
+    assert [r["value"] for r in rows] == [r["value"] for r in want["rows"]]  # every bucket, in order
+    for got, exp in zip(rows, want["rows"], strict=True):
+        for col in ("estimate", "ci_low", "ci_high", "adjusted"):
+            assert_shown(got[col], exp[col])
+    chart = page.locator("#estimates-chart svg")
+    assert chart.locator("rect.bar").count() == chart.locator("path.marker").count() == len(want["rows"])
+    assert chart.locator("line.pline").count() == 3 and chart.locator("text.plabel").all_text_contents() == ["p50", "p90", "p99"]
+    daily = cli_json("estimate", "load_hist", *args, "--by-day", "--format", "json")
+    assert page.locator("#series-chart svg circle").count() == 3 * len(DAYS)  # each day's percentiles
+    assert_links(page, base, {"#estimates-json": want, "#percentiles-json": want, "#series-json": daily})
+
+    # other levels: the form's percentiles field
+    page.fill("#query input[name=percentiles]", "75, 95")
+    page.click("#query button[type=submit]")
+    expect(page.locator("#percentiles tbody tr")).to_have_count(2)  # the page's CSP allows no eval
+    other = cli_json("estimate", "load_hist", "--postprocess", "norm-sub", "--percentiles", "75,95", "--format", "json")
+    shown = cells(page, "#percentiles")
+    assert [r["percentile"] for r in shown] == ["p75", "p95"]
+    for got, exp in zip(shown, other["percentiles"], strict=True):
+        assert_shown(got["estimate"], exp["estimate"])
+    assert_links(page, base, {"#percentiles-json": other})
+
+
+def test_discovery_page_shows_the_discovered_values(chromium: Any, site: tuple[str, Populated]) -> None:
+    base, _ = site
+    page = logged_in(chromium, base, scheme="dark")
+    show(page, f"{base}/metrics/typed")
+    assert page.inner_text("#error") == ""
+    assert page.locator("#candidates-field").is_hidden()  # nothing to paste: the values are discovered
+    want = cli_json("discover", "typed", "--format", "json")
+    rows = table_rows(page)
+    assert [r["value"] for r in rows] == [r["value"] for r in want["rows"]] and {"ok", "日本語", "😀"} <= {r["value"] for r in rows}
+    for got, exp in zip(rows, want["rows"], strict=True):
+        for col in ("estimate", "ci_low", "ci_high"):
+            assert_shown(got[col], exp[col])
+    stages = cells(page, "#stages")
+    assert [int(s["examined"].replace(",", "")) for s in stages] == [s["examined"] for s in want["discovery"]["stages"]]
+    assert number(page.inner_text("[data-summary=found] .big")) == want["discovery"]["found"]
+    assert page.locator("#estimates-chart svg rect.bar").count() == len(want["rows"])
+    found = [a for r in want["rows"] for a in ("--candidate", r["value"])]
+    daily = cli_json("estimate", "typed", *found, "--by-day", "--format", "json")
+    assert_links(page, base, {"#estimates-json": want, "#discovery-json": want, "#series-json": daily})
 
 
 def test_errors_are_shown_and_dark_mode_applies(chromium: Any, site: tuple[str, Populated]) -> None:

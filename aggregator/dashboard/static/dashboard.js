@@ -5,6 +5,9 @@
 // "estimate", "ci_low", "ci_high" (and "adjusted" when post-processed); any other row key becomes a table
 // column; any top-level object with estimate/ci_low/ci_high (rr's "proportion", a numeric metric's mean, ...)
 // becomes a summary card. SUMMARY_FORMATS and COLUMN_FORMATS are the hooks for new kinds of estimates.
+// The metric's summary (/api/metrics/<name>) says which page to draw, never by mechanism name: "counts" false
+// (numeric summaries: mean, sum, count as cards, the mean per day), "edges_by_version" (a numeric histogram:
+// buckets in order, percentiles), "discovers" (the values come from /discover, not from candidates).
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -16,6 +19,9 @@ const fmtInt = (x) => (x === null || x === undefined ? "?" : INT.format(x));
 const fmtShare = (x) => (x === null || x === undefined || Number.isNaN(x) ? "–" : (100 * x).toFixed(2) + "%");
 const fmtEps = (x) => Number(x).toFixed(4).replace(/\.?0+$/, "");
 const fmtNumber = (x) => (typeof x === "number" ? (Math.abs(x) >= 1000 ? COUNT.format(x) : x.toPrecision(4)) : String(x));
+const fmtEdge = (x) => (Math.abs(x) >= 1000 ? Number((x / 1000).toPrecision(3)) + "k" : String(Number(x.toPrecision(3))));
+const fmtLevel = (p) => "p" + Number(p.toPrecision(6));
+const pct = (doc) => Math.round(100 * doc.confidence);
 
 // How a summary card and a table column show their numbers (hooks: add keys for new estimate kinds).
 const SUMMARY_FORMATS = { proportion: { title: "share of true", fmt: fmtShare } };
@@ -128,17 +134,19 @@ async function indexPage() {
 }
 
 // ------------------------------------------------------------------------------------------ metric page
-const FORM_KEYS = ["from", "to", "version", "top", "estimator", "postprocess"];
+const FORM_KEYS = ["from", "to", "version", "top", "estimator", "postprocess", "percentiles"];
+const shownField = (form, key) => !form.elements[key].closest("label").hidden;
 
+// The form's parameters, leaving out the fields this metric's page hides.
 function queryBody(form) {
   const data = new FormData(form);
   const body = {};
   for (const key of FORM_KEYS) {
     const v = (data.get(key) || "").trim();
-    if (v) body[key] = v;
+    if (v && shownField(form, key)) body[key] = v;
   }
   const text = data.get("candidates") || "";
-  if (text.trim()) body.candidates = text;
+  if (text.trim() && shownField(form, "candidates")) body.candidates = text;
   return body;
 }
 
@@ -151,17 +159,29 @@ function jsonLink(path, body) {
   return `${path}?${params}`;
 }
 
-function summaryCards(doc) {
+// The reports, any top-level estimate with an interval, and for numeric summaries each row (mean, sum, count)
+// with the clipping note; a discovery's threshold and walk.
+function summaryCards(doc, info) {
   const box = document.getElementById("summary");
   box.replaceChildren();
   const span = doc.days.length ? `${doc.days[0]} – ${doc.days[doc.days.length - 1]} · ${doc.days.length} day(s)` : "no days";
   box.append(statCard("reports", fmtInt(doc.n), span, "n"));
+  const interval = (fmt, v) => `${pct(doc)}% interval ${fmt(v.ci_low)} – ${fmt(v.ci_high)}`;
   for (const [key, val] of Object.entries(doc)) {
     if (!val || typeof val !== "object" || Array.isArray(val) || !("estimate" in val && "ci_low" in val && "ci_high" in val)) continue;
     const spec = SUMMARY_FORMATS[key] || { title: key, fmt: fmtNumber };
-    const pct = Math.round(100 * doc.confidence);
-    box.append(statCard(spec.title, spec.fmt(val.estimate), `${pct}% interval ${spec.fmt(val.ci_low)} – ${spec.fmt(val.ci_high)}`, key));
+    box.append(statCard(spec.title, spec.fmt(val.estimate), interval(spec.fmt, val), key));
   }
+  if (!info.counts) for (const r of doc.rows) box.append(statCard(r.value, fmtCount(r.estimate), `${interval(fmtCount, r)} · stderr ${fmtCount(r.stderr)}`, r.value));
+  if (doc.discovery) {
+    const d = doc.discovery;
+    box.append(statCard("values found", fmtInt(d.found), `at ≥ ${d.threshold_stderr.toFixed(2)} stderr` +
+      (d.alpha === null ? "" : ` (α = ${d.alpha} over ${fmtInt(d.test_bound)} possible tests)`), "found"));
+    const examined = d.stages.reduce((a, s) => a + s.examined, 0);
+    box.append(statCard("candidates examined", fmtInt(examined), `${fmtInt(d.tested)} tested · ${d.keep} kept per round`, "examined"));
+  }
+  if (doc.note) box.append(el("div", { class: "stat note-card", dataset: { summary: "note" } },
+    el("div", { class: "label", text: "note" }), el("div", { class: "small", text: doc.note })));
 }
 
 function statCard(label, big, small, key) {
@@ -215,9 +235,86 @@ function intervalChart(doc) {
   return node;
 }
 
-// Lines per value over the days (gaps where a day has no reports), with interval bands.
-function seriesChart(doc, scale) {
-  const share = scale === "share";
+// A numeric histogram: its buckets in order (equal widths), each raw estimate with its interval as a whisker,
+// the post-processed count as a diamond, and each asked percentile as a line with its interval shaded.
+function histogramChart(doc, edges) {
+  const rows = doc.rows;
+  if (!rows.length || rows.length !== edges.length - 1) return nothing("No buckets to draw: see the table below.");
+  const width = 860, height = 330, left = 64, right = 16, top = 26, bottom = 44;
+  const lo = Math.min(0, ...rows.map((r) => r.ci_low)), hi = Math.max(0, ...rows.map((r) => r.ci_high), ...rows.map((r) => r.adjusted ?? 0));
+  const ts = ticks(lo, hi, 6);
+  const y0 = Math.min(lo, ts[0]), y1 = Math.max(hi, ts[ts.length - 1]);
+  const bw = (width - left - right) / rows.length;
+  const X = (pos) => left + pos * bw; // pos: bucket index plus the share of the way through it
+  const Y = (v) => top + (1 - (v - y0) / (y1 - y0 || 1)) * (height - top - bottom);
+  const at = (x) => { // the position of a value on the bucket axis (linear inside its bucket)
+    let b = edges.findIndex((e, i) => i < edges.length - 1 && x < edges[i + 1]);
+    if (b < 0) b = edges.length - 2;
+    return b + Math.min(1, Math.max(0, (x - edges[b]) / (edges[b + 1] - edges[b])));
+  };
+  const node = svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "buckets with intervals and percentiles" });
+  for (const t of ts) {
+    node.append(svg("line", { class: "grid", x1: left, x2: width - right, y1: Y(t), y2: Y(t) }));
+    node.append(svg("text", { x: left - 6, y: Y(t) + 4, "text-anchor": "end" }, tickLabel(t, false)));
+  }
+  const every = Math.max(1, Math.ceil(44 / bw));
+  edges.forEach((e, i) => {
+    if (i % every && i !== edges.length - 1) return;
+    node.append(svg("line", { class: "axis", x1: X(i), x2: X(i), y1: Y(y0), y2: Y(y0) + 4 }));
+    node.append(svg("text", { x: X(i), y: height - bottom + 18, "text-anchor": "middle" }, fmtEdge(e)));
+  });
+  node.append(svg("text", { x: left + (width - left - right) / 2, y: height - 6, "text-anchor": "middle" }, "bucket edges (value)"));
+  (doc.percentiles || []).forEach((p, k) => {
+    const color = `var(--s${(k + 1) % 8})`;
+    const band = svg("rect", { class: "pband", x: X(at(p.ci_low)), y: top, width: Math.max(1, X(at(p.ci_high)) - X(at(p.ci_low))), height: Y(y0) - top });
+    band.style.fill = color;
+    node.append(band);
+  });
+  node.append(svg("line", { class: "axis", x1: left, x2: width - right, y1: Y(0), y2: Y(0) }));
+  rows.forEach((r, i) => {
+    const bar = svg("rect", { class: "bar", x: X(i) + 2, y: Math.min(Y(0), Y(r.estimate)), width: Math.max(1, bw - 4), height: Math.abs(Y(r.estimate) - Y(0)) });
+    bar.append(svg("title", {}, `${r.value}: ${fmtCount(r.estimate)} (${pct(doc)}% interval ${fmtCount(r.ci_low)} – ${fmtCount(r.ci_high)})`));
+    node.append(bar);
+    const mid = X(i + 0.5);
+    node.append(svg("line", { class: "whisker", x1: mid, x2: mid, y1: Y(r.ci_low), y2: Y(r.ci_high) }));
+    for (const v of [r.ci_low, r.ci_high]) node.append(svg("line", { class: "whisker", x1: mid - 4, x2: mid + 4, y1: Y(v), y2: Y(v) }));
+    if (doc.postprocess !== "none" && "adjusted" in r) {
+      const ay = Y(r.adjusted);
+      node.append(svg("path", { class: "marker", d: `M${mid} ${ay - 6}L${mid + 6} ${ay}L${mid} ${ay + 6}L${mid - 6} ${ay}Z` }));
+    }
+  });
+  (doc.percentiles || []).forEach((p, k) => {
+    const color = `var(--s${(k + 1) % 8})`, x = X(at(p.estimate));
+    const line = svg("line", { class: "pline", x1: x, x2: x, y1: top - 4, y2: Y(y0) });
+    line.style.stroke = color;
+    line.append(svg("title", {}, `${fmtLevel(p.percentile)}: ${fmtCount(p.estimate)} (${pct(doc)}% interval ${fmtCount(p.ci_low)} – ${fmtCount(p.ci_high)})`));
+    node.append(line);
+    const label = svg("text", { class: "plabel", x, y: top - 6 - (k % 2) * 12, "text-anchor": "middle" }, fmtLevel(p.percentile));
+    label.style.fill = color;
+    node.append(label);
+  });
+  const legend = document.getElementById("estimates-legend");
+  legend.replaceChildren(el("span", {}, el("span", { class: "swatch swatch-bar" }), `bucket count (raw, unbiased) with ${pct(doc)}% interval`));
+  if (doc.postprocess !== "none") legend.append(el("span", {}, el("span", { class: "swatch swatch-marker" }), `${doc.postprocess} (post-processed)`));
+  (doc.percentiles || []).forEach((p, k) => {
+    const swatch = el("span", { class: "swatch" });
+    swatch.style.background = `var(--s${(k + 1) % 8})`;
+    legend.append(el("span", {}, swatch, `${fmtLevel(p.percentile)} with its ${pct(doc)}% interval (shaded)`));
+  });
+  return node;
+}
+
+// A small table from a list of objects: the given columns, each cell with data-col for the tests.
+function fillTable(table, items, cols) {
+  table.tHead.replaceChildren(el("tr", {}, ...cols.map(([, title]) => el("th", { text: title }))));
+  table.tBodies[0].replaceChildren(...items.map((item) => el("tr", {}, ...cols.map(([key, , fmt]) =>
+    el("td", { text: (fmt || String)(item[key]), dataset: { col: key } })))));
+}
+
+// Lines per value over the days (gaps where a day has no reports), with interval bands. ``what`` names the
+// lines' unit when they are not counts of the reports (a mean, percentiles).
+function seriesChart(doc, scale, what, offset = 0) {
+  const share = scale === "share" && !what;
   const chosen = doc.estimator === "corrected" ? "corrected" : "plain";
   const byValue = new Map();
   for (const r of doc.rows) {
@@ -231,6 +328,7 @@ function seriesChart(doc, scale) {
   const span = Math.round((Date.parse(doc.days[doc.days.length - 1]) - day0) / dayMs);
   const idx = (d) => Math.round((Date.parse(d) - day0) / dayMs);
   const y = (r, k) => (share ? r[k] / r.n : r[k]);
+  const f = share ? fmtShare : fmtCount;
   const all = values.flatMap((v) => byValue.get(v));
   const lo = Math.min(0, ...all.map((r) => y(r, "ci_low"))), hi = Math.max(...all.map((r) => y(r, "ci_high")), 0);
   const ts = ticks(lo, hi, 5);
@@ -241,7 +339,7 @@ function seriesChart(doc, scale) {
   const node = svg("svg", { class: "chart", viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "estimates per day" });
   for (const t of ts) {
     node.append(svg("line", { class: "grid", x1: left, x2: width - right, y1: Y(t), y2: Y(t) }));
-    node.append(svg("text", { x: left - 6, y: Y(t) + 4, "text-anchor": "end" }, tickLabel(t, share)));
+    node.append(svg("text", { x: left - 6, y: Y(t) + 4, "text-anchor": "end" }, what ? fmtEdge(t) : tickLabel(t, share)));
   }
   const every = Math.max(1, Math.ceil((span + 1) / 10));
   for (let i = 0; i <= span; i += every) {
@@ -251,7 +349,7 @@ function seriesChart(doc, scale) {
   const legend = document.getElementById("series-legend");
   legend.replaceChildren();
   values.forEach((value, s) => {
-    const color = `var(--s${s % 8})`;
+    const color = `var(--s${(s + offset) % 8})`;
     const pts = byValue.get(value).map((r) => ({ i: idx(r.day), r }));
     // consecutive days form a segment; a missing day breaks the line and the band
     const segments = [];
@@ -273,7 +371,6 @@ function seriesChart(doc, scale) {
     for (const p of pts) {
       const dot = svg("circle", { cx: X(p.i), cy: Y(y(p.r, "estimate")), r: 3 });
       dot.style.fill = color;
-      const f = share ? fmtShare : fmtCount;
       dot.append(svg("title", {}, `${value} on ${p.r.day}: ${f(y(p.r, "estimate"))} (${f(y(p.r, "ci_low"))} – ${f(y(p.r, "ci_high"))}), n = ${fmtInt(p.r.n)}`));
       node.append(dot);
     }
@@ -283,7 +380,7 @@ function seriesChart(doc, scale) {
   });
   const hidden = byValue.size - values.length;
   document.getElementById("series-note").textContent =
-    `${share ? "share of each day's reports" : "estimated count"} with ${Math.round(100 * doc.confidence)}% interval bands, ${chosen} estimator` +
+    `${what || (share ? "share of each day's reports" : "estimated count")} with ${pct(doc)}% interval bands${what ? "" : `, ${chosen} estimator`}` +
     (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "");
   return node;
 }
@@ -306,12 +403,13 @@ function reportsChart(daily) {
   return node;
 }
 
-function rowsTable(doc) {
+function rowsTable(doc, info) {
   const table = document.getElementById("rows");
   const keys = [];
   for (const r of doc.rows) for (const k of Object.keys(r)) if (!keys.includes(k)) keys.push(k);
   const hide = new Set(doc.estimator === "plain" ? ["estimator"] : []);
   if (doc.postprocess === "none") { hide.add("adjusted"); hide.add("adjusted_frequency"); }
+  if (!info.counts) ["frequency", "adjusted", "adjusted_frequency"].forEach((k) => hide.add(k)); // not shares of the reports
   const cols = keys.filter((k) => !hide.has(k));
   const head = el("tr", {});
   for (const k of cols) {
@@ -345,13 +443,21 @@ async function metricPage() {
   if (info.description) meta.append(el("span", { text: info.description }));
   const versionSelect = form.elements.version;
   for (const v of info.versions.slice().reverse()) versionSelect.append(el("option", { value: String(v), text: `v${v}${v === info.version ? " (current)" : ""}` }));
-  if (!info.needs_candidates) document.getElementById("estimator-field").hidden = true;
+  const field = (key) => form.elements[key].closest("label");
+  const edgesOf = () => info.edges_by_version[form.elements.version.value] || null;
+  if (!info.needs_candidates || info.discovers) field("estimator").hidden = true;
   form.elements.candidates.placeholder = info.needs_candidates
     ? "required: the values to estimate (a sketch has no list of its values)"
     : "optional: the labels to show (default: all)";
-  if (info.mechanism && !info.needs_candidates && !Object.prototype.hasOwnProperty.call(info.record.current.params, "domain")) {
-    document.getElementById("candidates-field").hidden = true;
-  }
+  const takesCandidates = info.needs_candidates || Object.prototype.hasOwnProperty.call(info.record.current.params, "domain");
+  if (info.discovers || !takesCandidates) field("candidates").hidden = true;
+  if (info.discovers || !info.counts) field("postprocess").hidden = true; // discovery and numeric summaries: raw only
+  if (!info.counts) field("top").hidden = true;
+  const kindFields = () => { // a histogram's buckets stay in order; percentiles only for a histogram version
+    field("percentiles").hidden = !edgesOf();
+    if (info.counts) field("top").hidden = !!edgesOf();
+  };
+  kindFields();
 
   // defaults: the URL's parameters, else the version's days; candidates are kept per metric in this browser
   const params = new URLSearchParams(location.search);
@@ -365,16 +471,18 @@ async function metricPage() {
     if (days.length) { form.elements.from.value = days[0]; form.elements.to.value = days[days.length - 1]; }
   };
   if (!params.get("from") && !params.get("to") && !params.get("day")) setRange();
-  versionSelect.addEventListener("change", setRange);
-  if (info.needs_candidates && !params.get("top") && !form.elements.top.value) form.elements.top.value = "10";
+  versionSelect.addEventListener("change", () => { setRange(); kindFields(); });
+  if ((info.needs_candidates || info.discovers) && !params.get("top") && !form.elements.top.value) form.elements.top.value = info.discovers ? "20" : "10";
 
-  let lastSeries = null;
+  let lastSeries = null, seriesWhat = "", seriesOffset = 0;
   const draw = () => {
     if (!lastSeries) return;
     const scale = document.querySelector("input[name=scale]:checked").value;
-    document.getElementById("series-chart").replaceChildren(seriesChart(lastSeries, scale));
+    document.getElementById("series-chart").replaceChildren(seriesChart(lastSeries, scale, seriesWhat, seriesOffset));
   };
   document.querySelectorAll("input[name=scale]").forEach((r) => r.addEventListener("change", draw));
+  const cards = ["estimates-card", "percentiles-card", "discovery-card", "series-card", "table-card"];
+  const show = (ids) => cards.forEach((id) => { document.getElementById(id).hidden = !ids.includes(id); });
 
   const run = async () => {
     const body = queryBody(form);
@@ -384,22 +492,67 @@ async function metricPage() {
     showError("");
     document.body.dataset.state = "loading";
     const base = `/api/metrics/${encodeURIComponent(name)}`;
+    const edges = edgesOf();
     try {
-      const [doc, daily] = await Promise.all([api(`${base}/estimate`, body), api(`${base}/by-day`, body)]);
-      summaryCards(doc);
-      document.getElementById("estimates-chart").replaceChildren(intervalChart(doc));
-      document.getElementById("estimates-note").textContent =
-        `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`;
-      document.getElementById("estimates-json").href = jsonLink(`${base}/estimate`, body);
-      document.getElementById("series-json").href = jsonLink(`${base}/by-day`, body);
+      let doc, daily, seriesBody = body, estimateLink;
+      if (info.discovers) { // the values come from the walk; the per-day series estimates those values
+        estimateLink = jsonLink(`${base}/discover`, body);
+        doc = await api(estimateLink);
+        const found = doc.rows.map((r) => r.value);
+        seriesBody = { ...Object.fromEntries(Object.entries(body).filter(([k]) => k !== "top")), candidates: found.join("\n") };
+        daily = found.length ? await api(`${base}/by-day`, seriesBody) : null;
+      } else {
+        estimateLink = jsonLink(`${base}/estimate`, body);
+        [doc, daily] = await Promise.all([api(`${base}/estimate`, body), api(`${base}/by-day`, body)]);
+      }
+      summaryCards(doc, info);
+      const visible = ["table-card"];
+      if (info.counts) {
+        visible.push("estimates-card");
+        document.getElementById("estimates-chart").replaceChildren(edges ? histogramChart(doc, edges) : intervalChart(doc));
+        document.getElementById("estimates-title").textContent = edges ? "Buckets" : info.discovers ? "Discovered values" : "Estimates";
+        document.getElementById("estimates-note").textContent =
+          `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ` +
+          (info.discovers ? `ranked by estimate, ${pct(doc)}% intervals` : edges ? `${edges.length - 1} buckets · post-processing: ${doc.postprocess}`
+            : `${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`);
+        document.getElementById("estimates-json").href = estimateLink;
+      }
+      if (doc.percentiles) {
+        visible.push("percentiles-card");
+        fillTable(document.getElementById("percentiles"), doc.percentiles, [["percentile", "percentile", fmtLevel],
+          ["estimate", "estimate", fmtCount], ["ci_low", `${pct(doc)}% interval low`, fmtCount], ["ci_high", `${pct(doc)}% interval high`, fmtCount]]);
+        document.getElementById("percentiles-json").href = estimateLink;
+      }
+      if (doc.discovery) {
+        visible.push("discovery-card");
+        fillTable(document.getElementById("stages"), doc.discovery.stages, [["round", "round"], ["prefix_bytes", "prefix bytes"],
+          ["examined", "candidates examined", fmtInt], ["kept", "kept", fmtInt], ["tested", "tested", fmtInt]]);
+        document.getElementById("discovery-json").href = estimateLink;
+      }
+      // per day: counts of each value; a numeric summary's mean; a histogram's percentiles (else its buckets)
+      seriesWhat = "";
+      seriesOffset = 0;
       lastSeries = daily;
-      draw();
-      document.getElementById("reports-chart").replaceChildren(reportsChart(daily.daily));
-      rowsTable(doc);
-      for (const id of ["estimates-card", "series-card", "table-card"]) document.getElementById(id).hidden = false;
+      if (daily && !info.counts) {
+        seriesWhat = "the mean of each day";
+        lastSeries = { ...daily, rows: daily.rows.filter((r) => r.value === daily.rows[0].value) };
+      } else if (daily && edges && doc.percentiles) {
+        seriesWhat = "each day's percentiles";
+        seriesOffset = 1; // the colors of the percentile lines above
+        lastSeries = { ...daily, rows: daily.daily.flatMap((d) => (d.percentiles || []).map((p) => ({ day: d.day, n: d.n, value: fmtLevel(p.percentile), ...p }))) };
+      }
+      document.getElementById("scale-toggle").hidden = !!seriesWhat;
+      if (daily) {
+        visible.push("series-card");
+        draw();
+        document.getElementById("reports-chart").replaceChildren(reportsChart(daily.daily));
+        document.getElementById("series-json").href = jsonLink(`${base}/by-day`, seriesBody);
+      }
+      rowsTable(doc, info);
+      show(visible);
     } catch (err) {
       showError(err.message);
-      for (const id of ["estimates-card", "series-card", "table-card"]) document.getElementById(id).hidden = true;
+      show([]);
       document.getElementById("summary").replaceChildren();
     }
     document.body.dataset.state = "ready";
