@@ -43,6 +43,7 @@ from ldptel.aggregator.percentiles import percentiles as percentiles_of
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import get_mechanism, mechanism_of
+from ldptel.client.mechanisms.histogram import SUMMARY_LABELS
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
@@ -176,7 +177,7 @@ class QueryResult:
         if self.percentiles:
             out["percentiles"] = [pc.row() for pc in self.percentiles]
         if self.mean is not None:
-            out["mean"] = self.mean.row()
+            out[SUMMARY_LABELS[1]] = self.mean.row()
         return out
 
     def summary_rows(self) -> list[dict[str, Any]]:
@@ -185,11 +186,10 @@ class QueryResult:
         if self.mean is None:
             raise InvalidParameterError("metric", "a numeric histogram for a summary", self.mechanism)
         m, n = self.mean, float(self.n)
-        rows: list[dict[str, Any]] = [
-            {"value": "count", "estimate": n, "stderr": 0.0, "ci_low": n, "ci_high": n},
-            {"value": "mean", "estimate": m.estimate, "stderr": m.stderr, "ci_low": m.ci_low, "ci_high": m.ci_high},
-            {"value": "sum", "estimate": n * m.estimate, "stderr": n * m.stderr, "ci_low": n * m.ci_low, "ci_high": n * m.ci_high},
-        ]
+        stats = ((n, 0.0, n, n), (m.estimate, m.stderr, m.ci_low, m.ci_high),
+                 (n * m.estimate, n * m.stderr, n * m.ci_low, n * m.ci_high))  # count, mean, sum
+        rows: list[dict[str, Any]] = [{"value": label, "estimate": est, "stderr": se, "ci_low": lo, "ci_high": hi}
+                                      for label, (est, se, lo, hi) in zip(SUMMARY_LABELS, stats, strict=True)]
         rows += [{"value": f"p{pc.percentile:g}", "estimate": pc.estimate, "stderr": None, "ci_low": pc.ci_low,
                   "ci_high": pc.ci_high} for pc in self.percentiles]
         return rows

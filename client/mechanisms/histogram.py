@@ -47,6 +47,7 @@ MAX_ABS_EDGE = 1e15
 ENCODINGS = ("auto", "grr", "oue")
 SCALES = ("linear", "log")
 LOG_FLOOR = 1e-3  # log edges from lo = 0: the first bucket is [0, hi·LOG_FLOOR)
+SUMMARY_LABELS = ("count", "mean", "sum")  # the statistics a numeric histogram's summary prints before its percentiles
 
 
 def bucket_edges(lo: float, hi: float, buckets: int, *, scale: str = "linear") -> tuple[float, ...]:
