@@ -10,7 +10,9 @@ asked range, sums them with pipelined GETs and calls the mechanism's own estimat
 * cms, oue-cms, hcms: the ``candidates`` (required); ``top`` keeps the largest raw estimates.
 * numeric metrics: the mechanism's summaries (mean, sum, count) or its buckets; ``percentiles`` (levels in
   (0, 100)) adds percentiles with intervals for a numeric histogram (:mod:`~ldptel.aggregator.percentiles`);
-  :attr:`QueryResult.note` says how the values were clipped.
+  :attr:`QueryResult.note` says how the values were clipped; a numeric histogram's result also carries its
+  mean (:mod:`~ldptel.aggregator.histogram_mean`) and :meth:`QueryResult.summary_rows` (count, mean, sum,
+  percentiles: what ``ldptel estimate`` prints unless asked for ``--histogram``).
 
 ``estimator`` (sketches): ``"plain"`` (the default) is Apple's count-mean-sketch estimate, whose stderr
 includes the hash-collision term; ``"corrected"`` is the collision-corrected least-squares estimate over the
@@ -35,11 +37,13 @@ import numpy as np
 import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.histogram_mean import HistogramMean, histogram_mean
 from ldptel.aggregator.percentiles import Percentile
 from ldptel.aggregator.percentiles import percentiles as percentiles_of
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import get_mechanism, mechanism_of
+from ldptel.client.mechanisms.histogram import SUMMARY_LABELS
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
@@ -100,6 +104,7 @@ class QueryResult:
     note: str = ""
     edges: tuple[float, ...] = ()  # numeric histograms: the bucket edges of the rows
     counts_rows: bool = True  # rows are counts of the n reports (False: numeric summaries)
+    mean: HistogramMean | None = None  # numeric histograms: the midpoint mean of the buckets
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -171,7 +176,23 @@ class QueryResult:
             out["note"] = self.note
         if self.percentiles:
             out["percentiles"] = [pc.row() for pc in self.percentiles]
+        if self.mean is not None:
+            out[SUMMARY_LABELS[1]] = self.mean.row()
         return out
+
+    def summary_rows(self) -> list[dict[str, Any]]:
+        """Numeric histograms: count, mean, sum (n × mean) and each percentile as rows of ``value``, ``estimate``,
+        ``stderr`` (None for percentiles: their intervals come from test inversion), ``ci_low``, ``ci_high``."""
+        if self.mean is None:
+            raise InvalidParameterError("metric", "a numeric histogram for a summary", self.mechanism)
+        m, n = self.mean, float(self.n)
+        stats = ((n, 0.0, n, n), (m.estimate, m.stderr, m.ci_low, m.ci_high),
+                 (n * m.estimate, n * m.stderr, n * m.ci_low, n * m.ci_high))  # count, mean, sum
+        rows: list[dict[str, Any]] = [{"value": label, "estimate": est, "stderr": se, "ci_low": lo, "ci_high": hi}
+                                      for label, (est, se, lo, hi) in zip(SUMMARY_LABELS, stats, strict=True)]
+        rows += [{"value": f"p{pc.percentile:g}", "estimate": pc.estimate, "stderr": None, "ci_low": pc.ci_low,
+                  "ci_high": pc.ci_high} for pc in self.percentiles]
+        return rows
 
 
 def _check_top(top: int | None) -> int | None:
@@ -256,6 +277,7 @@ def estimate_metric(
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not mechanism.needs_candidates)
     levels = () if percentiles is None else percentiles_of(params, est, percentiles)
     edges = mechanism.bucket_edges(params)
+    mean = None if edges is None else histogram_mean(params, est)
     corrected: Estimate | None = None
     corrected_adjusted: np.ndarray | None = None
     if estimator != "plain" and candidates is not None:
@@ -298,7 +320,16 @@ def estimate_metric(
         note=mechanism.estimate_note(params),
         edges=() if edges is None or keep is not None else tuple(edges.tolist()),
         counts_rows=mechanism.estimates_counts,
+        mean=mean,
     )
+
+
+def metric_kind(r: redis_lib.Redis, name: str, *, version: int | None = None) -> tuple[str, bool]:
+    """(mechanism name, whether it is a numeric histogram) of a metric's version (default: the current one)."""
+    record = registry.get_metric(r, name)
+    params = registry.spec_for(record, record.current_version if version is None else version).params
+    mechanism = mechanism_of(params)
+    return mechanism.name, mechanism.bucket_edges(params) is not None
 
 
 def _select(est: Estimate, keep: np.ndarray) -> Estimate:
@@ -393,5 +424,5 @@ def estimate_by_day(
 
 __all__ = [
     "ESTIMATOR_CHOICES", "DailyResult", "EmptyRangeError", "EstimatorChoice", "Proportion", "QueryResult", "estimate_by_day",
-    "estimate_metric", "select_days",
+    "estimate_metric", "metric_kind", "select_days",
 ]

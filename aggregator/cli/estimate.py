@@ -2,6 +2,10 @@
 (:func:`~ldptel.aggregator.query.estimate_metric`), printed as table, json or csv, optionally charted;
 ``--by-day`` prints one row per day and value (:func:`~ldptel.aggregator.query.estimate_by_day`).
 
+A numeric histogram prints a summary by default: count, mean (from the debiased buckets, at their midpoints),
+sum and the percentiles (``--percentiles``, default 50,90,99) with intervals; ``--histogram`` prints the
+buckets (raw estimates with stderr, and the Norm-Sub consistent column) instead.
+
 ``--estimator plain|corrected|both`` picks the sketch estimator (the plain count-mean-sketch estimate, the
 collision-corrected least squares over the candidates, or both); the output says which one each row is."""
 
@@ -31,7 +35,14 @@ STDERR_MEANING = (
     "stderr: the spread of the estimated count over the randomness of the reports (privacy noise, and for "
     "sketches the row each report picked and the hash family's collisions), given the values of the devices "
     "that reported; it does not include sampling those devices from a larger population. Intervals are "
-    "estimate ± z·stderr."
+    "estimate ± z·stderr. Numeric histograms: the mean assumes each value at its bucket's midpoint (it is "
+    "unbiased for that midpoint mean, which is within midpoint_bound of the mean of the clipped values; the "
+    "mean mechanism estimates the mean itself); percentile intervals come from inverting a test on the raw "
+    "prefix sums (no stderr)."
+)
+HISTOGRAM_VIEW_NEEDS = (
+    "--histogram and --percentiles need a numeric histogram metric; create one with: ldptel metrics create NAME "
+    "--mechanism num-histogram --range LO HI --buckets N [--scale log]"
 )
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 
@@ -58,14 +69,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--format", choices=RESULT_FORMATS, default="table")
     level = default_confidence()
     p.add_argument("--confidence", type=confidence, default=level, help=f"interval level (default {level})")
-    p.add_argument("--postprocess", choices=POSTPROCESS_METHODS, default="none",
-                   help="none | clip (to [0, n]) | norm-sub (non-negative, sum n); raw values are kept too")
+    p.add_argument("--postprocess", choices=POSTPROCESS_METHODS,
+                   help="none | clip (to [0, n]) | norm-sub (non-negative, sum n); raw values are kept too "
+                        "(default: norm-sub for numeric histograms, else none)")
     p.add_argument("--estimator", choices=ESTIMATORS, default="plain",
                    help="sketches: plain (Apple's count-mean-sketch estimate; its stderr includes hash collisions) | "
                         "corrected (least squares over the candidates, removing their collisions: give candidates "
                         "that cover most of the reports) | both (each value's plain row, then its corrected row)")
     p.add_argument("--percentiles", type=comma_list, metavar="50,90,99",
-                   help="numeric histogram metrics: these percentiles (0-100) with intervals, below the buckets")
+                   help="numeric histogram metrics: these percentiles (0-100) with intervals (default in the "
+                        "summary: 50,90,99; with --histogram: below the buckets)")
+    p.add_argument("--histogram", action="store_true",
+                   help="numeric histogram metrics: print the buckets (estimate, stderr, interval, Norm-Sub "
+                        "consistent counts) instead of the summary (count, mean, sum, percentiles)")
     p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars, percentiles marked (needs {install_hint('plot')})")
     p.add_argument("--by-day", action="store_true",
                    help="one row per UTC day and value (each day estimated on its own; --top keeps the same values "
@@ -74,7 +90,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ldptel.aggregator.query import estimate_by_day, estimate_metric
+    from ldptel.aggregator.percentiles import DEFAULT_PERCENTILES
+    from ldptel.aggregator.query import estimate_by_day, estimate_metric, metric_kind
 
     if args.by_day and args.plot:
         raise UserError("--plot draws the estimates over the whole range; drop --by-day (the dashboard charts days)")
@@ -86,12 +103,18 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     day_from, day_to = args.day_from, args.day_to
     if args.day:
         day_from = day_to = args.day
-    options = {
-        "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
-        "confidence": args.confidence, "postprocess": args.postprocess, "estimator": args.estimator,
-        "percentiles": None if args.percentiles is None else [_level(v) for v in args.percentiles],
-    }
+    levels = None if args.percentiles is None else [_level(v) for v in args.percentiles]
     with connected(args.redis_url) as r, no_data_as_empty(args.format, out, err) as empty:
+        mechanism, bucketed = metric_kind(r, args.metric, version=args.version)
+        if (args.histogram or levels is not None) and not bucketed:
+            raise UserError(f"{args.metric} is a {mechanism} metric: {HISTOGRAM_VIEW_NEEDS}")
+        summary = bucketed and not args.histogram and not args.by_day
+        options = {
+            "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
+            "confidence": args.confidence, "estimator": args.estimator,
+            "postprocess": args.postprocess or ("norm-sub" if bucketed else "none"),
+            "percentiles": list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
+        }
         if args.by_day:
             write_daily(estimate_by_day(r, args.metric, **options), args.format, out)
             return EXIT_OK
@@ -100,7 +123,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     if args.plot:
         plot_result(result, args.plot)
-    write_result(result, args.format, out)
+    write_result(result, args.format, out, summary=summary)
     return EXIT_OK
 
 

@@ -3,7 +3,10 @@
 * :func:`table`: columns aligned by terminal width (emoji take two columns), floats through :func:`fmt_num`.
 * :func:`write_result`: a :class:`~ldptel.aggregator.query.QueryResult` as table, json or csv
   (:data:`RESULT_COLUMNS`, plus an ``estimator`` column when the result has collision-corrected rows; every
-  JSON row has it); :func:`write_json` for any document.
+  JSON row has it); ``summary=True`` (a numeric histogram without ``--histogram``) prints its
+  :meth:`~ldptel.aggregator.query.QueryResult.summary_rows` (count, mean, sum, percentiles) in those columns
+  instead of the buckets, except in JSON, which always holds every key (rows, mean, percentiles);
+  :func:`write_json` for any document.
 * Charts (matplotlib, the ``plot`` extra, imported only when drawing): :func:`new_figure`,
   :func:`interval_bars`, :func:`save_figure` and the CLI's :func:`plot_result`; the demo composes the same parts.
 """
@@ -129,10 +132,14 @@ def no_data_as_empty(fmt: str, out: TextIO, err: TextIO) -> Iterator[NoData]:
         state.written = True
 
 
-def write_result(result: QueryResult, fmt: str, out: TextIO) -> None:
-    """Print a query result as ``table`` (title, proportion line for rr, rows), ``json`` or ``csv``."""
+def write_result(result: QueryResult, fmt: str, out: TextIO, *, summary: bool = False) -> None:
+    """Print a query result as ``table`` (title, proportion line for rr, rows), ``json`` or ``csv``; ``summary``:
+    a numeric histogram's summary rows in place of its buckets (table and csv)."""
     if fmt == "json":
         write_json(result.to_dict(), out)
+        return
+    if summary:
+        _write_summary(result, fmt, out)
         return
     _write_rows(result, result.rows(), fmt, out, days=result.days, n=result.n, front=())
 
@@ -194,6 +201,32 @@ def _write_rows(
         out.write("\n")
         table(["percentile", "estimate", "ci_low", "ci_high"],
               [[f"p{pc.percentile:g}", pc.estimate, pc.ci_low, pc.ci_high] for pc in first.percentiles], out)
+
+
+MIDPOINT_NOTE = (
+    "mean and sum: values taken at their bucket's midpoint (within ±{bound} of the mean of the clipped values); "
+    "percentile intervals by test inversion; --histogram for the buckets"
+)
+
+
+def _write_summary(result: QueryResult, fmt: str, out: TextIO) -> None:
+    rows = result.summary_rows()
+    if fmt == "csv":
+        writer = csv.DictWriter(out, fieldnames=RESULT_COLUMNS, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: (repr(v) if isinstance(v, float) else "" if v is None else v) for k, v in row.items()})
+        return
+    days = result.days
+    span = days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]} ({len(days)} days)"
+    out.write(f"{result.metric} v{result.version} ({result.mechanism}) · {span} · n = {result.n:,} reports · "
+              f"{result.confidence:.0%} intervals\n")
+    if result.note:
+        out.write(f"{result.note}\n")
+    cols = ("estimate", "stderr", "ci_low", "ci_high")
+    table(["value", *cols], [[row["value"], *("" if row[c] is None else row[c] for c in cols)] for row in rows], out)
+    if result.mean is not None:
+        out.write(MIDPOINT_NOTE.format(bound=fmt_num(result.mean.midpoint_bound)) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------- charts

@@ -194,6 +194,10 @@ class Mechanism(ABC, Generic[P, B]):
         """Numeric histograms: (S_J, Var S_J), J = 0..d, the estimated count below edge J from raw ``counts``."""
         raise InvalidParameterError("mechanism", "a numeric histogram", self.name)
 
+    def bucket_covariance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
+        """Numeric histograms: the d × d covariance of the raw bucket estimates, with ``counts`` as the true counts."""
+        raise InvalidParameterError("mechanism", "a numeric histogram", self.name)
+
     def shape(self, params: P) -> str:
         """The size of a metric's params in a few characters, for listings ("" when there is none)."""
         return ""

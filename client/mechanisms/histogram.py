@@ -15,6 +15,10 @@ Prefix sums for percentile intervals (:meth:`NumHistogram.prefix_sums`): S_J = �
 * grr: Var S_J = [F_J·P₁(1−P₁) + (n−F_J)·P₀(1−P₀)]/(p−q)², P₁ = p + (J−1)q, P₀ = Jq (S_d = n exactly);
 * oue: independent bits, so S_J is a random walk: Var = [J·n·q(1−q) + F_J(p−q)(1−p−q)]/(p−q)², or the
   same over the d − J buckets above J when that walk is shorter (S_J = n − Σ_{i≥J} ĉ_i).
+
+Covariance of the bucket estimates (:meth:`NumHistogram.bucket_covariance`, for linear functionals such as the
+mean): the diagonal is Var ĉ_i above; off it, grr's buckets compete for each report,
+Cov(ĉ_i, ĉ_j) = −[n·q² + q(p−q)(c_i + c_j)]/(p−q)², and oue's bits are independent (0).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ MAX_ABS_EDGE = 1e15
 ENCODINGS = ("auto", "grr", "oue")
 SCALES = ("linear", "log")
 LOG_FLOOR = 1e-3  # log edges from lo = 0: the first bucket is [0, hi·LOG_FLOOR)
+SUMMARY_LABELS = ("count", "mean", "sum")  # the statistics a numeric histogram's summary prints before its percentiles
 
 
 def bucket_edges(lo: float, hi: float, buckets: int, *, scale: str = "linear") -> tuple[float, ...]:
@@ -273,6 +278,16 @@ class NumHistogram(Mechanism[HistogramParams, HistogramBatch]):
         var_tail = ((d - j) * n * q * (1 - q) + (n - g) * (p - q) * (1 - p - q)) / (p - q) ** 2
         use_head = j <= d / 2
         return np.where(use_head, head, tail), np.where(use_head, var_head, var_tail)
+
+    def bucket_covariance(self, params: HistogramParams, counts: np.ndarray, n: int) -> np.ndarray:
+        """Cov(ĉ_i, ĉ_j) with ``counts`` (clipped to [0, n]) as the true counts c (module docstring)."""
+        p, q = params.p, params.q
+        c = np.clip(np.asarray(counts, dtype=np.float64), 0.0, n)
+        cov = np.zeros((params.d, params.d))
+        if params.encoding == "grr":
+            cov -= (n * q * q + q * (p - q) * (c[:, None] + c[None, :])) / (p - q) ** 2
+        np.fill_diagonal(cov, self.variance(params, c, n))
+        return cov
 
     def shape(self, params: HistogramParams) -> str:
         return f"d={params.d} {params.encoding}"

@@ -10,7 +10,8 @@ quantization biases the mean by at most (hi − lo)·2^−(V+1) and costs no pri
 * ``onebit``: 1BitMean (Ding, Kulkarni, Yekhanin, NeurIPS 2017), which is Duchi et al.'s one-dimensional
   mechanism (FOCS 2013) after an affine map: a value coin c = 1[r < u] (r a uniform V-bit integer), then
   randomized response that flips c with probability f = T_f/2^B (T_f rounded *up*: more noise).
-  y = ±1/(1 − 2f), ε_eff = ln((2^B − T_f)/T_f). Symbols 0, 1 (the bit).
+  y = ±1/(1 − 2f), ε_eff = ln((2^B − T_f)/T_f). Symbols 0, 1 (the bit). A batch draws the coin and the
+  flip as one comparison against their joint integer threshold (:func:`onebit_reports`: same distribution).
 * ``dhm``: the discrete hybrid mechanism (ldptel's integer form of Wang et al.'s hybrid of the piecewise
   mechanism, ICDE 2019). With probability α = A/2^16 the report is the *discrete piecewise* output,
   else the one-bit output above (the flag is in the symbol). Piecewise: t is stochastically rounded to the
@@ -59,7 +60,6 @@ from ldptel.client.protocol.params import (
 from ldptel.client.protocol.rng import (
     below_threshold,
     bernoulli,
-    bernoulli_bytes,
     check_rng,
     draw_bytes,
     int_below,
@@ -326,16 +326,11 @@ class BoundedMean(Mechanism[MeanParams, MeanBatch]):
             raise InvalidValueError("cannot privatize an empty batch")
         # Unclipped, a value below lo gives v < 0 and one above hi v > 2^V, so the V-bit coin's comparison
         # saturates exactly as clipping would (one pass fewer over the batch); the dhm cells clip.
+        if params.window is None:
+            return MeanBatch(n=n, bits=np.packbits(onebit_reports(x, params, rng)))  # padding bits are 0
         v = (x - params.lo) * ((1 << VALUE_BITS) / (params.hi - params.lo))
         coin = random_words(rng, (n + 1) // 2).view(np.uint32)[:n]  # V = 32 uniform bits per report
         bit = coin < v  # P = ⌈v⌉/2^V = u/2^V
-        if params.window is None:
-            packed = np.packbits(bit)
-            out = packed ^ bernoulli_bytes(rng, params.flip_threshold, params.prob_bits, packed.size)
-            spare = (-n) % 8
-            if spare:
-                out[-1] &= np.uint8((0xFF << spare) & 0xFF)  # padding bits stay 0
-            return MeanBatch(n=n, bits=out)
         symbol = (bit ^ bernoulli(rng, params.flip_threshold, params.prob_bits, n)).astype(np.int64)
         pm = bernoulli(rng, params.pm_share or 0, SHARE_BITS, n)
         k = int(np.count_nonzero(pm))
@@ -436,6 +431,52 @@ class BoundedMean(Mechanism[MeanParams, MeanBatch]):
                          "description": "dhm: P(piecewise) × 2^16; null: chosen"},
             "prob_bits": {"type": "integer", "minimum": SINGLE_DRAW_PROB_BITS, "maximum": SINGLE_DRAW_PROB_BITS},
         }, ["lo", "hi"]
+
+
+_WORD_BITS = 32  # the fused one-bit draw compares 32-bit words, the low word only on a tie
+_CHUNK = 1 << 15  # reports per chunk of the fused one-bit draw
+
+
+def onebit_reports(x: np.ndarray, params: MeanParams, rng: np.random.Generator | None) -> np.ndarray:
+    """One-bit reports of values ``x`` (float64, unclipped) in one fused draw each.
+
+    The value coin (P = u/2^V) xor the flip (P = T_f/2^B) is 1 with probability
+    f + (1 − 2f)·u/2^V = (T_f·2^V + (2^B − 2T_f)·u) / 2^(B+V): an integer threshold H·2^32 + L over B + V = 64
+    bits, so the report is R < H·2^32 + L for a uniform 64-bit R = R_h·2^32 + R_l, decided by R_h < H unless
+    R_h = H, and only then (probability ≤ 2^−32) by a drawn R_l < L. Exactly the distribution of the coin and
+    the flip drawn apart (as :meth:`BoundedMean.privatize` does), from 4 random bytes per report instead of 8.
+    """
+    low_bits = params.prob_bits + VALUE_BITS - _WORD_BITS
+    assert 0 < low_bits <= _WORD_BITS  # B + V ≤ 64: the threshold fits a uint64
+    t_f = params.flip_threshold
+    slope, base = np.uint64((1 << params.prob_bits) - 2 * t_f), np.uint64(t_f << VALUE_BITS)
+    shift, mask = np.uint64(low_bits), np.uint64((1 << low_bits) - 1)
+    scale = (1 << VALUE_BITS) / (params.hi - params.lo)
+    n = x.size
+    bit = np.empty(n, dtype=bool)
+    size = min(n, _CHUNK)
+    scaled, thr, high = np.empty(size), np.empty(size, dtype=np.uint64), np.empty(size, dtype=np.uint32)
+    for start in range(0, n, _CHUNK):  # cache-sized chunks: the temporaries stay in L2
+        m = min(_CHUNK, n - start)
+        sv, st, sh = scaled[:m], thr[:m], high[:m]
+        np.subtract(x[start : start + m], params.lo, out=sv)
+        np.multiply(sv, scale, out=sv)  # v of MeanParams.scaled, computed in the same operations
+        np.clip(sv, 0.0, float(1 << VALUE_BITS), out=sv)
+        np.ceil(sv, out=sv)  # u = ⌈v⌉ of the clipped value, exact in float64
+        st[...] = sv
+        np.multiply(st, slope, out=st)
+        np.add(st, base, out=st)  # the threshold, < 2^(B+V) (T_f ≤ 2^(B−1))
+        np.right_shift(st, shift, out=st)
+        sh[...] = st
+        r = random_words(rng, (m + 1) // 2).view(np.uint32)[:m]
+        out = bit[start : start + m]
+        np.less(r, sh, out=out)
+        tie = np.flatnonzero(r == sh)
+        if tie.size:  # the low word decides (the threshold is recomputed for these few reports)
+            u = sv[tie].astype(np.uint64)
+            low = (u * slope + base) & mask
+            out[tie] = (random_words(rng, tie.size) & mask) < low
+    return bit
 
 
 def symbol_moments(params: MeanParams, counts: np.ndarray) -> tuple[float, float]:

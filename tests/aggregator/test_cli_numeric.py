@@ -67,10 +67,54 @@ def test_estimate_prints_mean_sum_and_count_with_intervals(redis: redis_lib.Redi
     assert code == 2 and "postprocess" in err
 
 
+def test_a_numeric_histogram_prints_its_summary_by_default(redis: redis_lib.Redis, numeric: np.ndarray) -> None:
+    code, out, err = run("estimate", "load_hist")
+    assert code == 0, err
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
+    assert ["count", "mean", "sum", "p50", "p90", "p99"] == [k for k in lines if k in ("count", "mean", "sum", "p50", "p90", "p99")]
+    assert "[0, 10000)" not in out and "midpoint" in out  # no buckets; the within-bucket assumption is stated
+    want = estimate_metric(redis, "load_hist", percentiles=[50, 90, 99])
+    assert want.mean is not None and lines["count"][1] == "4000.00"
+    code, out, err = run("estimate", "load_hist", "--format", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["value"] for r in rows] == ["count", "mean", "sum", "p50", "p90", "p99"]
+    assert float(rows[1]["estimate"]) == want.mean.estimate and rows[3]["stderr"] == ""
+    assert float(rows[1]["ci_low"]) < float(rows[1]["estimate"]) < float(rows[1]["ci_high"])
+    code, out, err = run("estimate", "load_hist", "--format", "json")
+    doc = json.loads(out)  # a superset of the bucket document: rows are still the buckets
+    assert len(doc["rows"]) == 32 and {"value", "estimate", "ci_low", "ci_high", "adjusted"} <= set(doc["rows"][0])
+    assert doc["mean"]["estimate"] == want.mean.estimate and doc["mean"]["ci_low"] < doc["mean"]["ci_high"]
+    assert [p["percentile"] for p in doc["percentiles"]] == [50.0, 90.0, 99.0] and doc["postprocess"] == "norm-sub"
+    assert sum(r["adjusted"] for r in doc["rows"]) == pytest.approx(4000)
+
+
+def test_histogram_prints_the_buckets_with_the_consistent_column(numeric: np.ndarray) -> None:
+    code, out, err = run("estimate", "load_hist", "--histogram")
+    assert code == 0, err
+    assert "stderr" in out.splitlines()[2] and "norm-sub" in out.splitlines()[2]
+    assert "p50" not in out and len([ln for ln in out.splitlines() if ln.startswith("[")]) == 32
+    code, out, err = run("estimate", "load_hist", "--histogram", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 32 and sum(float(r["adjusted"]) for r in rows) == pytest.approx(4000)
+    code, out, err = run("estimate", "load_hist", "--histogram", "--postprocess", "none", "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert all(r["adjusted"] == r["estimate"] for r in rows)
+
+
+def test_a_mean_metric_asked_for_buckets_says_to_create_a_histogram(numeric: np.ndarray) -> None:
+    for flags in (["--histogram"], ["--percentiles", "50"]):
+        code, out, err = run("estimate", "load_ms", *flags)
+        assert code == 2 and out == ""
+        assert len(err.strip().splitlines()) == 1 and "--mechanism num-histogram --range LO HI --buckets" in err
+
+
 def test_estimate_percentiles_in_table_json_and_csv(numeric: np.ndarray) -> None:
-    code, out, err = run("estimate", "load_hist", "--percentiles", "50,90,99")
+    code, out, err = run("estimate", "load_hist", "--percentiles", "50,90,99", "--histogram")
     assert code == 0, err
     assert "percentile" in out and "p50" in out and "p99" in out
+    code, out, err = run("estimate", "load_hist", "--percentiles", "25")
+    assert code == 0, err and "p25" in out and "p50" not in out
     code, out, err = run("estimate", "load_hist", "--percentiles", "50,90,99", "--format", "json")
     doc = json.loads(out)
     assert [p["percentile"] for p in doc["percentiles"]] == [50.0, 90.0, 99.0]
@@ -78,7 +122,7 @@ def test_estimate_percentiles_in_table_json_and_csv(numeric: np.ndarray) -> None
     assert est == sorted(est) and 0 <= est[0] and est[-1] <= 10000
     truth = float(np.quantile(numeric, 0.5))
     assert doc["percentiles"][0]["ci_low"] <= truth <= doc["percentiles"][0]["ci_high"]
-    code, out, err = run("estimate", "load_hist", "--percentiles", "50,90", "--format", "csv")
+    code, out, err = run("estimate", "load_hist", "--percentiles", "50,90", "--format", "csv", "--histogram")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["value"] for r in rows[-2:]] == ["p50", "p90"] and len(rows) == 34
     for bad in ("0", "abc", "101"):

@@ -122,6 +122,47 @@ def test_single_and_batch_paths_both_follow_the_exact_distribution(variant: str,
         assert_chi_square(obs, pr / pr.sum(), what=f"{variant} ε={eps} {what}")
 
 
+def test_onebit_batch_is_one_with_the_exact_fused_probability_at_the_bounds_and_beyond() -> None:
+    """The fused draw (one 64-bit threshold per report) gives P(1) = f + (1 − 2f)·u/2^V, clipping included."""
+    p = MeanParams(epsilon=1.0, lo=0, hi=600, variant="onebit")
+    f = p.flip_threshold / (1 << p.prob_bits)
+    n = 40_000
+    rng = np.random.default_rng(16)
+    for x in (-50.0, 0.0, 0.001, 231.5, 600.0, 1e6):
+        u = int(p.quantize(np.array([x]))[0])
+        one = f + (1 - 2 * f) * u / (1 << 32)
+        batch = privatize_batch(np.full(n, x), p, rng=rng)
+        assert batch.bits is not None and batch.bits.size == n // 8
+        ones = int(np.unpackbits(batch.bits).sum())
+        assert_chi_square(np.array([n - ones, ones], dtype=np.float64), np.array([1 - one, one]), what=f"onebit x={x}")
+    odd = privatize_batch(np.full(13, 600.0), p, rng=rng)
+    assert odd.bits is not None and odd.bits[-1] & 0x07 == 0  # the padding bits of the last byte stay 0
+
+
+def test_onebit_batch_decides_a_tie_of_the_high_words_by_the_low_words() -> None:
+    """The fused draw's rare branch (R_h = H, probability 2^−32), forced: with lo = 0 and hi = 2^32 a value is
+    its own u, so each report's u is chosen to make H equal the high word the seeded generator will draw (the
+    smallest such u for the first report, the largest for the second), and the seed so that the low words
+    decide one report each way."""
+    p = MeanParams(epsilon=1.0, lo=0, hi=float(1 << 32), variant="onebit")
+    t_f = p.flip_threshold
+    slope = (1 << p.prob_bits) - 2 * t_f
+
+    def forced(seed: int) -> tuple[list[int], list[bool]] | None:
+        words = np.random.default_rng(seed).bit_generator.random_raw(3)  # the chunk's 2 high words, then 2 low words
+        r_high = [int(r) for r in words[:1].view(np.uint32)]
+        if not all(t_f <= r < (1 << 32) - t_f for r in r_high):
+            return None  # no u ∈ [0, 2^32] gives H = r
+        u = [-(-(r_high[0] - t_f) * (1 << 32) // slope), ((r_high[1] + 1 - t_f) * (1 << 32) - 1) // slope]
+        thresholds = [(t_f << 32) + slope * k for k in u]
+        assert [th >> 32 for th in thresholds] == r_high
+        return u, [(int(w) & 0xFFFFFFFF) < (th & 0xFFFFFFFF) for w, th in zip(words[1:], thresholds, strict=True)]
+
+    seed, (u, want) = next((k, f) for k in range(1000) if (f := forced(k)) is not None and f[1] == [False, True])
+    batch = privatize_batch(np.array(u, dtype=np.float64), p, rng=np.random.default_rng(seed))
+    assert batch.bits is not None and np.unpackbits(batch.bits)[:2].astype(bool).tolist() == want
+
+
 @pytest.mark.parametrize("eps", [1.0, 4.0, 8.0])
 def test_enumerated_likelihood_ratio_over_every_grid_input_equals_the_effective_epsilon(eps: float) -> None:
     """Every output symbol's exact probability for every grid input x_i = lo + i(hi − lo)/G (where the coin
