@@ -260,7 +260,8 @@ class MeanParams(ParamsBase):
 
     def quantize(self, values: np.ndarray) -> np.ndarray:
         """u = ⌈v⌉ as float64 integers in [0, 2^V] (exact in float64)."""
-        out: np.ndarray = np.ceil(self.scaled(values))
+        # d·(2^V/d) may round one ulp above 2^V; the cap keeps u in its range (the sampling is the same).
+        out: np.ndarray = np.minimum(np.ceil(self.scaled(values)), float(1 << VALUE_BITS))
         return out
 
     def t_of(self, values: np.ndarray | Sequence[float]) -> np.ndarray:
