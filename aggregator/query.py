@@ -224,7 +224,7 @@ def estimate_metric(
     candidates: Sequence[object] | None = None,
     top: int | None = None,
     confidence: float = 0.95,
-    postprocess: pp.PostProcess = "none",
+    postprocess: pp.PostProcess | None = None,
     estimator: EstimatorChoice = "plain",
     percentiles: Sequence[object] | None = None,
 ) -> QueryResult:
@@ -234,8 +234,10 @@ def estimate_metric(
     ``"both"`` (module docstring; corrected needs a sketch metric). Raises ``UnknownMetricError`` /
     ``UnknownVersionError`` (registry), :class:`EmptyRangeError` when no sketch falls in the range, and
     ``InvalidParameterError`` for bad arguments (a sketch metric without candidates, a bad day, ...).
+    ``postprocess`` None is the metric's default: ``"norm-sub"`` for a numeric histogram (its percentiles
+    read the consistent histogram), ``"none"`` otherwise.
     """
-    method = pp.check_method(postprocess)
+    method = None if postprocess is None else pp.check_method(postprocess)
     top = _check_top(top)
     if estimator not in ESTIMATOR_CHOICES:
         raise InvalidParameterError("estimator", f"one of {list(ESTIMATOR_CHOICES)}", estimator)
@@ -244,6 +246,8 @@ def estimate_metric(
     spec = registry.spec_for(record, version)
     params = spec.params
     mechanism = mechanism_of(params)
+    if method is None:
+        method = "norm-sub" if mechanism.bucket_edges(params) is not None else "none"
     if not mechanism.estimates_counts and method != "none":
         raise InvalidParameterError("postprocess", f"'none' for {mechanism.name} metrics (their rows are not counts)", method)
     if percentiles is not None and mechanism.bucket_edges(params) is None:
@@ -387,7 +391,7 @@ def estimate_by_day(
     candidates: Sequence[object] | None = None,
     top: int | None = None,
     confidence: float = 0.95,
-    postprocess: pp.PostProcess = "none",
+    postprocess: pp.PostProcess | None = None,
     estimator: EstimatorChoice = "plain",
     percentiles: Sequence[object] | None = None,
 ) -> DailyResult:

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         options = {
             "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
             "confidence": args.confidence, "estimator": args.estimator,
-            "postprocess": args.postprocess or ("norm-sub" if bucketed else "none"),
+            "postprocess": args.postprocess,  # None: the metric's default (norm-sub for a numeric histogram)
             "percentiles": list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
         }
         if args.by_day:
