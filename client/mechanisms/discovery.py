@@ -41,7 +41,10 @@ final estimates are made twice: the first finds the heavy keys (kept prefixes an
 shared cell would move a null estimate by more than 1/8 of its stderr); the second estimates every value from
 the rows where it shares no cell with a heavy key of its groups (:class:`Heavy`), rescaled by n/N over those
 rows' reports (rows are drawn independently of values, so this stays unbiased), with F2 less the heavy keys'
-share in the collision term.
+share in the collision term. A kept prefix counts as heavy only on the rows where it shares no cell with a
+heavy value or heavy prefix: a prefix kept *because* one of its cells is a heavy value's borrows that value's
+mass, and would otherwise cost the value its own rows (with many such prefixes, all of them). A value left
+with no row is estimated from all rows; a value whose groups hold no report is 0 ± ∞ (unknown).
 
 Keys are hashed by a fixed-width function every part evaluates alike (Python integers on the device, numpy on
 the server): the key zero-padded to 8·⌈L/8⌉ bytes is read as little-endian u64 lanes, h₀ = fmix64((seed·256 +
@@ -437,16 +440,39 @@ class _Sums:
         value_bases = key_bases(_pad(values, 8 * params.lanes), keylen, seed=params.hash_seed)
         per_value = value_counts / g
         big = per_value >= limit
-        parts_b, parts_g, parts_l, parts_c = [value_bases[big]], [np.minimum(lengths, g - 1)[big]], [np.full(int(big.sum()), g - 1)], [per_value[big]]
+        first = np.minimum(lengths, g - 1)
+        parts_b, parts_g, parts_l, parts_c = [value_bases[big]], [first[big]], [np.full(int(big.sum()), g - 1)], [per_value[big]]
         for keys, grp, cnt in zip(prefixes, groups, counts, strict=True):
-            big = cnt >= limit
-            if big.any():
-                t = int(grp[0])
-                parts_b.append(key_bases(keys[big], np.full(int(big.sum()), t + 1), seed=params.hash_seed))
-                parts_g.append(grp[big])
-                parts_l.append(grp[big])
-                parts_c.append(cnt[big])
+            if not (cnt >= limit).any():
+                continue
+            # A kept prefix that shares one cell with a heavy key borrows that key's mass (a phantom: chosen
+            # because of the collision). Judge each prefix on the rows where it shares no cell with a heavy
+            # complete value of its group, then also with the prefixes that pass that test; a phantom made
+            # heavy by a value v would otherwise cost v the very rows it borrowed from (v's own mass).
+            t = int(grp[0])
+            bases = key_bases(keys, np.full(keys.shape[0], t + 1), seed=params.hash_seed)
+            sources = value_bases[big & (first <= t)]
+            clean = self._clean(t, bases, sources)
+            clean = self._clean(t, bases, np.concatenate([sources, bases[clean >= limit]]))
+            heavy = clean >= limit
+            parts_b.append(bases[heavy])
+            parts_g.append(grp[heavy])
+            parts_l.append(grp[heavy])
+            parts_c.append(clean[heavy])
         return Heavy(np.concatenate(parts_b), np.concatenate(parts_g), np.concatenate(parts_l), np.concatenate(parts_c))
+
+    def _clean(self, t: int, bases: np.ndarray, sources: np.ndarray) -> np.ndarray:
+        """Plain estimates of keys in group t alone from the rows where a key shares no cell with another key
+        of ``sources`` (rescaled by the group's reports over those rows' reports; 0 when no row is left)."""
+        inner, k = self.params.sketch, self.params.k
+        counts, rows = self.blocks[t], self.block_rows[t]
+        hashes = self.fam.row_hashes_matrix(bases)
+        use = _apart(hashes, bases, self.fam.row_hashes_matrix(sources), sources)
+        n_j = (use * rows[None, :]).sum(axis=1).astype(np.float64)
+        s = np.where(use, counts[np.arange(k)[None, :], hashes], 0).sum(axis=1).astype(np.float64)
+        est = _plain(inner, s, n_j) * (float(rows.sum()) / np.maximum(n_j, 1))
+        out: np.ndarray = np.where(n_j > 0, est, 0.0)
+        return out
 
     def full(self, values: Sequence[bytes], heavy: Heavy | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Full-value estimates and stderrs of complete values (module docstring). With ``heavy``, each value
@@ -468,8 +494,9 @@ class _Sums:
             if heavy is not None:
                 hb, hc = heavy.in_block(t)
                 f2 = max(f2 - float(np.sum(hc * hc)), 0.0)
-                for x, hx in zip(hb.tolist(), self.fam.row_hashes_matrix(hb), strict=True):
-                    use &= (hashes != hx[None, :]) | (bases[sel] == np.uint64(x))[:, None]
+                use = _apart(hashes, bases[sel], self.fam.row_hashes_matrix(hb), hb)
+            n_j = (use * rows[None, :]).sum(axis=1).astype(np.float64)
+            use[n_j <= 0] = True  # every row shares a cell with a heavy key: estimate from all rows, never drop
             used = use.sum(axis=1)
             n_j = (use * rows[None, :]).sum(axis=1).astype(np.float64)
             ok = n_j > 0
@@ -478,9 +505,11 @@ class _Sums:
             r = np.where(ok, n / np.maximum(n_j, 1), math.inf)
             v_j = np.where(ok, cms.variance(inner, f_j, n_j), math.inf)
             coll = used * np.maximum(f2 - f_j * f_j * (k / np.maximum(used, 1)) ** 2, 0.0) / (k * k * (m - 1))
-            f = np.clip(r * f_j, 0, n)
-            est[sel] = r * f_j
-            var[sel] = r * r * (v_j + coll) + f * (r - 1) * (n - f) / max(n - 1, 1)
+            est_t = np.where(ok, r * np.where(ok, f_j, 0.0), 0.0)  # no report in these groups: 0 ± ∞ (unknown)
+            f = np.clip(est_t, 0, n)
+            est[sel] = est_t
+            with np.errstate(invalid="ignore"):
+                var[sel] = np.where(ok, r * r * (v_j + coll) + f * (r - 1) * (n - f) / max(n - 1, 1), math.inf)
         return est, np.sqrt(var)
 
 
@@ -502,7 +531,15 @@ class Heavy:
         return self.bases[present], (self.per_group * n_groups)[present]
 
 
-def _plain(inner: OueCmsParams, s: np.ndarray, n: int) -> np.ndarray:
+def _apart(hashes: np.ndarray, bases: np.ndarray, other: np.ndarray, other_bases: np.ndarray) -> np.ndarray:
+    """(C × k) True where key c shares its row-j cell with no key of ``other`` but itself (same base hash)."""
+    use = np.ones(hashes.shape, dtype=bool)
+    for x, hx in zip(other_bases.tolist(), other, strict=True):
+        use &= (hashes != hx[None, :]) | (bases == np.uint64(x))[:, None]
+    return use
+
+
+def _plain(inner: OueCmsParams, s: np.ndarray, n: float | np.ndarray) -> np.ndarray:
     """The oue-cms plain estimate from cell sums S = Σ_j O[j, h_j]: m/(m−1)·((S − qn)/(p−q) − n/m)."""
     m, p, q = inner.m, inner.p, inner.q
     out: np.ndarray = m / (m - 1) * ((s - q * n) / (p - q) - n / m)
