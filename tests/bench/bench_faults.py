@@ -14,7 +14,8 @@
 * ``--cluster`` (instead of the above; the long version of tests/cluster/test_cluster_faults.py): the same on a
   local Redis Cluster: ``--rounds`` times the cluster scenarios on 3 primaries + 3 replicas with
   ``?wait_replicas=1`` (``primary_failover``: kill -9 a primary, its replica takes over, the old one rejoins), then
-  ``--rounds`` times ``primary_restart`` on 3 primaries without replicas (AOF); a ``faults_total`` line for each.
+  ``--rounds`` times ``primary_restart`` on 3 primaries without replicas (AOF ``everysec``, then ``always``); a
+  ``faults_total`` line for each.
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ def bench_slow_clients(slow: int, requests: int) -> None:
 
 
 def bench_fault_scenarios(rounds: int, load_seconds: float, *, scenarios: tuple[str, ...] = SCENARIOS,
-                          cluster_replicas: int | None = None) -> None:
+                          cluster_replicas: int | None = None, appendfsync: str = "everysec") -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp_name, \
             FaultRun(Path(tmp_name), raw_clients=4, reporters=8, batch=100, report_interval=0.01,
-                     cluster_replicas=cluster_replicas) as run:
+                     cluster_replicas=cluster_replicas, appendfsync=appendfsync) as run:
         for _ in range(rounds):
             for name in scenarios:
                 results.append(run.scenario(name, load_seconds=load_seconds))  # prints its JSON line
@@ -82,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cluster:
         bench_fault_scenarios(args.rounds, args.load_seconds, scenarios=CLUSTER_SCENARIOS, cluster_replicas=1)
-        bench_fault_scenarios(args.rounds, args.load_seconds, scenarios=CLUSTER_RESTART_SCENARIOS, cluster_replicas=0)
+        for fsync in ("everysec", "always"):  # the shipped policy, and the one the short test uses
+            bench_fault_scenarios(args.rounds, args.load_seconds, scenarios=CLUSTER_RESTART_SCENARIOS,
+                                  cluster_replicas=0, appendfsync=fsync)
         return 0
     bench_slow_clients(args.slow, args.requests)
     bench_fault_scenarios(args.rounds, args.load_seconds)

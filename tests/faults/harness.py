@@ -14,7 +14,9 @@ Reporters flushed, aggregators caught up) and audits everything acknowledged so 
 ``cluster_replicas`` runs the same stack on a real local Redis Cluster (:class:`tests.cluster.local.LocalCluster`,
 3 primaries with that many replicas each) instead of the one Redis: :data:`CLUSTER_SCENARIOS` on a cluster with
 replicas (ingest with ``?wait_replicas=1``: a batch is acknowledged once a replica holds it), including
-``primary_failover``; :data:`CLUSTER_RESTART_SCENARIOS` on one without (``primary_restart``: AOF alone).
+``primary_failover``; :data:`CLUSTER_RESTART_SCENARIOS` on one without (``primary_restart``: AOF alone, which
+keeps every acknowledged batch only with ``appendfsync always``: with ``everysec`` a write postponed behind a
+slow fsync is acknowledged before it reaches the file, and kill -9 loses it).
 """
 
 from __future__ import annotations
@@ -82,14 +84,17 @@ class _Acks:
 
 class FaultRun:
     def __init__(self, tmp: Path, *, raw_clients: int = 2, reporters: int = 2, batch: int = 20, seed: int = 1,
-                 report_interval: float = 0.002, cluster_replicas: int | None = None) -> None:
+                 report_interval: float = 0.002, cluster_replicas: int | None = None,
+                 appendfsync: str = "everysec") -> None:
         """``report_interval``: seconds between two ``report()`` calls of one Reporter (each device may send
         ``reports_per_day`` = 10,000 a day: keep interval × run time under that). ``cluster_replicas``: run on
-        a local 3-primary cluster with that many replicas per primary (None: one Redis)."""
+        a local 3-primary cluster with that many replicas per primary (None: one Redis), its nodes' AOF
+        fsync policy ``appendfsync``."""
         self.tmp, self.raw_clients, self.n_reporters, self.batch, self.seed = tmp, raw_clients, reporters, batch, seed
         self.report_interval = report_interval
         self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis")  # unused on a cluster
-        self.cluster = None if cluster_replicas is None else LocalCluster(primaries=3, replicas=cluster_replicas)
+        self.cluster = None if cluster_replicas is None else LocalCluster(primaries=3, replicas=cluster_replicas,
+                                                                             appendfsync=appendfsync)
         self.extra: dict[str, Any] = {}  # figures of the last injection beside recovery_s
         self.port = free_port()
         self.gunicorn: subprocess.Popen[bytes] | None = None
@@ -286,6 +291,8 @@ class FaultRun:
         self._run.set()
         time.sleep(load_seconds)
         self.extra = {}
+        log = self.tmp / "gunicorn.log"
+        log_start = log.stat().st_size
         recovery = getattr(self, f"_inject_{name}")()
         time.sleep(load_seconds)
         result = {"scenario": name, "backend": self.backend, "recovery_s": round(recovery, 3), **self.extra,
@@ -294,6 +301,13 @@ class FaultRun:
         bad = {s: n for s, n in self.acks.statuses.items() if s >= 500 and s != 503}
         result["http_5xx_other_than_503"] = sum(bad.values())
         result["http_503"] = self.acks.statuses.get(503, 0)
+        reasons: dict[str, int] = {}  # why ingest answered 503 (raw clients and Reporters), from its log
+        with log.open("rb") as text:
+            text.seek(log_start)
+            for line in text.read().decode(errors="replace").splitlines():
+                if (reason := line.partition("redis unavailable: ")[2].strip()):
+                    reasons[reason] = reasons.get(reason, 0) + 1
+        result["http_503_reasons"] = reasons
         print(json.dumps({"bench": "faults", **result}), flush=True)
         return result
 
@@ -308,7 +322,8 @@ class FaultRun:
     def backend(self) -> str:
         if self.cluster is None:
             return "redis"
-        return f"cluster-{self.cluster.primaries}p{self.cluster.primaries * self.cluster.replicas}r"
+        c = self.cluster
+        return f"cluster-{c.primaries}p{c.primaries * c.replicas}r" + ("" if c.replicas else f"-{c.appendfsync}")
 
     def _victim_primary(self) -> EmbeddedRedis:
         """The primary that holds shard 0 of ``fault.raw`` (written to and folded from under load)."""
@@ -515,7 +530,8 @@ class FaultRun:
         return {
             "acknowledged_reports": len(acked) * self.batch + delivered,
             "acknowledged_batches": len(acked) + len(entries[SDK.name]),
-            "lost": lost + max(0, delivered - sdk_folded.n) + max(0, raw_expected.n - raw_folded.n),
+            "lost": lost + max(0, delivered - sdk_folded.n) + max(0, raw_expected.n - lost - raw_folded.n),
+            "lost_unstored": lost,  # acknowledged, not in the streams (the rest of "lost": stored, never folded)
             "doubled": doubled,
             "appended_unacknowledged": extra,
             "raw_sketch_equal": raw_folded.equals(raw_expected),
