@@ -23,10 +23,13 @@ START_TIMEOUT = 30.0
 class LocalCluster:
     """``primaries`` primaries with ``replicas`` replicas each, on free loopback ports."""
 
-    def __init__(self, *, primaries: int = 3, replicas: int = 0, appendonly: bool = True) -> None:
+    def __init__(self, *, primaries: int = 3, replicas: int = 0, appendonly: bool = True,
+                 appendfsync: str = "everysec") -> None:
         self.primaries = primaries
         self.replicas = replicas
+        self.appendfsync = appendfsync
         flags = (
+            "--appendfsync", appendfsync,  # after EmbeddedRedis's own everysec: this one wins
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(NODE_TIMEOUT_MS),

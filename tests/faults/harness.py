@@ -10,6 +10,13 @@ Reporters were told was delivered).
 
 :meth:`FaultRun.scenario` runs load, injects one fault, measures recovery, then drains (load paused,
 Reporters flushed, aggregators caught up) and audits everything acknowledged so far: one JSON line each.
+
+``cluster_replicas`` runs the same stack on a real local Redis Cluster (:class:`tests.cluster.local.LocalCluster`,
+3 primaries with that many replicas each) instead of the one Redis: :data:`CLUSTER_SCENARIOS` on a cluster with
+replicas (ingest with ``?wait_replicas=1``: a batch is acknowledged once a replica holds it), including
+``primary_failover``; :data:`CLUSTER_RESTART_SCENARIOS` on one without (``primary_restart``: AOF alone, which
+keeps every acknowledged batch only with ``appendfsync always``: with ``everysec`` a write postponed behind a
+slow fsync is acknowledged before it reaches the file, and kill -9 loses it).
 """
 
 from __future__ import annotations
@@ -35,14 +42,16 @@ from ldptel.client import CmsParams, MetricSpec, ReportBatch, Reporter, SketchSt
 from ldptel.client.protocol.wire import decode_batch, encode_batch
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
+from ldptel.storage.client import connect
 from ldptel.storage.embedded import EmbeddedRedis
 from tests.client.conftest import OPEN_POLICY
+from tests.cluster.local import LocalCluster
 from tests.faults.slow import create_metric
 from tests.faults.stack import DEPLOY, ROOT, free_port, worker_pids
 from tests.server.srv_helpers import OCTET, fill_to_maxmemory, lift_maxmemory
 from tests.server.test_server_http import APP_TOKEN, _env, _stop, _wait_http
 
-__all__ = ["SCENARIOS", "FaultRun"]
+__all__ = ["CLUSTER_RESTART_SCENARIOS", "CLUSTER_SCENARIOS", "NODE_DOWN_SCENARIOS", "SCENARIOS", "FaultRun"]
 
 RAW = MetricSpec(name="fault.raw", params=CmsParams(epsilon=4.0, k=16, m=256), reports_per_day=10_000)
 SDK = MetricSpec(name="fault.sdk", params=CmsParams(epsilon=4.0, k=16, m=256), reports_per_day=10_000)
@@ -51,6 +60,12 @@ LEASE_TTL = 2.0
 REDIS_SCENARIOS = ("redis_kill9", "redis_maxmemory")
 SCENARIOS = ("redis_kill9", "aggregator_kill9", "gunicorn_worker_kill9", "gunicorn_master_kill9",
              "lease_holder_sigstop", "redis_maxmemory")
+# On a cluster with a replica per primary (the primary's replica takes over, then the old primary rejoins as a
+# replica from its own data dir), and on one without replicas (the primary comes back from its AOF).
+CLUSTER_SCENARIOS = ("aggregator_kill9", "gunicorn_worker_kill9", "gunicorn_master_kill9", "lease_holder_sigstop",
+                     "primary_failover")
+CLUSTER_RESTART_SCENARIOS = ("primary_restart",)
+NODE_DOWN_SCENARIOS = (*REDIS_SCENARIOS, "primary_failover", "primary_restart")  # 503 allowed while a node is down
 
 
 @dataclass
@@ -69,12 +84,18 @@ class _Acks:
 
 class FaultRun:
     def __init__(self, tmp: Path, *, raw_clients: int = 2, reporters: int = 2, batch: int = 20, seed: int = 1,
-                 report_interval: float = 0.002) -> None:
+                 report_interval: float = 0.002, cluster_replicas: int | None = None,
+                 appendfsync: str = "everysec") -> None:
         """``report_interval``: seconds between two ``report()`` calls of one Reporter (each device may send
-        ``reports_per_day`` = 10,000 a day: keep interval × run time under that)."""
+        ``reports_per_day`` = 10,000 a day: keep interval × run time under that). ``cluster_replicas``: run on
+        a local 3-primary cluster with that many replicas per primary (None: one Redis), its nodes' AOF
+        fsync policy ``appendfsync``."""
         self.tmp, self.raw_clients, self.n_reporters, self.batch, self.seed = tmp, raw_clients, reporters, batch, seed
         self.report_interval = report_interval
-        self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis")
+        self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis")  # unused on a cluster
+        self.cluster = None if cluster_replicas is None else LocalCluster(primaries=3, replicas=cluster_replicas,
+                                                                             appendfsync=appendfsync)
+        self.extra: dict[str, Any] = {}  # figures of the last injection beside recovery_s
         self.port = free_port()
         self.gunicorn: subprocess.Popen[bytes] | None = None
         self.aggregators: dict[str, subprocess.Popen[bytes]] = {}
@@ -89,8 +110,21 @@ class FaultRun:
         self.errors: list[BaseException] = []
 
     # ------------------------------------------------------------------------------------------ stack
+    @property
+    def url(self) -> str:
+        """What gunicorn and the aggregators get as LDPTEL_REDIS_URL."""
+        if self.cluster is None:
+            return self.redis.url
+        return self.cluster.url + ("?wait_replicas=1" if self.cluster.replicas else "")
+
+    def client(self) -> redis_lib.Redis:
+        return connect(self.url)
+
     def __enter__(self) -> FaultRun:
-        self.redis.start()
+        if self.cluster is None:
+            self.redis.start()
+        else:
+            self.cluster.start()
         self.start_gunicorn()
         create_metric(self.port, RAW)
         create_metric(self.port, SDK)
@@ -122,14 +156,17 @@ class FaultRun:
             self._end(proc)
         if self.gunicorn is not None:
             _stop(self.gunicorn)
-        self.redis.stop()
+        if self.cluster is None:
+            self.redis.stop()
+        else:
+            self.cluster.stop()
 
     def start_gunicorn(self) -> None:
         log = self.tmp / "gunicorn.log"
         cmd = [sys.executable, "-m", "gunicorn", "-c", str(DEPLOY / "gunicorn.conf.py"), "-w", "2",
                "-b", f"127.0.0.1:{self.port}"]
         with log.open("ab") as out:
-            env = _env(self.redis.url) | {"PROMETHEUS_MULTIPROC_DIR": str(self.tmp / "prometheus")}  # emptied at start
+            env = _env(self.url) | {"PROMETHEUS_MULTIPROC_DIR": str(self.tmp / "prometheus")}  # emptied at start
             self.gunicorn = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         _wait_http(self.port, self.gunicorn, log, timeout=30)
 
@@ -140,14 +177,14 @@ class FaultRun:
         cmd = [sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--worker-id", worker_id,
                "--lease-ttl", str(LEASE_TTL), "--checkpoint-seconds", "0.2", "--block", "0.2", "--rescan", "0.5",
                "--retention", "86400", "--log-level", "warning"]
-        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.redis.url},
+        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.url},
                                                        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.close()
         return worker_id
 
     def _wait_aggregators(self, timeout: float = 60) -> None:
         """Until every aggregator process heartbeats (it reached Redis and runs its loop)."""
-        r = self.redis.client()
+        r = self.client()
         try:
             deadline = time.monotonic() + timeout
             while {m.decode() for m in r.zrange(keys.aggregators(), 0, -1)} < set(self.aggregators):
@@ -253,13 +290,24 @@ class FaultRun:
             self.acks.statuses = {}
         self._run.set()
         time.sleep(load_seconds)
+        self.extra = {}
+        log = self.tmp / "gunicorn.log"
+        log_start = log.stat().st_size
         recovery = getattr(self, f"_inject_{name}")()
         time.sleep(load_seconds)
-        result = {"scenario": name, "recovery_s": round(recovery, 3), **self.drain_and_audit()}
+        result = {"scenario": name, "backend": self.backend, "recovery_s": round(recovery, 3), **self.extra,
+                  **self.drain_and_audit()}
         result["statuses"] = {str(k): v for k, v in sorted(self.acks.statuses.items())}
         bad = {s: n for s, n in self.acks.statuses.items() if s >= 500 and s != 503}
         result["http_5xx_other_than_503"] = sum(bad.values())
         result["http_503"] = self.acks.statuses.get(503, 0)
+        reasons: dict[str, int] = {}  # why ingest answered 503 (raw clients and Reporters), from its log
+        with log.open("rb") as text:
+            text.seek(log_start)
+            for line in text.read().decode(errors="replace").splitlines():
+                if (reason := line.partition("redis unavailable: ")[2].strip()):
+                    reasons[reason] = reasons.get(reason, 0) + 1
+        result["http_503_reasons"] = reasons
         print(json.dumps({"bench": "faults", **result}), flush=True)
         return result
 
@@ -270,8 +318,65 @@ class FaultRun:
         self.redis.start()
         return self._wait_ack_after(restarted)
 
+    @property
+    def backend(self) -> str:
+        if self.cluster is None:
+            return "redis"
+        c = self.cluster
+        return f"cluster-{c.primaries}p{c.primaries * c.replicas}r" + ("" if c.replicas else f"-{c.appendfsync}")
+
+    def _victim_primary(self) -> EmbeddedRedis:
+        """The primary that holds shard 0 of ``fault.raw`` (written to and folded from under load)."""
+        assert self.cluster is not None
+        r = self.client()
+        try:
+            port = int(r.get_node_from_key(keys.stream(RAW.name, 0)).port)  # type: ignore[attr-defined]
+        finally:
+            r.close()
+        return next(node for node in self.cluster.nodes if node.running and node.port == port)
+
+    def _wait_primaries(self, running: int, timeout: float = 60) -> None:
+        """Until ``running`` running nodes are primaries and the cluster says ok on every running node."""
+        assert self.cluster is not None
+        deadline = time.monotonic() + timeout
+        while len(self.cluster.primary_nodes()) != running:
+            assert time.monotonic() < deadline, "no replica took over"
+            time.sleep(0.05)
+        self.cluster.wait_ok(timeout=timeout)
+
+    def _inject_primary_failover(self) -> float:
+        """kill -9 the primary of a shard under load; its replica takes over (readiness and acks come back); then
+        the old primary restarts on its own data dir and rejoins as a replica (``?wait_replicas=1`` needs one)."""
+        assert self.cluster is not None and self.cluster.replicas
+        victim = self._victim_primary()
+        victim.kill()
+        killed = time.monotonic()
+        self._wait_primaries(self.cluster.primaries)
+        promoted = time.monotonic()
+        victim.start()
+        self.cluster.wait_ok(timeout=60)
+        deadline = time.monotonic() + 60
+        while self.cluster.role(victim) != "slave":
+            assert time.monotonic() < deadline, "the old primary did not rejoin as a replica"
+            time.sleep(0.05)
+        rejoined = time.monotonic()
+        self.extra = {"failover_s": round(promoted - killed, 3), "rejoined_s": round(rejoined - killed, 3)}
+        return rejoined - killed + self._wait_ack_after(rejoined)
+
+    def _inject_primary_restart(self) -> float:
+        """kill -9 a primary of a cluster without replicas; it comes back on its own data dir (AOF, nodes.conf)."""
+        assert self.cluster is not None and not self.cluster.replicas
+        victim = self._victim_primary()
+        victim.kill()
+        killed = time.monotonic()
+        time.sleep(0.5)
+        victim.start()
+        self.cluster.wait_ok(timeout=60)
+        ready = time.monotonic()
+        return ready - killed + self._wait_ack_after(ready)
+
     def _inject_redis_maxmemory(self) -> float:
-        r = self.redis.client()
+        r = self.client()
         try:
             fill_to_maxmemory(r)
             time.sleep(1.0)  # every write refused meanwhile: 503
@@ -339,7 +444,7 @@ class FaultRun:
         return ready - killed + self._wait_ack_after(ready)
 
     def _lease_holder(self) -> str:
-        r = self.redis.client()
+        r = self.client()
         try:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
@@ -355,7 +460,7 @@ class FaultRun:
 
     def _wait_leases_without(self, victim: str, timeout: float = 30) -> float:
         """Monotonic time at which every shard is leased by a live worker other than ``victim``."""
-        r = self.redis.client()
+        r = self.client()
         try:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
@@ -386,7 +491,7 @@ class FaultRun:
         assert not self.errors, self.errors
         for worker_id, proc in self.aggregators.items():  # every fault is survived: no aggregator exits
             assert proc.poll() is None, (worker_id, (self.tmp / f"{worker_id}.log").read_text()[-2000:])
-        r = self.redis.client()
+        r = self.client()
         try:
             self._wait_folded(r)
             return self._audit(r)
@@ -425,7 +530,8 @@ class FaultRun:
         return {
             "acknowledged_reports": len(acked) * self.batch + delivered,
             "acknowledged_batches": len(acked) + len(entries[SDK.name]),
-            "lost": lost + max(0, delivered - sdk_folded.n) + max(0, raw_expected.n - raw_folded.n),
+            "lost": lost + max(0, delivered - sdk_folded.n) + max(0, raw_expected.n - lost - raw_folded.n),
+            "lost_unstored": lost,  # acknowledged, not in the streams (the rest of "lost": stored, never folded)
             "doubled": doubled,
             "appended_unacknowledged": extra,
             "raw_sketch_equal": raw_folded.equals(raw_expected),
