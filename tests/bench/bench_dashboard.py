@@ -21,19 +21,17 @@ Uses ``LDPTEL_REDIS_URL`` when set (the db is flushed!), else a private embedded
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
 import time
 
-import numpy as np
 import redis as redis_lib
+from seed_sketches import seed_cms_days  # the script directory is on sys.path
 
 from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.query import estimate_by_day, estimate_metric
-from ldptel.client import CmsParams, MetricSpec, SketchState
-from ldptel.storage import keys, registry
+from ldptel.client import CmsParams
 from ldptel.storage import sketches as store
 from ldptel.storage.embedded import EmbeddedRedis
 
@@ -58,18 +56,8 @@ def main() -> int:
         r = redis_lib.Redis.from_url(url or server.url, socket_timeout=120)  # type: ignore[union-attr]
         r.flushdb()
         params = CmsParams(epsilon=4.0, k=1024, m=1024)
-        registry.create_metric(r, MetricSpec(name=METRIC, params=params), shards=args.shards)
-        rng = np.random.default_rng(5)
-        first = dt.date(2026, 1, 1)
-        days = [(first + dt.timedelta(days=i)).isoformat() for i in range(args.days)]
-        for shard in range(args.shards):
-            for day in days:
-                row_counts = rng.multinomial(200_000, np.full(params.k, 1 / params.k)).astype(np.int64)
-                counts = rng.binomial(row_counts[:, None], 0.12, size=(params.k, params.m)).astype(np.int64)
-                pipe = r.pipeline(transaction=True)
-                pipe.set(keys.sketch(METRIC, shard, 1, day), SketchState(params.mechanism, counts, row_counts).to_bytes())
-                pipe.sadd(keys.sketch_index(METRIC, shard), store.index_member(1, day))
-                pipe.execute()
+        # A plausible day of 200,000 reports per shard, bits set with probability ~0.12.
+        days = seed_cms_days(r, METRIC, params, shards=args.shards, days=args.days, reports_per_shard_day=200_000, seed=5)
         candidates = [f"/page/{i}" for i in range(args.candidates)]
         common = {"days": args.days, "shards": args.shards, "k": params.k, "m": params.m}
         for run in range(args.repeat):
