@@ -21,25 +21,17 @@ Uses ``LDPTEL_REDIS_URL`` when set (the db is flushed!), else a private embedded
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 
-import redis as redis_lib
-from seed_sketches import seed_cms_days  # the script directory is on sys.path
+from seed_sketches import bench_redis, emit, seed_cms_days  # the script directory is on sys.path
 
 from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.query import estimate_by_day, estimate_metric
 from ldptel.client import CmsParams
 from ldptel.storage import sketches as store
-from ldptel.storage.embedded import EmbeddedRedis
 
 METRIC = "bench.dashboard"
-
-
-def emit(**fields: object) -> None:
-    print(json.dumps(fields), flush=True)
 
 
 def main() -> int:
@@ -50,11 +42,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
-    url = os.environ.get("LDPTEL_REDIS_URL")
-    server = None if url else EmbeddedRedis(appendonly=False).start()
-    try:
-        r = redis_lib.Redis.from_url(url or server.url, socket_timeout=120)  # type: ignore[union-attr]
-        r.flushdb()
+    with bench_redis() as r:
         params = CmsParams(epsilon=4.0, k=1024, m=1024)
         # A plausible day of 200,000 reports per shard, bits set with probability ~0.12.
         days = seed_cms_days(r, METRIC, params, shards=args.shards, days=args.days, reports_per_shard_day=200_000, seed=5)
@@ -83,9 +71,6 @@ def main() -> int:
             assert len(daily.results) == args.days
             emit(figure="dashboard_by_day", run=run, candidates=args.candidates, seconds=round(by_day_s, 3),
                  baseline_one_range_s=round(range_s, 3), ratio=round(by_day_s / range_s, 2), **common)
-    finally:
-        if server is not None:
-            server.stop()
     return 0
 
 

@@ -18,24 +18,16 @@ Uses ``LDPTEL_REDIS_URL`` when set (the db is flushed!), else a private embedded
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 
-import redis as redis_lib
-from seed_sketches import seed_cms_days  # the script directory is on sys.path
+from seed_sketches import bench_redis, emit, seed_cms_days  # the script directory is on sys.path
 
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client import CmsParams, estimate
 from ldptel.storage import sketches as store
-from ldptel.storage.embedded import EmbeddedRedis
 
 METRIC = "bench.query"
-
-
-def emit(**fields: object) -> None:
-    print(json.dumps(fields), flush=True)
 
 
 def main() -> int:
@@ -46,11 +38,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
 
-    url = os.environ.get("LDPTEL_REDIS_URL")
-    server = None if url else EmbeddedRedis(appendonly=False).start()
-    try:
-        r = redis_lib.Redis.from_url(url or server.url, socket_timeout=120)  # type: ignore[union-attr]
-        r.flushdb()
+    with bench_redis() as r:
         params = CmsParams(epsilon=4.0, k=2048, m=1024)
         # A plausible day of 500,000 reports per shard, bits set with probability ~0.12.
         days = seed_cms_days(r, METRIC, params, shards=args.shards, days=args.days, reports_per_shard_day=500_000, seed=3)
@@ -78,9 +66,6 @@ def main() -> int:
             emit(figure="query_fetch_sum", seconds=round(fetch_s, 3),
                  mb_per_s=round(blobs * (params.k * params.m * 4) / fetch_s / 1e6), **common)
             emit(figure="query_estimate_only", seconds=round(est_s, 3), **common)
-    finally:
-        if server is not None:
-            server.stop()
     return 0
 
 

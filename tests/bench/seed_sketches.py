@@ -1,9 +1,14 @@
-"""Folded sketches for the query-side benchmarks (``bench_query``, ``bench_dashboard``): plausible cms days
-written straight to Redis, as the fold worker would leave them. Not collected by pytest."""
+"""What the query-side benchmarks (``bench_query``, ``bench_dashboard``) share: their Redis (``LDPTEL_REDIS_URL``
+when set, flushed!, else a private embedded server), plausible folded cms days written straight to it as the
+fold worker would leave them, and their JSON lines. Not collected by pytest."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import redis as redis_lib
@@ -11,8 +16,27 @@ import redis as redis_lib
 from ldptel.client import CmsParams, MetricSpec, SketchState
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
+from ldptel.storage.embedded import EmbeddedRedis
 
 FIRST_DAY = dt.date(2026, 1, 1)
+
+
+def emit(**fields: object) -> None:
+    print(json.dumps(fields), flush=True)
+
+
+@contextmanager
+def bench_redis() -> Iterator[redis_lib.Redis]:
+    """A flushed client of ``LDPTEL_REDIS_URL``, else of a private embedded server (stopped after)."""
+    url = os.environ.get("LDPTEL_REDIS_URL")
+    server = None if url else EmbeddedRedis(appendonly=False).start()
+    try:
+        r = redis_lib.Redis.from_url(url or server.url, socket_timeout=120)  # type: ignore[union-attr]
+        r.flushdb()
+        yield r
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def seed_cms_days(r: redis_lib.Redis, metric: str, params: CmsParams, *, shards: int, days: int,
