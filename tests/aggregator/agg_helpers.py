@@ -4,6 +4,7 @@ worker, and run ``ldptel`` as a real subprocess. Redis, the app and the test cli
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import numpy as np
 import redis as redis_lib
 from flask.testing import FlaskClient
 
+from ldptel.aggregator.cli import main
 from ldptel.aggregator.worker import Worker, WorkerConfig, WorkerStats
 from ldptel.client import MetricSpec, ReportBatch, SketchState, encode_batch, fold, privatize_batch
 from ldptel.storage import registry
@@ -123,3 +125,10 @@ def ldptel_popen(*args: str, redis_url: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """``ldptel ARGV`` in this process: (exit status, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()

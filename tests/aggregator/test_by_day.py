@@ -10,18 +10,12 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from ldptel.aggregator.cli import RESULT_COLUMNS, main
+from ldptel.aggregator.cli import RESULT_COLUMNS
 from ldptel.aggregator.query import EmptyRangeError, estimate_by_day, estimate_metric
 from ldptel.client import CmsParams, MetricSpec, RrParams
-from tests.aggregator.agg_helpers import append_reports, create, drain
+from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 
 DAYS = ("2026-03-01", "2026-03-02", "2026-03-04")  # a gap: 03-03 has no reports
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -95,13 +89,13 @@ def test_cli_by_day_json_csv_and_table(redis: redis_lib.Redis, pages: list[str])
         base += ["--candidate", value]
     want = estimate_by_day(redis, "pages", candidates=pages, top=2, postprocess="clip")
 
-    code, out, err = run(*base, "--format", "json")
+    code, out, err = run_cli(*base, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc == json.loads(json.dumps(want.to_dict()))
     assert doc["days"] == list(DAYS) and doc["by_day"] is True and len(doc["rows"]) == 6
 
-    code, out, err = run(*base, "--format", "csv")
+    code, out, err = run_cli(*base, "--format", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert tuple(rows[0]) == ("day", "n", *RESULT_COLUMNS)
@@ -109,7 +103,7 @@ def test_cli_by_day_json_csv_and_table(redis: redis_lib.Redis, pages: list[str])
         assert got["day"] == exp["day"] and int(got["n"]) == exp["n"] and got["value"] == exp["value"]
         assert all(float(got[c]) == exp[c] for c in RESULT_COLUMNS[1:])
 
-    code, out, err = run(*base)
+    code, out, err = run_cli(*base)
     assert code == 0, err
     lines = out.splitlines()
     assert "n = 3,000 reports · per day" in lines[0] and "(3 days)" in lines[0]
@@ -118,5 +112,5 @@ def test_cli_by_day_json_csv_and_table(redis: redis_lib.Redis, pages: list[str])
 
 
 def test_cli_by_day_with_plot_is_a_user_error(pages: list[str]) -> None:
-    code, out, err = run("estimate", "pages", "--by-day", "--candidate", "x", "--plot", "x.png")
+    code, out, err = run_cli("estimate", "pages", "--by-day", "--candidate", "x", "--plot", "x.png")
     assert code == 2 and out == "" and "drop --by-day" in err and err.count("\n") == 1

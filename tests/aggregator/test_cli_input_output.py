@@ -14,19 +14,13 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from ldptel.aggregator.cli import RESULT_COLUMNS, main
+from ldptel.aggregator.cli import RESULT_COLUMNS
 from ldptel.aggregator.cli.output import fmt_num, table
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client import CmsParams, MetricSpec
-from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel
+from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, run_cli
 
 VALUES = [f"/p/{i}" for i in range(4)]
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
@@ -45,7 +39,7 @@ def test_a_bom_in_a_candidates_file_is_not_part_of_the_first_value(redis: redis_
     """Regression: the BOM stuck to the first value, which then got the estimate of an unseen value."""
     cand = tmp_path / "candidates.txt"
     cand.write_bytes("\n".join(VALUES).encode("utf-8-sig"))
-    code, out, err = run("estimate", "pages", "--candidates", str(cand), "--format", "json")
+    code, out, err = run_cli("estimate", "pages", "--candidates", str(cand), "--format", "json")
     assert code == 0, err
     want = {row["value"]: row["estimate"] for row in estimate_metric(redis, "pages", candidates=VALUES).rows()}
     assert _rows(out) == want
@@ -54,7 +48,7 @@ def test_a_bom_in_a_candidates_file_is_not_part_of_the_first_value(redis: redis_
 
 def test_candidates_from_stdin(redis: redis_lib.Redis, pages: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO("\ufeff/p/0\n/p/3\n".encode()), encoding="utf-8"))
-    code, out, err = run("estimate", "pages", "--candidates", "-", "--format", "json")
+    code, out, err = run_cli("estimate", "pages", "--candidates", "-", "--format", "json")
     assert code == 0, err
     assert sorted(_rows(out)) == ["/p/0", "/p/3"]
 
@@ -63,13 +57,13 @@ def test_json_and_csv_of_a_metric_without_data_are_valid_empty_documents(redis: 
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
     create(redis, MetricSpec(name="quiet", params=CmsParams(epsilon=4.0, k=16, m=256)))
-    code, out, err = run("estimate", "quiet", "--candidate", "x", "--format", "json")
+    code, out, err = run_cli("estimate", "quiet", "--candidate", "x", "--format", "json")
     assert code == 0 and "no folded reports yet" in err
     doc = json.loads(out)
     assert doc["rows"] == [] and doc["n"] == 0 and (doc["metric"], doc["version"], doc["mechanism"]) == ("quiet", 1, "cms")
-    code, out, _ = run("estimate", "quiet", "--candidate", "x", "--format", "csv")
+    code, out, _ = run_cli("estimate", "quiet", "--candidate", "x", "--format", "csv")
     assert code == 0 and list(csv.reader(io.StringIO(out))) == [list(RESULT_COLUMNS)]
-    code, out, err = run("estimate", "quiet", "--candidate", "x")  # a table: the one-line error, as before
+    code, out, err = run_cli("estimate", "quiet", "--candidate", "x")  # a table: the one-line error, as before
     assert code == 2 and out == "" and err.count("\n") == 1
 
 

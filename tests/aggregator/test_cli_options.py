@@ -3,8 +3,6 @@ as they are (the params say what is valid), and ``aggregate`` takes its defaults
 
 from __future__ import annotations
 
-import io
-
 import pytest
 import redis as redis_lib
 
@@ -12,12 +10,7 @@ from ldptel.aggregator.cli import main
 from ldptel.aggregator.worker import WorkerConfig
 from ldptel.client.protocol.specs import params_from_dict
 from ldptel.storage import registry
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
+from tests.aggregator.agg_helpers import run_cli
 
 
 @pytest.mark.parametrize(
@@ -33,14 +26,14 @@ def run(*argv: str) -> tuple[int, str, str]:
 def test_a_wrong_option_for_the_mechanism_is_the_params_error(
     redis: redis_lib.Redis, redis_url: str, options: tuple[str, ...], message: str
 ) -> None:
-    code, out, err = run("metrics", "create", "bad", "--redis-url", redis_url, *options)
+    code, out, err = run_cli("metrics", "create", "bad", "--redis-url", redis_url, *options)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("ldptel: error: ") and message in err, err
     assert registry.list_metrics(redis) == []
 
 
 def test_given_options_reach_the_params_unchanged(redis: redis_lib.Redis, redis_url: str) -> None:
-    code, _, err = run("metrics", "create", "pages", "--redis-url", redis_url, "--mechanism", "hcms", "--epsilon", "3",
+    code, _, err = run_cli("metrics", "create", "pages", "--redis-url", redis_url, "--mechanism", "hcms", "--epsilon", "3",
                        "--k", "8", "--m", "64", "--hash-seed", "7", "--prob-bits", "12")
     assert code == 0, err
     want = params_from_dict({"mechanism": "hcms", "epsilon": 3.0, "k": 8, "m": 64, "hash_seed": 7, "prob_bits": 12})

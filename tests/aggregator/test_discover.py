@@ -21,7 +21,7 @@ from ldptel.client import CmsParams, MetricSpec, PemParams
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism
 from ldptel.storage import sketches as store
-from tests.aggregator.agg_helpers import append_reports, create, drain, post_reports
+from tests.aggregator.agg_helpers import append_reports, create, drain, post_reports, run_cli
 
 HEAVY = {"ok": 2500, "日本語": 1800, "😀": 1500, "héllo": 1200}
 PARAMS = PemParams(epsilon=4.0, k=32, m=256, max_bytes=9, hash_seed=4)
@@ -32,18 +32,6 @@ def _population(rng: np.random.Generator) -> list[str]:
     values += [f"r{i:05d}" for i in rng.integers(0, 99_999, 3000)]  # rare values: a few devices each at most
     order = rng.permutation(len(values))
     return [values[i] for i in order]
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
-
-@pytest.fixture
-def env_url(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
-    return redis_url
 
 
 @pytest.fixture
@@ -88,7 +76,7 @@ def test_ingest_fold_and_discover_end_to_end(redis: redis_lib.Redis, client: Fla
 
 @pytest.mark.slow
 def test_cli_formats_stages_and_progress(words: list[str], tmp_path: Path) -> None:
-    code, out, err = run("discover", "words", "--top", "3")
+    code, out, err = run_cli("discover", "words", "--top", "3")
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith("words v1 (pem)") and "n = 10,000 reports" in lines[0]
@@ -96,7 +84,7 @@ def test_cli_formats_stages_and_progress(words: list[str], tmp_path: Path) -> No
     assert "candidates examined" in out and "prefix bytes" in out
     assert err.splitlines()[-1] == "ldptel discover: round 9/9" and err.count("\n") == 9
 
-    code, out, _ = run("discover", "words", "--format", "json", "--keep", "20")
+    code, out, _ = run_cli("discover", "words", "--format", "json", "--keep", "20")
     doc = json.loads(out)
     assert [row["value"] for row in doc["rows"]][:4] == list(HEAVY)
     disc = doc["discovery"]
@@ -105,17 +93,17 @@ def test_cli_formats_stages_and_progress(words: list[str], tmp_path: Path) -> No
     assert disc["tested"] == sum(s["tested"] for s in disc["stages"]) <= disc["test_bound"]
     assert all(row["estimate"] >= disc["threshold_stderr"] * row["stderr"] for row in doc["rows"])
 
-    code, out, _ = run("discover", "words", "--format", "csv", "--threshold", "50")
+    code, out, _ = run_cli("discover", "words", "--format", "csv", "--threshold", "50")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert tuple(rows[0]) == RESULT_COLUMNS if rows else out.strip() == ",".join(RESULT_COLUMNS)
     assert all(float(r["estimate"]) >= 50 * float(r["stderr"]) for r in rows)
 
-    code, out, _ = run("discover", "words", "--day", "2026-03-02", "--format", "json")
+    code, out, _ = run_cli("discover", "words", "--day", "2026-03-02", "--format", "json")
     assert json.loads(out)["n"] == 4000 and json.loads(out)["days"] == ["2026-03-02"]
 
     if importlib.util.find_spec("matplotlib") is not None:
         png = tmp_path / "found.png"
-        assert run("discover", "words", "--plot", str(png))[0] == 0
+        assert run_cli("discover", "words", "--plot", str(png))[0] == 0
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -130,7 +118,7 @@ def test_cli_formats_stages_and_progress(words: list[str], tmp_path: Path) -> No
 )
 def test_user_errors_are_one_line_and_exit_2(redis: redis_lib.Redis, words: list[str], argv: tuple[str, ...], message: str) -> None:
     create(redis, MetricSpec(name="pages", params=CmsParams(epsilon=4.0, k=16, m=256)), shards=1)
-    code, out, err = run(*argv)
+    code, out, err = run_cli(*argv)
     assert code == 2 and out == ""
     assert message in err and "Traceback" not in err
 
@@ -151,18 +139,18 @@ def test_help_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_metrics_create_takes_max_bytes(redis: redis_lib.Redis, env_url: str) -> None:
-    code, out, err = run("metrics", "create", "typed2", "--mechanism", "pem", "--epsilon", "4", "--k", "8", "--m", "64",
+    code, out, err = run_cli("metrics", "create", "typed2", "--mechanism", "pem", "--epsilon", "4", "--k", "8", "--m", "64",
                          "--max-bytes", "6")
     assert code == 0, err
     assert "k=8 m=64 L=6" in out
-    code, _, err = run("metrics", "create", "typed3", "--mechanism", "pem", "--epsilon", "4", "--k", "8", "--m", "64")
+    code, _, err = run_cli("metrics", "create", "typed3", "--mechanism", "pem", "--epsilon", "4", "--k", "8", "--m", "64")
     assert code == 2 and "max_bytes" in err
 
 
 def test_json_of_a_metric_without_data_is_a_valid_empty_document(redis: redis_lib.Redis, env_url: str) -> None:
     """Like ``estimate``: a script reading ``--format json`` gets a document with no rows, not an empty output."""
     create(redis, MetricSpec(name="quiet", params=PARAMS), shards=1)
-    code, out, err = run("discover", "quiet", "--format", "json")
+    code, out, err = run_cli("discover", "quiet", "--format", "json")
     assert code == 0 and "no folded reports yet" in err
     doc = json.loads(out)
     assert doc["rows"] == [] and (doc["metric"], doc["version"]) == ("quiet", 1)

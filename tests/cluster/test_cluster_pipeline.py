@@ -4,7 +4,6 @@ error a single-node URL pointed at a cluster node gets."""
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-from ldptel.aggregator.cli import main
 from ldptel.client import privatize_batch
 from ldptel.client.protocol.wire import encode_batch
 from ldptel.server import ServerConfig, create_app
@@ -22,7 +20,7 @@ from ldptel.storage import sketches as store
 from ldptel.storage.append import BatchAppender, utc_day
 from ldptel.storage.connection import PlainUrlAtClusterError
 from ldptel.storage.leases import Leases
-from tests.aggregator.agg_helpers import Ingested
+from tests.aggregator.agg_helpers import Ingested, run_cli
 from tests.cluster.local import LocalCluster
 from tests.stats import assert_close_normal
 
@@ -30,12 +28,6 @@ pytestmark = pytest.mark.cluster
 APP_TOKEN = "cluster-app-token-0123456789abcdef"
 ADMIN_TOKEN = "cluster-admin-token-0123456789abcdef"
 SHARDS = 6
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def _owners(r: redis_lib.Redis, metric: str, shards: int) -> set[str]:
@@ -48,7 +40,7 @@ def test_pipeline_and_every_command_on_a_cluster(
     local_cluster: LocalCluster, cluster_redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("LDPTEL_REDIS_URL", local_cluster.url)
-    code, _, err = run("metrics", "create", "pages", "--mechanism", "cms", "--epsilon", "4", "--k", "16", "--m", "256",
+    code, _, err = run_cli("metrics", "create", "pages", "--mechanism", "cms", "--epsilon", "4", "--k", "16", "--m", "256",
                        "--shards", str(SHARDS))
     assert code == 0, err
     assert len(_owners(cluster_redis, "pages", SHARDS)) == 3  # the shards spread over every primary
@@ -78,10 +70,10 @@ def test_pipeline_and_every_command_on_a_cluster(
         assert resp.status_code == 202 and resp.get_json()["duplicate"] is True
     app.extensions["redis"].close()
 
-    code, out, err = run("aggregate", "--once")
+    code, out, err = run_cli("aggregate", "--once")
     assert code == 0, err
     assert json.loads(out)["reports"] == len(values)
-    code, out, err = run("status", "--format", "json")
+    code, out, err = run_cli("status", "--format", "json")
     assert code == 0, err
     rows = json.loads(out)
     assert len(rows) == SHARDS and all(row["lag"] == 0 for row in rows)
@@ -92,15 +84,15 @@ def test_pipeline_and_every_command_on_a_cluster(
     total, _ = store.sum_sketches(cluster_redis, "pages", params=spec.params, pairs=pairs)
     assert total.equals(ingested.expected_state())  # exactly the acknowledged batches, each once
 
-    code, out, err = run("estimate", "pages", "--candidate", labels[0], "--candidate", labels[4], "--format", "json")
+    code, out, err = run_cli("estimate", "pages", "--candidate", labels[0], "--candidate", labels[4], "--format", "json")
     assert code == 0, err
     truth = Counter(values)
     doc = json.loads(out)
     assert doc["n"] == len(values)
     for row in doc["rows"]:
         assert_close_normal(row["estimate"], truth[row["value"]], row["stderr"], n=len(values), what=row["value"])
-    assert run("metrics", "list")[0] == 0 and "pages" in run("metrics", "show", "pages")[1]
-    assert run("metrics", "retire", "pages")[0] == 0
+    assert run_cli("metrics", "list")[0] == 0 and "pages" in run_cli("metrics", "show", "pages")[1]
+    assert run_cli("metrics", "retire", "pages")[0] == 0
     assert registry.get_metric(cluster_redis, "pages").status == "retired"
 
 
@@ -110,7 +102,7 @@ def test_a_plain_url_at_a_cluster_node_is_one_line_not_a_traceback(
     slot = cluster_redis.keyslot(keys.registry())  # type: ignore[attr-defined]
     owner = cluster_redis.nodes_manager.get_node_from_slot(slot).name  # type: ignore[attr-defined]
     other = next(n for n in local_cluster.nodes if f"127.0.0.1:{n.port}" != owner)
-    code, out, err = run("metrics", "list", "--redis-url", other.url)
+    code, out, err = run_cli("metrics", "list", "--redis-url", other.url)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("ldptel: error: ") and "MOVED" in err, err
     assert "is a Redis Cluster node" in err and "redis+cluster://" in err
@@ -151,7 +143,7 @@ def test_a_metric_grows_its_shard_count_without_double_counting_retries(
     accepted before the growth is still a duplicate although its id now maps to another shard; the fold and
     the estimate count every shard, each report once."""
     monkeypatch.setenv("LDPTEL_REDIS_URL", local_cluster.url)
-    assert run("metrics", "create", "flag", "--mechanism", "rr", "--epsilon", "1", "--shards", "2")[0] == 0
+    assert run_cli("metrics", "create", "flag", "--mechanism", "rr", "--epsilon", "1", "--shards", "2")[0] == 0
     app = create_app(ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN,
                                   redis_url=local_cluster.url, rate_limit=None, registry_ttl=0))
     http = app.test_client()
@@ -174,7 +166,7 @@ def test_a_metric_grows_its_shard_count_without_double_counting_retries(
 
     before = batches(30)
     assert not any(post(data) for data in before)
-    code, out, err = run("metrics", "grow", "flag", "--shards", "6", "--format", "json")
+    code, out, err = run_cli("metrics", "grow", "flag", "--shards", "6", "--format", "json")
     assert code == 0, err
     grown = registry.get_metric(cluster_redis, "flag")
     assert grown.shards == 6
@@ -187,13 +179,13 @@ def test_a_metric_grows_its_shard_count_without_double_counting_retries(
     assert sum(lengths) == 60 and sum(lengths[2:]) > 0  # the new shards took new batches
     assert len(_owners(cluster_redis, "flag", 6)) == 3
 
-    code, out, err = run("aggregate", "--once")
+    code, out, err = run_cli("aggregate", "--once")
     assert code == 0, err
     assert json.loads(out)["reports"] == 6000
-    code, out, err = run("estimate", "flag", "--format", "json")
+    code, out, err = run_cli("estimate", "flag", "--format", "json")
     assert code == 0, err
     assert json.loads(out)["n"] == 6000
-    assert run("metrics", "grow", "flag", "--shards", "3")[2].startswith("ldptel: error: metric 'flag' has 6 shards")
+    assert run_cli("metrics", "grow", "flag", "--shards", "3")[2].startswith("ldptel: error: metric 'flag' has 6 shards")
 
 
 def test_the_raw_path_follows_ask_while_a_slot_migrates(local_cluster: LocalCluster, cluster_redis: redis_lib.Redis) -> None:
