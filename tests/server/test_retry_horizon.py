@@ -15,7 +15,7 @@ from datetime import date, timedelta
 import pytest
 import redis as redis_lib
 
-from ldptel.client.protocol.wire import BATCH_AGE_HEADER, DEFAULT_RETRY_HORIZON_DAYS
+from ldptel.client.protocol.wire import BATCH_AGE_HEADER, DEFAULT_RETRY_HORIZON_DAYS, encode_upload
 from ldptel.server.state import BatchAgeError, check_batch_age
 from ldptel.storage import keys
 from ldptel.storage.append import utc_day
@@ -93,3 +93,18 @@ def test_every_retry_is_either_deduplicated_or_refused(horizon: int) -> None:
             assert exc.code == "batch_too_old" and exc.status == 422
             continue
         assert t_retry < key_end, (skew, formed, first, retry)
+
+
+def test_a_multi_part_upload_older_than_the_horizon_is_refused_whole(api: Api, redis: redis_lib.Redis, rng) -> None:  # type: ignore[no-untyped-def]
+    """An upload carries one age, its oldest part's: beyond the horizon the request gets 422 ``batch_too_old``
+    and no part is stored (the SDK then sends the parts alone, each with its own age); within it, every part
+    is stored."""
+    spec = cms_spec()
+    assert api.create(spec).status_code == 201
+    parts = [make_batch(spec, 10, rng)[0] for _ in range(3)]
+    refused = _post(api, encode_upload(parts), str(HORIZON + 1))
+    assert refused.status_code == 422 and refused.json["error"] == "batch_too_old", refused.json
+    assert stream_entries(redis, spec.name, 4) == []
+    accepted = _post(api, encode_upload(parts), str(HORIZON))
+    assert accepted.status_code == 200 and [p["http_status"] for p in accepted.json["parts"]] == [202, 202, 202]
+    assert len(stream_entries(redis, spec.name, 4)) == 3
