@@ -17,16 +17,15 @@ import redis as redis_lib
 from ldptel.aggregator.query import estimate_metric
 from ldptel.client.mechanisms.histogram import bucket_edges
 from ldptel.storage import registry
-from tests.aggregator.agg_helpers import append_reports, drain
-from tests.aggregator.test_cli import run
+from tests.aggregator.agg_helpers import append_reports, drain, run_cli
 
 
 @pytest.fixture
 def numeric(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator) -> np.ndarray:
     monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
-    code, _, err = run("metrics", "create", "load_ms", "--mechanism", "mean", "--epsilon", "4", "--range", "0", "10000")
+    code, _, err = run_cli("metrics", "create", "load_ms", "--mechanism", "mean", "--epsilon", "4", "--range", "0", "10000")
     assert code == 0, err
-    code, _, err = run("metrics", "create", "load_hist", "--mechanism", "num-histogram", "--epsilon", "4",
+    code, _, err = run_cli("metrics", "create", "load_hist", "--mechanism", "num-histogram", "--epsilon", "4",
                        "--range", "0", "10000", "--buckets", "32", "--scale", "log")
     assert code == 0, err
     values = rng.lognormal(math.log(300), 1.0, 4000)
@@ -41,47 +40,47 @@ def test_metrics_create_takes_the_range_buckets_and_edges(redis: redis_lib.Redis
     assert (mean.lo, mean.hi, mean.variant) == (0.0, 10000.0, "dhm")  # type: ignore[attr-defined]
     hist = registry.get_metric(redis, "load_hist").current.params
     assert hist.edges == bucket_edges(0, 10000, 32, scale="log")  # type: ignore[attr-defined]
-    code, out, err = run("metrics", "create", "explicit", "--mechanism", "num-histogram", "--epsilon", "2",
+    code, out, err = run_cli("metrics", "create", "explicit", "--mechanism", "num-histogram", "--epsilon", "2",
                          "--edges", "0,10,100,1000", "--format", "json")
     assert code == 0, err and json.loads(out)["versions"]
     assert registry.get_metric(redis, "explicit").current.params.edges == (0.0, 10.0, 100.0, 1000.0)  # type: ignore[attr-defined]
-    code, _, err = run("metrics", "create", "bad", "--mechanism", "num-histogram", "--epsilon", "2", "--buckets", "8")
+    code, _, err = run_cli("metrics", "create", "bad", "--mechanism", "num-histogram", "--epsilon", "2", "--buckets", "8")
     assert code == 2 and "--range" in err
-    code, _, err = run("metrics", "create", "bad", "--mechanism", "mean", "--epsilon", "2", "--range", "5", "1")
+    code, _, err = run_cli("metrics", "create", "bad", "--mechanism", "mean", "--epsilon", "2", "--range", "5", "1")
     assert code == 2 and "hi" in err
 
 
 def test_estimate_prints_mean_sum_and_count_with_intervals(redis: redis_lib.Redis, numeric: np.ndarray) -> None:
-    code, out, err = run("estimate", "load_ms")
+    code, out, err = run_cli("estimate", "load_ms")
     assert code == 0, err
     assert "values clipped to [0, 10000] on the device" in out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     assert {"mean", "sum", "count"} <= set(lines)
     want = estimate_metric(redis, "load_ms")
-    code, out, err = run("estimate", "load_ms", "--format", "json")
+    code, out, err = run_cli("estimate", "load_ms", "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
     assert [r["value"] for r in doc["rows"]] == ["mean", "sum", "count"] and doc["rows"][0]["ci_low"] < doc["rows"][0]["ci_high"]
     assert doc["rows"][0]["estimate"] == want.rows()[0]["estimate"] and doc["rows"][2]["estimate"] == 4000
-    code, out, err = run("estimate", "load_ms", "--postprocess", "norm-sub")
+    code, out, err = run_cli("estimate", "load_ms", "--postprocess", "norm-sub")
     assert code == 2 and "postprocess" in err
 
 
 def test_a_numeric_histogram_prints_its_summary_by_default(redis: redis_lib.Redis, numeric: np.ndarray) -> None:
-    code, out, err = run("estimate", "load_hist")
+    code, out, err = run_cli("estimate", "load_hist")
     assert code == 0, err
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.split()}
     assert ["count", "mean", "sum", "p50", "p90", "p99"] == [k for k in lines if k in ("count", "mean", "sum", "p50", "p90", "p99")]
     assert "[0, 10000)" not in out and "midpoint" in out  # no buckets; the within-bucket assumption is stated
     want = estimate_metric(redis, "load_hist", percentiles=[50, 90, 99])
     assert want.mean is not None and lines["count"][1] == "4000.00"
-    code, out, err = run("estimate", "load_hist", "--format", "csv")
+    code, out, err = run_cli("estimate", "load_hist", "--format", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["value"] for r in rows] == ["count", "mean", "sum", "p50", "p90", "p99"]
     assert float(rows[1]["estimate"]) == want.mean.estimate and rows[3]["stderr"] == ""
     assert float(rows[1]["ci_low"]) < float(rows[1]["estimate"]) < float(rows[1]["ci_high"])
-    code, out, err = run("estimate", "load_hist", "--format", "json")
+    code, out, err = run_cli("estimate", "load_hist", "--format", "json")
     doc = json.loads(out)  # a superset of the bucket document: rows are still the buckets
     assert len(doc["rows"]) == 32 and {"value", "estimate", "ci_low", "ci_high", "adjusted"} <= set(doc["rows"][0])
     assert doc["mean"]["estimate"] == want.mean.estimate and doc["mean"]["ci_low"] < doc["mean"]["ci_high"]
@@ -90,53 +89,53 @@ def test_a_numeric_histogram_prints_its_summary_by_default(redis: redis_lib.Redi
 
 
 def test_histogram_prints_the_buckets_with_the_consistent_column(numeric: np.ndarray) -> None:
-    code, out, err = run("estimate", "load_hist", "--histogram")
+    code, out, err = run_cli("estimate", "load_hist", "--histogram")
     assert code == 0, err
     assert "stderr" in out.splitlines()[2] and "norm-sub" in out.splitlines()[2]
     assert "p50" not in out and len([ln for ln in out.splitlines() if ln.startswith("[")]) == 32
-    code, out, err = run("estimate", "load_hist", "--histogram", "--format", "csv")
+    code, out, err = run_cli("estimate", "load_hist", "--histogram", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert len(rows) == 32 and sum(float(r["adjusted"]) for r in rows) == pytest.approx(4000)
-    code, out, err = run("estimate", "load_hist", "--histogram", "--postprocess", "none", "--format", "csv")
+    code, out, err = run_cli("estimate", "load_hist", "--histogram", "--postprocess", "none", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert all(r["adjusted"] == r["estimate"] for r in rows)
 
 
 def test_a_mean_metric_asked_for_buckets_says_to_create_a_histogram(numeric: np.ndarray) -> None:
     for flags in (["--histogram"], ["--percentiles", "50"]):
-        code, out, err = run("estimate", "load_ms", *flags)
+        code, out, err = run_cli("estimate", "load_ms", *flags)
         assert code == 2 and out == ""
         assert len(err.strip().splitlines()) == 1 and "--mechanism num-histogram --range LO HI --buckets" in err
 
 
 def test_estimate_percentiles_in_table_json_and_csv(numeric: np.ndarray) -> None:
-    code, out, err = run("estimate", "load_hist", "--percentiles", "50,90,99", "--histogram")
+    code, out, err = run_cli("estimate", "load_hist", "--percentiles", "50,90,99", "--histogram")
     assert code == 0, err
     assert "percentile" in out and "p50" in out and "p99" in out
-    code, out, err = run("estimate", "load_hist", "--percentiles", "25")
+    code, out, err = run_cli("estimate", "load_hist", "--percentiles", "25")
     assert code == 0, err and "p25" in out and "p50" not in out
-    code, out, err = run("estimate", "load_hist", "--percentiles", "50,90,99", "--format", "json")
+    code, out, err = run_cli("estimate", "load_hist", "--percentiles", "50,90,99", "--format", "json")
     doc = json.loads(out)
     assert [p["percentile"] for p in doc["percentiles"]] == [50.0, 90.0, 99.0]
     est = [p["estimate"] for p in doc["percentiles"]]
     assert est == sorted(est) and 0 <= est[0] and est[-1] <= 10000
     truth = float(np.quantile(numeric, 0.5))
     assert doc["percentiles"][0]["ci_low"] <= truth <= doc["percentiles"][0]["ci_high"]
-    code, out, err = run("estimate", "load_hist", "--percentiles", "50,90", "--format", "csv", "--histogram")
+    code, out, err = run_cli("estimate", "load_hist", "--percentiles", "50,90", "--format", "csv", "--histogram")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert [r["value"] for r in rows[-2:]] == ["p50", "p90"] and len(rows) == 34
     for bad in ("0", "abc", "101"):
-        code, _, err = run("estimate", "load_hist", "--percentiles", bad)
+        code, _, err = run_cli("estimate", "load_hist", "--percentiles", bad)
         assert code == 2 and "percentile" in err
-    code, _, err = run("estimate", "load_ms", "--percentiles", "50")
+    code, _, err = run_cli("estimate", "load_ms", "--percentiles", "50")
     assert code == 2 and "histogram" in err
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="the plot extra is not installed")
 def test_plot_draws_the_histogram_with_percentile_markers(numeric: np.ndarray, tmp_path: Path) -> None:
     path = tmp_path / "hist.png"
-    code, _, err = run("estimate", "load_hist", "--percentiles", "50,90,99", "--plot", str(path))
+    code, _, err = run_cli("estimate", "load_hist", "--percentiles", "50,90,99", "--plot", str(path))
     assert code == 0, err
     assert path.stat().st_size > 10_000
-    code, _, err = run("estimate", "load_ms", "--plot", str(tmp_path / "mean.png"))
+    code, _, err = run_cli("estimate", "load_ms", "--plot", str(tmp_path / "mean.png"))
     assert code == 0, err

@@ -10,7 +10,7 @@ import pytest
 
 from ldptel.aggregator.plan import plan_mean
 from ldptel.client.mechanisms.mean import MeanParams
-from tests.aggregator.test_cli import run
+from tests.aggregator.agg_helpers import run_cli
 
 
 def test_worst_case_half_widths_match_the_reference_worked_number() -> None:
@@ -26,11 +26,11 @@ def test_worst_case_half_widths_match_the_reference_worked_number() -> None:
 
 
 def test_cli_plan_range(monkeypatch: pytest.MonkeyPatch) -> None:
-    code, out, err = run("plan", "--range", "0", "600", "--reports", "100000", "--error", "0.5%", "--epsilon", "4")
+    code, out, err = run_cli("plan", "--range", "0", "600", "--reports", "100000", "--error", "0.5%", "--epsilon", "4")
     assert code == 0, err
     assert "target ± 3" in out and "dhm" in out
-    code, out, err = run("plan", "--range", "0", "600", "--reports", "100000", "--error", "1%", "--format", "json")
+    code, out, err = run_cli("plan", "--range", "0", "600", "--reports", "100000", "--error", "1%", "--format", "json")
     doc = json.loads(out)
     assert doc["error"] == 6.0 and {r["mechanism"] for r in doc["rows"]} == {"mean", "daily-mean"}
-    code, _, err = run("plan", "--reports", "10", "--error", "1%")
+    code, _, err = run_cli("plan", "--reports", "10", "--error", "1%")
     assert code == 2 and "--domain-size" in err and "--range" in err
