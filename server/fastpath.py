@@ -94,8 +94,7 @@ class FastIngest:
         token_digest = None if header_text is None else bearer_digest(header_text)
         if token_digest is None or not digest_in(token_digest, state.app_digests):
             return None
-        if state.failures is not None and state.failures.blocked(environ.get("REMOTE_ADDR") or ""):
-            return None  # Flask answers 429 (a source over its failed-authentication limit)
+        # A valid app token is never refused for its source's failed authentications (auth.py): no check here.
         if state.limiter is not None:
             wait = environ[RATE_WAIT_KEY] = state.limiter.acquire(token_digest)
             if wait > 0:

@@ -222,7 +222,7 @@ def _json(description: str, schema: str) -> dict[str, Any]:
 _AUTH_ERRORS = {
     "401": _error("missing or unknown bearer token"),
     "403": _error("the token may not use this endpoint"),
-    "429": _error("over the per-token rate limit (see Retry-After)"),
+    "429": _error("over the per-token rate limit, or (wrong, admin or metrics tokens) the source over its failed-authentication limit; see Retry-After"),
     "503": _error("Redis unreachable (see Retry-After)"),
 }
 _NAME_PARAM = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}

@@ -24,6 +24,7 @@ from ldptel.client.protocol.specs import Params
 from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
+from ldptel.server.proxies import TrustedProxies
 from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.storage import keys
 from ldptel.storage.append import BatchAppender, utc_day
@@ -63,6 +64,7 @@ class IngestState:
     appender: BatchAppender
     limiter: TokenRateLimiter | None
     failures: SourceFailureLimiter | None
+    proxies: TrustedProxies  # LDPTEL_TRUSTED_PROXIES: whose X-Forwarded-For names the source of a failure
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes
