@@ -44,6 +44,7 @@ import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.mean import MEAN_LABELS
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import ParamsBase
 
@@ -101,7 +102,7 @@ class Quantity:
 
     group: Group
     what: str
-    kind: Literal["share", "mean"]
+    kind: Literal["share", "average"]
     estimate: float
     variances: Callable[[float], tuple[float, float]]
     label: str | None = None  # shares: the label or candidate
@@ -114,7 +115,7 @@ class Quantity:
         return math.sqrt(max(self.variance(self.estimate, uncertainty), 0.0))
 
 
-def share(group: Group, label: str) -> Quantity:
+def share_of(group: Group, label: str) -> Quantity:
     """The share of ``label`` (a label of the domain, or a sketch candidate) among the group's reports."""
     est, params = group.estimate, group.params
     mech = mechanism_of(params)
@@ -138,7 +139,7 @@ def share(group: Group, label: str) -> Quantity:
     return Quantity(group, f"share of {label!r}", "share", float(counts[i]) / n, variances, label)
 
 
-def mean(group: Group) -> Quantity:
+def mean_of(group: Group) -> Quantity:
     """The mean: the ``mean`` mechanism's estimate, or a numeric histogram's midpoint mean."""
     from ldptel.aggregator.histogram_mean import histogram_mean
     from ldptel.aggregator.postprocess import norm_sub
@@ -154,10 +155,10 @@ def mean(group: Group) -> Quantity:
         m = float(mids @ consistent) / n
         spread = max(float(consistent @ (mids - m) ** 2) / n, 0.0)  # the values' variance (at bucket midpoints)
         rand = hm.stderr**2
-        return Quantity(group, "mean", "mean", hm.estimate, lambda _theta: (rand, spread / n))
-    if mech.estimates_counts or "mean" not in est.labels:
+        return Quantity(group, MEAN_LABELS[0], "average", hm.estimate, lambda _theta: (rand, spread / n))
+    if mech.estimates_counts or MEAN_LABELS[0] not in est.labels:
         raise InvalidParameterError("quantity", "a share (this metric's estimates are counts, not a mean)", mech.name)
-    i = est.labels.index("mean")
+    i = est.labels.index(MEAN_LABELS[0])
     total = float(est.stderr[i]) ** 2  # the mean mechanism's stderr: the sample variance of the reports
 
     def variances(theta: float) -> tuple[float, float]:
@@ -166,7 +167,7 @@ def mean(group: Group) -> Quantity:
         at_estimate = float(mech.variance(params, est.counts, n)[0])
         return rand, max(total - at_estimate, 0.0)
 
-    return Quantity(group, "mean", "mean", float(est.counts[i]), variances)
+    return Quantity(group, MEAN_LABELS[0], "average", float(est.counts[i]), variances)
 
 
 # ------------------------------------------------------------------------------------------- the outputs
@@ -639,10 +640,10 @@ def adjust(pvalues: Sequence[float], method: Correction) -> np.ndarray:
 # ----------------------------------------------------------------------------------------- Monte Carlo
 def _requantify(q: Quantity, g: Group) -> Quantity:
     """The same quantity of a simulated group."""
-    if q.kind == "mean":
-        return mean(g)
+    if q.kind == "average":
+        return mean_of(g)
     assert q.label is not None
-    return share(g, q.label)
+    return share_of(g, q.label)
 
 
 def _null_probs_share(q: Quantity, value: float) -> np.ndarray:
@@ -748,6 +749,6 @@ def _mc_pvalue(
 __all__ = [
     "ALTERNATIVES", "CORRECTIONS", "DEFAULT_UNCERTAINTY", "METHODS", "UNCERTAINTIES", "UNCERTAINTY_MEANING",
     "Alternative", "Correction", "Effect", "Group", "Method", "Power", "Quantity", "TestResult", "Uncertainty", "adjust",
-    "correct", "goodness_of_fit", "homogeneity", "mean", "null_counts", "one_sample", "share", "simulate_group",
+    "correct", "goodness_of_fit", "homogeneity", "mean_of", "null_counts", "one_sample", "share_of", "simulate_group",
     "two_sample",
 ]

@@ -88,7 +88,7 @@ def test_rr_one_sample_holds_alpha(uncertainty: inf.Uncertainty) -> None:
     else:  # the devices are a sample of a fleet with share θ
         values = rng.random(n * R) < theta
     gs = groups(params, values, R, seed=2)
-    qs = [inf.share(g, "true") for g in gs]
+    qs = [inf.share_of(g, "true") for g in gs]
     tests = [inf.one_sample(q, theta, uncertainty=uncertainty) for q in qs]
     est = np.array([q.estimate for q in qs])
     naive = naive_rejects(est, theta, np.sqrt(np.clip(est * (1 - est), 1e-9, None) / n))
@@ -101,9 +101,9 @@ def test_rr_two_sample_holds_alpha() -> None:
     rng = np.random.default_rng(3)
     a = groups(params, rng.random(n * R) < theta, R, seed=4)
     b = groups(params, rng.random(n * R) < theta, R, seed=5)
-    tests = [inf.two_sample(inf.share(x, "true"), inf.share(y, "true")) for x, y in zip(a, b, strict=True)]
-    ea = np.array([inf.share(x, "true").estimate for x in a])
-    eb = np.array([inf.share(y, "true").estimate for y in b])
+    tests = [inf.two_sample(inf.share_of(x, "true"), inf.share_of(y, "true")) for x, y in zip(a, b, strict=True)]
+    ea = np.array([inf.share_of(x, "true").estimate for x in a])
+    eb = np.array([inf.share_of(y, "true").estimate for y in b])
     pooled = np.clip((ea + eb) / 2, 1e-9, 1 - 1e-9)
     naive = naive_rejects(ea - eb, 0.0, np.sqrt(2 * pooled * (1 - pooled) / n))
     check(rates(tests), naive, "rr two-sample (population)")
@@ -119,7 +119,7 @@ def test_grr_one_sample_and_goodness_of_fit_hold_alpha() -> None:
     rng = np.random.default_rng(6)
     values = np.array(GRR.domain, dtype=object)[rng.choice(5, size=n * R, p=GRR_PI)].tolist()
     gs = groups(GRR, values, R, seed=7)
-    qs = [inf.share(g, "b") for g in gs]
+    qs = [inf.share_of(g, "b") for g in gs]
     tests = [inf.one_sample(q, 0.2) for q in qs]
     est = np.array([q.estimate for q in qs])
     check(rates(tests), naive_rejects(est, 0.2, np.full(R, math.sqrt(0.2 * 0.8 / n))), "grr one-sample share")
@@ -148,7 +148,7 @@ def test_sketch_candidate_frequency_holds_alpha() -> None:
         params = OueCmsParams(epsilon=2.0, k=k, m=m, hash_seed=r)
         values = np.array(domain, dtype=object)[rng.choice(20, size=n, p=pi)].tolist()
         (g,) = groups(params, values, 1, seed=int(rng.integers(1 << 62)), candidates=["v0"])
-        q = inf.share(g, "v0")
+        q = inf.share_of(g, "v0")
         kept.append(inf.one_sample(q, 0.5).p_value > ALPHA)
         est.append(q.estimate)
         naive_sd.append(math.sqrt(0.25 / n))
@@ -161,7 +161,7 @@ def test_mean_holds_alpha() -> None:
     rng = np.random.default_rng(9)
     values = rng.uniform(0.0, 10.0, size=n * R)  # fleet mean 5, variance 100/12
     gs = groups(params, values, R, seed=10)
-    qs = [inf.mean(g) for g in gs]
+    qs = [inf.mean_of(g) for g in gs]
     tests = [inf.one_sample(q, 5.0) for q in qs]
     est = np.array([q.estimate for q in qs])
     check(rates(tests), naive_rejects(est, 5.0, np.full(R, math.sqrt(100 / 12 / n))), "mean")
@@ -180,7 +180,7 @@ def test_num_histogram_holds_alpha(buckets: int) -> None:
     gs = groups(params, values, R, seed=12)
     mids = (edges[:-1] + edges[1:]) / 2
     target = float(pi @ mids)  # the fleet's midpoint mean
-    qs = [inf.mean(g) for g in gs]
+    qs = [inf.mean_of(g) for g in gs]
     tests = [inf.one_sample(q, target) for q in qs]
     est = np.array([q.estimate for q in qs])
     spread = float(pi @ (mids - target) ** 2)
@@ -188,3 +188,97 @@ def test_num_histogram_holds_alpha(buckets: int) -> None:
     chi = [inf.goodness_of_fit(g, pi) for g in gs]
     assert {t.df for t in chi} == {buckets - 1 if params.encoding == "grr" else buckets}
     assert_coverage(rates(chi), nominal=1 - ALPHA, band=BAND, what=f"num-histogram chi-square ({buckets} buckets)")
+
+
+# ------------------------------------------------------------------------------- the other promises
+def test_adjusted_p_values_match_their_definitions() -> None:
+    p = [0.01, 0.04, 0.03, 0.2]
+    assert np.allclose(inf.adjust(p, "bonferroni"), [0.04, 0.16, 0.12, 0.8])
+    assert np.allclose(inf.adjust(p, "holm"), [0.04, 0.09, 0.09, 0.2])  # 4·0.01, max(3·0.03, ·), 2·0.04 → 0.09, 0.2
+    assert np.allclose(inf.adjust(p, "bh"), [0.04, 0.16 / 3, 0.16 / 3, 0.2])  # 4·0.04/3 carried down to 0.03
+    assert np.allclose(inf.adjust(p, "none"), p)
+    one = inf.one_sample(inf.share_of(groups(RrParams(epsilon=1.0), np.ones(80, bool), 1, 1)[0], "true"), 0.5)
+    family = inf.correct([one, one], "holm")
+    assert family[0].p_adjusted == min(1.0, 2 * one.p_value) and "Holm" in family[0].correction
+    with pytest.raises(Exception, match="correction"):
+        inf.correct([one, one], "sidak")  # type: ignore[arg-type]
+
+
+def test_two_group_independence_is_the_squared_two_sample_z() -> None:
+    """rr: the χ² of label × group with two groups is exactly z² of the two-sample test (both pool at the null)."""
+    params = RrParams(epsilon=1.0)
+    rng = np.random.default_rng(20)
+    a = groups(params, rng.random(800) < 0.3, 1, 21)[0]
+    b = groups(params, rng.random(1600) < 0.4, 1, 22)[0]
+    for kind in inf.UNCERTAINTIES:
+        z = inf.two_sample(inf.share_of(a, "true"), inf.share_of(b, "true"), uncertainty=kind)
+        chi = inf.homogeneity([a, b], uncertainty=kind)
+        assert chi.df == 1
+        assert chi.statistic == pytest.approx(z.statistic**2, rel=1e-9)
+        assert chi.p_value == pytest.approx(z.p_value, rel=1e-9)
+
+
+def test_monte_carlo_null_agrees_with_the_asymptotic_one() -> None:
+    """rr at n = 400: the simulated null (999 datasets through the mechanism) gives the asymptotic p-value
+    within its Monte Carlo error (6 standard errors of a proportion out of 999)."""
+    params = RrParams(epsilon=1.0)
+    g = groups(params, np.random.default_rng(23).random(400) < 0.35, 1, 24)[0]
+    q = inf.share_of(g, "true")
+    for value in (0.3, 0.4):
+        asym = inf.one_sample(q, value)
+        mc = inf.one_sample(q, value, method="monte-carlo", simulations=999, rng=np.random.default_rng(25))
+        assert "Monte Carlo" in mc.method and "asymptotic" in asym.method
+        se = math.sqrt(asym.p_value * (1 - asym.p_value) / 999) + 1 / 999
+        assert abs(mc.p_value - asym.p_value) <= 6 * se, (value, mc.p_value, asym.p_value)
+    grr = groups(GRR, ["a"] * 200 + ["b"] * 100 + ["c"] * 100 + ["d"] * 50 + ["e"] * 50, 1, 26)[0]
+    asym = inf.goodness_of_fit(grr, GRR_PI)
+    mc = inf.goodness_of_fit(grr, GRR_PI, method="monte-carlo", simulations=999, rng=np.random.default_rng(27))
+    se = math.sqrt(asym.p_value * (1 - asym.p_value) / 999) + 1 / 999
+    assert abs(mc.p_value - asym.p_value) <= 6 * se
+
+
+def test_monte_carlo_refuses_what_it_cannot_simulate() -> None:
+    params = RrParams(epsilon=1.0)
+    big = groups(params, np.ones(100_000, bool), 1, 28)[0]
+    with pytest.raises(Exception, match="asymptotic at this n"):
+        inf.one_sample(inf.share_of(big, "true"), 0.5, method="monte-carlo", simulations=999)
+    avg = groups(MeanParams(epsilon=1.0, lo=0.0, hi=1.0), np.full(80, 0.5), 1, 29)[0]
+    with pytest.raises(Exception, match="categorical"):
+        inf.one_sample(inf.mean_of(avg), 0.5, method="monte-carlo")
+
+
+def test_power_for_a_stated_effect_is_the_simulated_rejection_rate() -> None:
+    """rr, H₀: θ = 0.3 at n = 800, truth 0.36: the power the test reports is its rejection rate over 4,000
+    datasets (±6 standard errors)."""
+    params, n, r = RrParams(epsilon=1.0), 800, 4000
+    gs = groups(params, np.random.default_rng(30).random(n * r) < 0.36, r, 31)
+    tests = [inf.one_sample(inf.share_of(g, "true"), 0.3, effect=0.06) for g in gs]
+    predicted = tests[0].power.power
+    assert predicted is not None and all(t.power.power == pytest.approx(predicted) for t in tests)
+    rate = float(np.mean([not k for k in rates(tests)]))
+    assert abs(rate - predicted) <= 6 * math.sqrt(predicted * (1 - predicted) / r), (rate, predicted)
+    assert tests[0].power.detectable is not None and tests[0].power.detectable > 0
+
+
+@pytest.mark.parametrize("uncertainty", inf.UNCERTAINTIES)
+def test_each_interval_covers_its_own_truth(uncertainty: inf.Uncertainty) -> None:
+    """A fleet of 40,000 devices (share 0.3 of true) reports with a random participation of 5 %, at ε = 4.
+    The population interval covers the fleet's share; the randomization interval covers the share among the
+    devices that reported (and, being narrower, under-covers the fleet's). 5,000 datasets."""
+    params, fleet, r = RrParams(epsilon=4.0), 40_000, 5000
+    rng = np.random.default_rng(32)
+    values = np.zeros(fleet, bool)
+    values[: int(0.3 * fleet)] = True
+    covered, covered_fleet = [], []
+    for _ in range(r):
+        took_part = values[rng.random(fleet) < 0.05]
+        n = took_part.size - took_part.size % 8
+        g = groups(params, took_part[:n], 1, int(rng.integers(1 << 62)))[0]
+        q = inf.share_of(g, "true")
+        half = 1.959963984540054 * q.stderr(uncertainty)
+        truth = 0.3 if uncertainty == "population" else float(took_part[:n].mean())
+        covered.append(abs(q.estimate - truth) <= half)
+        covered_fleet.append(abs(q.estimate - 0.3) <= half)
+    assert_coverage(np.array(covered), nominal=0.95, band=(0.93, 0.97), what=f"{uncertainty} interval")
+    if uncertainty == "randomization":
+        assert np.mean(covered_fleet) < 0.90, "the randomization interval should under-cover the fleet at ε = 4"
