@@ -36,6 +36,7 @@ __all__ = [
     "RATE_WAIT_KEY",
     "REDIS_UNAVAILABLE",
     "BatchAgeError",
+    "BatchIdConflictError",
     "append_batch",
     "check_batch_age",
     "validated_payload",
@@ -159,13 +160,23 @@ def check_batch_age(age: str | None, horizon: int) -> None:
         )
 
 
+class BatchIdConflictError(LdpError):
+    """The batch id was accepted before with other content (409 ``batch_id_conflict``); nothing was written."""
+
+    def __init__(self, batch_id: bytes) -> None:
+        super().__init__(
+            f"batch id {batch_id.hex()} was accepted before with different content; a retry must resend the same "
+            "bytes, and a new batch needs a new random id (this batch was not stored)")
+
+
 def append_batch(
     state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes,
     age: str | None = None,
 ) -> dict[str, Any]:
     """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
 
-    The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended.
+    The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended; a
+    seen batch id with other content raises :class:`BatchIdConflictError` (nothing appended, nothing counted).
     ``age``: the client's ``X-Ldptel-Batch-Age-Days`` (:func:`check_batch_age` raises :class:`BatchAgeError`).
     """
     check_batch_age(age, state.config.retry_horizon_days)
@@ -181,6 +192,8 @@ def append_batch(
         dedupe_days=state.config.retry_horizon_days + 1,  # see check_batch_age
         earlier_shards=record.earlier_shards(state.config.retry_horizon_days + 1),  # after a shard-count growth
     )
+    if result.conflict:
+        raise BatchIdConflictError(batch_id)
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
     return {
         "accepted": n,
