@@ -799,6 +799,9 @@ export class Reporter {
 
 function outcomeOf(status: number, body: unknown): Outcome {
   if (status === 422 && body && typeof body === "object" && (body as { error?: unknown }).error === "batch_too_old") return "too_old";
+  if (status === 409 && body && typeof body === "object" && (body as { error?: unknown }).error === "batch_id_conflict") {
+    return "rejected"; // its id was accepted before with other bytes: no newer spec to adopt (as the Python SDK)
+  }
   if (status === 200 || status === 202) return "ack";
   if (status === 409) return "stale";
   if (status === 401 || status === 403) return "auth";
