@@ -8,6 +8,7 @@ and systemd units point at things that exist.
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import json
 import runpy
 import shlex
@@ -82,6 +83,11 @@ def test_compose_file_has_the_services_and_valid_commands() -> None:
     front = services["front"]
     assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in front["volumes"] and front["ports"] == ["8000:8080"]
     assert "server ingest:8000;" in (DEPLOY / "nginx.conf").read_text()
+    # The ingest believes X-Forwarded-For from the front's fixed address only (issue 22 §2).
+    assert ingest["environment"]["LDPTEL_TRUSTED_PROXIES"] == front["networks"]["default"]["ipv4_address"]
+    subnet = compose["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert ipaddress.ip_address(front["networks"]["default"]["ipv4_address"]) in ipaddress.ip_network(subnet)
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in (DEPLOY / "nginx.conf").read_text()
 
 
 def test_compose_references_existing_files() -> None:
