@@ -23,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ldptel.client import PemParams  # noqa: E402
-from ldptel.client.mechanisms import get_mechanism  # noqa: E402
-from tests.client.pem_sim import simulate_state, zipf_with_top  # noqa: E402
+from ldptel.client import PemParams
+from ldptel.client.mechanisms import get_mechanism
+from tests.client.pem_sim import simulate_state, zipf_with_top
 
 PEM = get_mechanism("pem")
 
