@@ -24,11 +24,11 @@ from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 
 def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
     from ldptel.client.mechanisms.daily_mean import DailyMeanParams
+    from ldptel.client.mechanisms.discovery import PemParams
     from ldptel.client.mechanisms.hcms import HcmsParams
     from ldptel.client.mechanisms.histogram import HistogramParams
     from ldptel.client.mechanisms.mean import MeanParams
     from ldptel.client.mechanisms.oue_cms import OueCmsParams
-    from ldptel.client.mechanisms.discovery import PemParams
 
     return {
         "rr": (RrParams(epsilon=2.0), lambda i: i % 3 == 0),
