@@ -160,3 +160,28 @@ def test_retention_in_the_metrics_file_and_the_cli(redis: redis_lib.Redis, env_u
     assert registry.get_metric(redis, "a").retention_days is None
     assert run_cli("metrics", "retention", "a", "--days", "-3")[0] == 2
     assert run_cli("metrics", "retention", "nope", "--days", "3")[0] == 2
+
+
+def test_a_following_worker_seals_in_its_loop(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    import threading
+
+    from ldptel.aggregator.worker import Worker, WorkerConfig
+    from tests.wait import wait_until
+
+    record = create(redis, MetricSpec(name="live", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    ingested = [append_reports(redis, record, ["x", "y"] * 30, rng, day=day) for day in DAYS[:2]]
+    worker = Worker(redis, WorkerConfig(seal_seconds=0.2, checkpoint_seconds=0.05, block_seconds=0.1, rescan_seconds=0.2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        view = wait_until(lambda: (v := sealed.read_view(redis, "live")).days and len(v.days) == 2 and v,
+                          what="the worker to seal both days")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert view and view.days == {(1, sealed.day_number(d)): ing.n for d, ing in zip(DAYS[:2], ingested, strict=True)}
+    assert not any(store.sketch_index(redis, "live", 2).values())
+    want = ingested[0].expected_state()
+    want.add_inplace(ingested[1].expected_state())
+    got = sealed.summed_state(redis, "live", params=record.current.params, version=1, shards=2)
+    assert got.state.equals(want) and got.days == DAYS[:2]
