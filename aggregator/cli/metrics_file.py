@@ -8,6 +8,7 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     k = 2048
     m = 1024
     reports_per_day = 1            # device policy
+    sample_rate = 0.1              # secret sampling: the share of devices taking part each day (default 1)
     description = "emoji usage"    # metadata: description, owner, expires (a TOML date), notes
     owner = "growth@example.com"
     expires = 2027-06-30
@@ -15,7 +16,7 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     retention_days = 90            # days each sealed day keeps its own state (then 32-day roll-ups only;
                                    #   left out: unchanged, new metrics keep every day; see ldptel.storage.sealed)
 
-Params and ``reports_per_day`` are the privatization: changing them is a new version, which devices see as a
+Params, ``reports_per_day`` and ``sample_rate`` are the privatization: changing them is a new version, which devices see as a
 new metric (see :func:`consequences`). Metadata is edited in place. The whole file is read and validated before
 anything is written, every error names its metric and field, and ``apply`` writes all the metrics in one Redis
 transaction (:func:`ldptel.storage.registry.register_metrics`): nothing is ever half-applied. Metrics in the
@@ -41,9 +42,9 @@ from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
 if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
-SPEC_KEYS = ("reports_per_day", *METADATA_FIELDS)  # a metric's keys besides its params and shards
+SPEC_KEYS = ("reports_per_day", "sample_rate", *METADATA_FIELDS)  # a metric's keys besides its params and shards
 RECORD_KEYS = ("shards", "retention_days")  # keys of the registry record, not of a version
-PRIVATIZATION_KEYS = ("reports_per_day",)  # besides the params: what a version fixes
+PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
 
