@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 from flask import current_app
+from redis.exceptions import RedisClusterException
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
@@ -109,14 +110,23 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
 
     Unknown names are never cached (so a metric is usable as soon as it is created), and the cache only
     holds registered names, so it is bounded by the registry's size. Raises :class:`UnknownMetricError`.
+    While Redis cannot answer, a record seen before serves on (not with ``fresh``); else the Redis error.
     """
     ttl = state.config.registry_ttl
     now = time.monotonic()
-    if not fresh and ttl > 0:
-        hit = state.recent.get(name)
-        if hit is not None and now - hit[0] < ttl:
-            return hit[1]
-    raw = state.redis.hget(keys.registry(), name)
+    hit = state.recent.get(name)
+    if not fresh and ttl > 0 and hit is not None and now - hit[0] < ttl:
+        return hit[1]
+    try:
+        raw = state.redis.hget(keys.registry(), name)
+    except (redis.RedisError, RedisClusterException):
+        # The registry's node is unreachable (a failover of its primary, a restart): a record this process
+        # already knew serves on, whatever its age, so metrics whose shards live on healthy nodes keep being
+        # ingested; it is kept for another ``registry_ttl`` before the registry is asked again. No record: 503.
+        if hit is None or fresh:
+            raise
+        state.recent[name] = (now, hit[1])
+        return hit[1]
     if raw is None:
         state.recent.pop(name, None)
         raise UnknownMetricError(name)

@@ -13,7 +13,7 @@ import argparse
 import datetime
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli import metrics_file
 from ldptel.aggregator.cli.common import (
@@ -79,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     numeric.add_argument("--edges", type=comma_list, metavar="E0,E1,...", help="histogram: explicit bucket edges")
     numeric.add_argument("--encoding", help="histogram: auto (default) | grr | oue")
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
+    mcreate.add_argument("--sample-rate", type=float, default=1.0, metavar="BETA",
+                         help="secret sampling: each device takes part on a day with probability BETA in (0, 1], "
+                              "decided on the device (default 1: every device); estimates of counts scale by 1/BETA")
     mcreate.add_argument("--description", default="", help="metadata: what the metric measures")
     mcreate.add_argument("--owner", default="", help="metadata: who to ask about it (a team or an address)")
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
@@ -116,7 +119,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if action == "list":
             _write_records(registry.list_metrics(r), args.format, out)
         elif action == "show":
-            write_json(registry.get_metric(r, args.name).to_dict(), out)
+            write_json(with_sampling(registry.get_metric(r, args.name)), out)
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
@@ -177,11 +180,25 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         name=args.name,
         params=params_from_dict({"mechanism": args.mechanism, "epsilon": args.epsilon, **given}),
         reports_per_day=args.reports_per_day,
+        sample_rate=args.sample_rate,
         description=args.description,
         owner=args.owner,
         expires=args.expires,
         notes=args.notes,
     )
+
+
+def with_sampling(record: MetricRecord) -> dict[str, Any]:
+    """The record's JSON, each version with ``sample_rate`` < 1 carrying its amplified ε and whom it holds against."""
+    from ldptel.client.protocol.specs import AMPLIFIED_EPSILON_NOTE
+
+    doc = record.to_dict()
+    for key, spec in [("current", record.current), *((f"versions.{v}", s) for v, s in record.versions.items())]:
+        if spec.sample_rate < 1.0:
+            target = doc["current"] if key == "current" else doc["versions"][key.split(".", 1)[1]]
+            target["amplified_epsilon"] = spec.amplified_epsilon
+            target["amplified_epsilon_note"] = AMPLIFIED_EPSILON_NOTE
+    return doc
 
 
 def _shape(record: MetricRecord) -> str:

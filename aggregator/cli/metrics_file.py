@@ -8,12 +8,13 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     k = 2048
     m = 1024
     reports_per_day = 1            # device policy
+    sample_rate = 0.1              # secret sampling: the share of devices taking part each day (default 1)
     description = "emoji usage"    # metadata: description, owner, expires (a TOML date), notes
     owner = "growth@example.com"
     expires = 2027-06-30
     shards = 4                     # only when the metric is created
 
-Params and ``reports_per_day`` are the privatization: changing them is a new version, which devices see as a
+Params, ``reports_per_day`` and ``sample_rate`` are the privatization: changing them is a new version, which devices see as a
 new metric (see :func:`consequences`). Metadata is edited in place. The whole file is read and validated before
 anything is written, every error names its metric and field, and ``apply`` writes all the metrics in one Redis
 transaction (:func:`ldptel.storage.registry.register_metrics`): nothing is ever half-applied. Metrics in the
@@ -39,8 +40,8 @@ from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
 if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
-SPEC_KEYS = ("reports_per_day", *METADATA_FIELDS)  # a metric's keys besides its params and shards
-PRIVATIZATION_KEYS = ("reports_per_day",)  # besides the params: what a version fixes
+SPEC_KEYS = ("reports_per_day", "sample_rate", *METADATA_FIELDS)  # a metric's keys besides its params and shards
+PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
 
