@@ -173,6 +173,13 @@ function summaryCards(doc, info) {
     box.append(statCard(spec.title, spec.fmt(val.estimate), interval(spec.fmt, val), key));
   }
   if (!info.counts) for (const r of doc.rows) box.append(statCard(r.value, fmtCount(r.estimate), `${interval(fmtCount, r)} · stderr ${fmtCount(r.stderr)}`, r.value));
+  // Both uncertainties, labelled: the proportion's population interval, and the fleet when devices are sampled.
+  const pop = doc.population && doc.population.proportion;
+  if (pop && doc.proportion) box.append(statCard("share of true · population", fmtShare(doc.proportion.estimate),
+    `${pct(doc)}% interval ${fmtShare(pop.ci_low)} – ${fmtShare(pop.ci_high)} · adds the sampling of the reporting devices from the fleet`, "population"));
+  if (doc.fleet) box.append(statCard(`fleet · sample rate ${doc.fleet.sample_rate}`, fmtInt(doc.fleet.devices),
+    `devices ± ${fmtInt(doc.fleet.devices_stderr)} · counts ÷ ${doc.fleet.sample_rate} (population uncertainty) · amplified ε ` +
+    `${fmtEps(doc.fleet.amplified_epsilon)}: ${doc.fleet.amplified_epsilon_note}`, "fleet"));
   if (doc.discovery) {
     const d = doc.discovery;
     box.append(statCard("values found", fmtInt(d.found), `at ≥ ${d.threshold_stderr.toFixed(2)} stderr` +
@@ -514,7 +521,8 @@ async function metricPage() {
         document.getElementById("estimates-note").textContent =
           `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ` +
           (info.discovers ? `ranked by estimate, ${pct(doc)}% intervals` : edges ? `${edges.length - 1} buckets · post-processing: ${doc.postprocess}`
-            : `${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`);
+            : `${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`) +
+          ` · stderr: ${doc.uncertainty || "randomization"} (${doc.uncertainty_meaning || "given the devices that reported"})`;
         document.getElementById("estimates-json").href = estimateLink;
       }
       if (doc.percentiles) {
