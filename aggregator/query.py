@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -116,6 +116,7 @@ class QueryResult:
     counts_rows: bool = True  # rows are counts of the n reports (False: numeric summaries)
     mean: HistogramMean | None = None  # numeric histograms: the midpoint mean of the buckets
     fleet: Fleet | None = None  # sample_rate < 1: the counts scaled to the fleet (:mod:`~ldptel.aggregator.fleet`)
+    uncertainty: Literal["randomization", "population"] = "randomization"  # what ``stderr`` and the intervals mean
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -189,13 +190,32 @@ class QueryResult:
             out["percentiles"] = [pc.row() for pc in self.percentiles]
         if self.mean is not None:
             out[SUMMARY_LABELS[1]] = self.mean.row()
-        out["uncertainty"] = "randomization"
-        out["uncertainty_meaning"] = RANDOMIZATION_MEANING
-        if self.counts_rows:
+        out["uncertainty"] = self.uncertainty
+        out["uncertainty_meaning"] = RANDOMIZATION_MEANING if self.uncertainty == "randomization" else POPULATION_MEANING
+        if self.counts_rows and self.uncertainty == "randomization":
             out["population"] = self.population()
         if self.fleet is not None:
             out["fleet"] = self.fleet.to_dict()
         return out
+
+    def as_population(self) -> QueryResult:
+        """The same result with population uncertainty in every stderr and interval (counts: rr, grr, sketches)."""
+        if not self.counts_rows or self.edges or self.mean is not None:
+            raise InvalidParameterError(
+                "uncertainty", "randomization for numeric metrics (a mean's population test: ldptel test --mean)",
+                self.mechanism,
+            )
+        if self.uncertainty == "population":
+            return self
+        n = self.n
+
+        def widen(est: Estimate) -> Estimate:
+            f = np.clip(est.counts / n, 0.0, 1.0)
+            se = np.sqrt(est.stderr**2 + n * f * (1 - f))
+            return Estimate(est.mechanism, est.labels, est.counts, se, est.n, est.confidence, est.estimator)
+
+        return replace(self, estimate=widen(self.estimate),
+                       corrected=None if self.corrected is None else widen(self.corrected), uncertainty="population")
 
     def population(self) -> dict[str, Any]:
         """The rows' stderr and interval with population uncertainty: the randomization variance plus the sampling

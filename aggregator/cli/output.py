@@ -176,7 +176,8 @@ def _write_rows(
     per_day = " · per day" if front else ""
     out.write(
         f"{first.metric} v{first.version} ({first.mechanism}) · {span} · n = {n:,} reports{per_day} · "
-        f"{first.confidence:.0%} intervals{estimators} · stderr: randomization (json: also population)\n"
+        f"{first.confidence:.0%} intervals{estimators} · stderr: {first.uncertainty}"
+        f"{' (json: also population)' if first.uncertainty == 'randomization' else ''}\n"
     )
     if first.note and not front:
         out.write(f"{first.note}\n")
