@@ -18,6 +18,7 @@ from typing import TextIO
 from ldptel.aggregator.cli.common import (
     EXIT_OK,
     UserError,
+    check_texts,
     comma_list,
     confidence,
     connected,
@@ -105,6 +106,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.candidates:
         candidates = read_values(args.candidates, what="candidates file")
     if args.candidate:
+        check_texts(list(args.candidate), what="--candidate", label="value")  # argv may hold surrogate escapes
         candidates = (candidates or []) + list(args.candidate)
     day_from, day_to = args.day_from, args.day_to
     if args.day:

@@ -94,6 +94,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mgrow.add_argument("name", metavar="NAME")
     mgrow.add_argument("--shards", type=positive_int, required=True, help="the new shard count (larger)")
     mgrow.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mret = msub.add_parser("retention", parents=[common], help="how long sealed days keep their own state",
+                           description="Keep each sealed day's own state for DAYS days; older days are then read "
+                           "from 32-day roll-ups only (a per-day series shows 32-day periods there). Applied at the "
+                           "next seal pass (ldptel seal, or a following aggregate).")
+    mret.add_argument("name", metavar="NAME")
+    keep = mret.add_mutually_exclusive_group(required=True)
+    keep.add_argument("--days", type=int, metavar="DAYS", help="days a sealed day keeps its own state (0 or more)")
+    keep.add_argument("--forever", action="store_true", help="keep every day's state (the default of a new metric)")
+    mret.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -131,6 +140,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 _write_records([rec], "table", out)
         elif action == "grow":
             _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out)
+        elif action == "retention":
+            rec = registry.set_retention(r, args.name, None if args.forever else args.days)
+            if args.format == "json":
+                write_json(rec.to_dict(), out)
+            else:
+                _write_records([rec], "table", out)
+                out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out)
         else:
@@ -143,19 +159,30 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO) -> 
     from ldptel.storage import registry
 
     metrics = metrics_file.load_metrics_file(path)
-    changes, missing = metrics_file.plan_file(registry.list_metrics(r), metrics)
+    records = registry.list_metrics(r)
+    changes, missing = metrics_file.plan_file(records, metrics)
+    retention = metrics_file.retention_changes(records, metrics)
+    lines = [f"~ {name}: retention_days {'forever' if before is None else before} → {after}" for name, before, after in retention]
     if action == "diff":
-        return EXIT_DIFFERS if metrics_file.write_diff(changes, missing, out) else EXIT_OK
+        differs = metrics_file.write_diff(changes, missing, out)
+        out.writelines(line + "\n" for line in lines)
+        return EXIT_DIFFERS if differs or lines else EXIT_OK
     if action == "apply":
         try:
             applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
         except registry.RegistryConflictError as exc:
             raise UserError(f"{exc}; nothing was changed") from None
         changes = [change for _, change in applied]
+        for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
+            registry.set_retention(r, name, after)
     if fmt == "json":
-        write_json(metrics_file.plan_document(changes, missing, applied=action == "apply"), out)
+        doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
+        if retention:
+            doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
+        write_json(doc, out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
+        out.writelines(line + "\n" for line in lines)
     return EXIT_OK
 
 

@@ -331,9 +331,12 @@ function seriesChart(doc, scale, what, offset = 0) {
   }
   const values = [...byValue.keys()].slice(0, SERIES_MAX);
   if (!values.length) return nothing("No per-day rows with an estimate and an interval to draw.");
-  const day0 = Date.parse(doc.days[0]), dayMs = 86400000;
-  const span = Math.round((Date.parse(doc.days[doc.days.length - 1]) - day0) / dayMs);
-  const idx = (d) => Math.round((Date.parse(d) - day0) / dayMs);
+  // a "first..last" day is a period coarser than a day (past the metric's retention): drawn at its first day
+  const start = (d) => Date.parse(String(d).split("..")[0]), end = (d) => Date.parse(String(d).split("..").pop());
+  const coarse = doc.days.filter((d) => String(d).includes("..")).length;
+  const day0 = start(doc.days[0]), dayMs = 86400000;
+  const span = Math.round((end(doc.days[doc.days.length - 1]) - day0) / dayMs);
+  const idx = (d) => Math.round((start(d) - day0) / dayMs);
   const y = (r, k) => (share ? r[k] / r.n : r[k]);
   const f = share ? fmtShare : fmtCount;
   const all = values.flatMap((v) => byValue.get(v));
@@ -388,7 +391,8 @@ function seriesChart(doc, scale, what, offset = 0) {
   const hidden = byValue.size - values.length;
   document.getElementById("series-note").textContent =
     `${what || (share ? "share of each day's reports" : "estimated count")} with ${pct(doc)}% interval bands${what ? "" : `, ${chosen} estimator`}` +
-    (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "");
+    (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "") +
+    (coarse ? ` · ${coarse} point(s) coarser than a day: 32-day periods past the metric's retention, drawn at their first day` : "");
   return node;
 }
 
