@@ -150,3 +150,28 @@ def test_node_and_browser_devices_end_to_end(ingest: tuple[int, int, EmbeddedRed
     want_mean = sum(t[2] for t in truth) / n
     assert_close_normal(float(lat["mean"]["estimate"]), want_mean, float(lat["mean"]["stderr"]), n=n, what="mean")
     assert int(float(lat["count"]["estimate"])) == n  # every report counted once: n is exact
+
+
+def test_readme_example_runs_verbatim(ingest: tuple[int, int, EmbeddedRedis], tmp_path: Path) -> None:
+    """The README's "Embedding in a web or Node app" example, copied as is, queues and delivers a report."""
+    port, _, server = ingest
+    text = (ROOT / "README.md").read_text()
+    start = text.index("<!-- js-example")
+    code = text[text.index("```js\n", start) + 6: text.index("```", text.index("```js\n", start) + 6)]
+    assert len(code.strip().splitlines()) <= 15
+    spec = {"name": "app.page", "reports_per_day": 1, "params": {"mechanism": "cms", "epsilon": 4.0, "k": 4, "m": 64}}
+    assert _request(port, "POST", "/v1/metrics", spec) in (200, 201)
+    (tmp_path / "node_modules" / "@ldptel").mkdir(parents=True)
+    (tmp_path / "node_modules" / "@ldptel" / "client").symlink_to(JS, target_is_directory=True)
+    (tmp_path / "example.mjs").write_text(code)
+    env = {**os.environ, "LDPTEL_URL": f"http://127.0.0.1:{port}", "LDPTEL_APP_TOKEN": APP}
+    res = subprocess.run(["node", "example.mjs"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "queued"
+    r = server.client()
+    try:
+        entries = sum(r.xlen(key) for key in r.scan_iter("ldp:v1:{app.page:*}:reports"))
+    finally:
+        r.close()
+    assert entries == 1  # delivered by close(), once
+    assert (tmp_path / "ldptel-state" / "state.json").exists()
