@@ -47,6 +47,8 @@ from ldptel.client.mechanisms.histogram import SUMMARY_LABELS
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
+from ldptel.storage.sealed import coarse_note, summed_state
+from ldptel.storage.sealed import periods as sealed_periods
 
 EstimatorChoice = Literal["plain", "corrected", "both"]
 ESTIMATOR_CHOICES: tuple[EstimatorChoice, ...] = ("plain", "corrected", "both")
@@ -272,10 +274,8 @@ def estimate_metric(
             f"{day_to or 'the end'} ({have})",
             metric=name, version=version, mechanism=mechanism.name,
         )
-    wanted = set(days)
-    index = store.sketch_index(r, name, record.shards)
-    pairs = [(shard, v, day) for shard, members in index.items() for v, day in members if v == version and day in wanted]
-    state, _found = store.sum_sketches(r, name, params=params, pairs=pairs)
+    summed = summed_state(r, name, params=params, version=version, shards=record.shards, day_from=days[0], day_to=days[-1])
+    state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
 
     est = estimate(params, state, candidates=candidates if mechanism.needs_candidates else None, confidence=confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not mechanism.needs_candidates)
@@ -321,7 +321,7 @@ def estimate_metric(
         corrected=corrected,
         corrected_adjusted=corrected_adjusted,
         percentiles=levels,
-        note=mechanism.estimate_note(params),
+        note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
         edges=() if edges is None or keep is not None else tuple(edges.tolist()),
         counts_rows=mechanism.estimates_counts,
         mean=mean,
@@ -355,25 +355,34 @@ class DailyResult:
 
     results: tuple[QueryResult, ...]
     values: tuple[object, ...] | None
+    # (first, last) day of each result; a span wider than one day is a roll-up past the metric's retention
+    periods: tuple[tuple[str, str], ...] = ()
+
+    def _day(self, i: int) -> str:
+        """The ``day`` of result i: the UTC day, or "first..last" for a period coarser than a day."""
+        if i < len(self.periods) and self.periods[i][0] != self.periods[i][1]:
+            return f"{self.periods[i][0]}..{self.periods[i][1]}"
+        return self.results[i].days[0]
 
     def rows(self) -> list[dict[str, Any]]:
         """Each day's :meth:`QueryResult.rows`, with the ``day`` and that day's ``n`` in front."""
         out: list[dict[str, Any]] = []
         rank = None if self.values is None else {v: i for i, v in enumerate(self.values)}
-        for res in self.results:
+        for i, res in enumerate(self.results):
             rows = res.rows()
             if rank is not None:
                 rows = sorted((row for row in rows if row["value"] in rank), key=lambda row: rank[row["value"]])
-            out += [{"day": res.days[0], "n": res.n, **row} for row in rows]
+            out += [{"day": self._day(i), "n": res.n, **row} for row in rows]
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The per-result keys once, ``n`` summed, ``daily`` (each day's other keys: n, proportion, ...), ``rows``."""
         first = self.results[0].to_dict()
-        daily = [{"day": res.days[0], **{k: v for k, v in res.to_dict().items() if k not in _SHARED_KEYS}} for res in self.results]
+        daily = [{"day": self._day(i), **{k: v for k, v in res.to_dict().items() if k not in _SHARED_KEYS}}
+                 for i, res in enumerate(self.results)]
         return {
             **{k: first[k] for k in _SHARED_KEYS if k in first and k != "rows"},
-            "days": [res.days[0] for res in self.results],
+            "days": [self._day(i) for i in range(len(self.results))],
             "n": sum(res.n for res in self.results),
             "by_day": True,
             "daily": daily,
@@ -411,8 +420,11 @@ def estimate_by_day(
     days = select_days(store.available_days(r, name, record.shards, version=version), day_from=day_from, day_to=day_to)
     if not days:  # estimate_metric raises the error (an unknown version, or EmptyRangeError naming the days there are)
         estimate_metric(r, name, version=version, day_from=day_from, day_to=day_to, candidates=candidates, **options)
+    # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
+    spans = sealed_periods(r, name, version=version, shards=record.shards, day_from=days[0], day_to=days[-1])
     results = tuple(
-        estimate_metric(r, name, version=version, day_from=day, day_to=day, candidates=candidates, **options) for day in days
+        estimate_metric(r, name, version=version, day_from=first, day_to=last, candidates=candidates, **options)
+        for first, last in spans
     )
     values: tuple[object, ...] | None = None
     if top is not None:
@@ -423,7 +435,7 @@ def estimate_by_day(
                 if row["estimator"] == ranked_by:
                     totals[row["value"]] = totals.get(row["value"], 0.0) + row["estimate"]
         values = tuple(sorted(totals, key=lambda v: -totals[v])[:top])  # stable: ties keep the first day's order
-    return DailyResult(results=results, values=values)
+    return DailyResult(results=results, values=values, periods=tuple(spans))
 
 
 __all__ = [

@@ -17,9 +17,11 @@ from redis.retry import Retry
 
 from ldptel.server import metrics, ops, reports
 from ldptel.server.config import ServerConfig
+from ldptel.server.cors import CorsMiddleware
 from ldptel.server.errors import register_error_handlers
 from ldptel.server.fastpath import FastIngest
 from ldptel.server.prom import Telemetry
+from ldptel.server.proxies import TrustedProxies
 from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.server.state import EXTENSION, IngestState, digest
 from ldptel.storage.append import BatchAppender
@@ -62,6 +64,7 @@ def create_app(config: ServerConfig | None = None) -> Flask:
         limiter=None if cfg.rate_limit is None else TokenRateLimiter(client, rate=cfg.rate_limit, burst=cfg.rate_burst),
         failures=None if cfg.auth_failure_limit is None else SourceFailureLimiter(
             rate=cfg.auth_failure_limit, burst=cfg.auth_failure_burst),
+        proxies=TrustedProxies(cfg.trusted_proxies),
         telemetry=Telemetry(),
         app_digests=frozenset(digest(t) for t in cfg.app_tokens),
         admin_digest=digest(cfg.admin_token),
@@ -77,4 +80,6 @@ def create_app(config: ServerConfig | None = None) -> Flask:
     # The common ingest request (a valid binary batch) skips Flask's per-request machinery; anything else,
     # including every error, is answered by the blueprints. See fastpath.py.
     app.wsgi_app = FastIngest(app.wsgi_app, state)  # type: ignore[method-assign]  # Flask's documented middleware hook
+    if cfg.cors_origins:  # browsers (the web SDK): CORS on the report and spec routes only (cors.py)
+        app.wsgi_app = CorsMiddleware(app.wsgi_app, cfg.cors_origins)  # type: ignore[method-assign]
     return app

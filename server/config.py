@@ -30,6 +30,10 @@ Environment variables (all optional except the tokens):
                                ``off`` (default 1000:2000)
 ``LDPTEL_AUTH_FAILURE_LIMIT``  ``RATE[:BURST]`` failed authentications/s per source address and process (memory
                                only), or ``off`` (default 1:20)
+``LDPTEL_TRUSTED_PROXIES``     comma-separated addresses or CIDR networks of the reverse proxies in front of the
+                               service (e.g. ``127.0.0.1`` for ``deploy/nginx.conf`` on the same host); from
+                               those peers only, the client address for the failed-authentication limit is
+                               read from ``X-Forwarded-For`` (:mod:`ldptel.server.proxies`). Default: none
 ``LDPTEL_SHARDS``              stream shards of a new metric (default 4)
 ``LDPTEL_RETRY_HORIZON_DAYS``  days a batch may be retried: the server refuses (422 ``batch_too_old``) a batch
                                formed longer ago and remembers batch ids until the end of their arrival day +
@@ -37,6 +41,8 @@ Environment variables (all optional except the tokens):
 ``LDPTEL_RETRY_AFTER``         seconds advertised in Retry-After on 503/429 (default 1)
 ``LDPTEL_REDIS_TIMEOUT``       Redis socket timeout in seconds (default 2)
 ``LDPTEL_REGISTRY_TTL``        seconds an ingest process may reuse a metric's registry record (default 1; 0: never)
+``LDPTEL_CORS_ORIGINS``        comma-separated origins whose pages may call the report and spec routes (``*``: any;
+                              default none; ``ldptel.server.cors``, docs/web-sdk.md)
 ``LDPTEL_DATA_DIR``            data dir of the embedded server (default: a temporary dir, deleted on exit)
 =============================  ==========================================================================
 """
@@ -57,6 +63,8 @@ from ldptel.client.protocol.wire import (
     MAX_REPORTS,
     MAX_RETRY_HORIZON_DAYS,
 )
+from ldptel.server.cors import parse_origins
+from ldptel.server.proxies import Network, ProxyConfigError, parse_trusted_proxies
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.client import parse_redis_url
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
@@ -89,7 +97,8 @@ class ServerConfig:
 
     ``rate_limit`` is requests/s per token over every process and replica (``None``: no limit) and
     ``rate_burst`` the bucket size; ``auth_failure_limit``/``auth_failure_burst`` the same for failed
-    authentications per source address, in each process (``ldptel.server.ratelimit``). ``redis_url=None`` means "start an embedded Redis" (:func:`ldptel.server.serve`,
+    authentications per source address, in each process (``ldptel.server.ratelimit``); ``trusted_proxies``
+    the proxies whose ``X-Forwarded-For`` names that address (a string is parsed like the variable). ``redis_url=None`` means "start an embedded Redis" (:func:`ldptel.server.serve`,
     :func:`ldptel.server.create_app` and the gunicorn config all honour it).
     """
 
@@ -103,12 +112,14 @@ class ServerConfig:
     rate_burst: int = 2000
     auth_failure_limit: float | None = 1.0
     auth_failure_burst: int = 20
+    trusted_proxies: tuple[Network, ...] = ()
     shards: int = DEFAULT_SHARDS
     retry_horizon_days: int = DEFAULT_RETRY_HORIZON_DAYS
     retry_after: int = 1
     redis_timeout: float = 2.0
     registry_ttl: float = 1.0
     data_dir: Path | None = None
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         tokens = self.app_tokens
@@ -140,6 +151,13 @@ class ServerConfig:
                 math.isfinite(self.auth_failure_limit) and self.auth_failure_limit > 0):
             raise ConfigError(f"{PREFIX}AUTH_FAILURE_LIMIT must be a positive number of failures/s or 'off'")
         _check_range("AUTH_FAILURE_LIMIT burst", self.auth_failure_burst, 1, MAX_BURST)
+        proxies = self.trusted_proxies
+        try:
+            parsed = parse_trusted_proxies(proxies) if isinstance(proxies, str) else parse_trusted_proxies(
+                ",".join(str(p) for p in proxies))
+        except ProxyConfigError as exc:
+            raise ConfigError(f"{PREFIX}TRUSTED_PROXIES: {exc}") from None
+        object.__setattr__(self, "trusted_proxies", parsed)
         _check_range("SHARDS", self.shards, 1, MAX_SHARDS)
         _check_range("RETRY_HORIZON_DAYS", self.retry_horizon_days, 0, MAX_RETRY_HORIZON_DAYS)
         _check_range("RETRY_AFTER", self.retry_after, 1, 3600)
@@ -147,6 +165,10 @@ class ServerConfig:
             raise ConfigError(f"{PREFIX}REDIS_TIMEOUT must be in (0, 60] seconds")
         if not (math.isfinite(self.registry_ttl) and 0 <= self.registry_ttl <= 60):
             raise ConfigError(f"{PREFIX}REGISTRY_TTL must be in [0, 60] seconds")
+        try:
+            object.__setattr__(self, "cors_origins", parse_origins(self.cors_origins))
+        except ValueError as exc:
+            raise ConfigError(f"{PREFIX}CORS_ORIGINS: {exc}") from None
 
     # ------------------------------------------------------------------------------------------ builders
     @classmethod
@@ -190,6 +212,12 @@ class ServerConfig:
         raw = get("AUTH_FAILURE_LIMIT")
         if raw is not None:
             kwargs["auth_failure_limit"], kwargs["auth_failure_burst"] = _parse_rate(raw, "AUTH_FAILURE_LIMIT")
+        raw = get("TRUSTED_PROXIES")
+        if raw is not None:
+            kwargs["trusted_proxies"] = raw
+        raw = get("CORS_ORIGINS")
+        if raw is not None:
+            kwargs["cors_origins"] = raw
         raw = get("DATA_DIR")
         if raw is not None:
             kwargs["data_dir"] = Path(raw)
