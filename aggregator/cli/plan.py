@@ -205,6 +205,6 @@ def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
         for r in rows:  # a permanent randomized response protects the level, not the change times: say so
             mech = get_mechanism(r.mechanism)
             if mech.permanent and "lo" in mech.params_schema()[1]:
-                out.write(f"{r.mechanism} at ε {r.epsilon:g}: "
-                          f"{longitudinal_note(mech.params_type(epsilon=r.epsilon, lo=lo, hi=hi))}\n")
+                make: Any = mech.params_type  # a numeric mechanism's params: epsilon, lo, hi
+                out.write(f"{r.mechanism} at ε {r.epsilon:g}: {longitudinal_note(make(epsilon=r.epsilon, lo=lo, hi=hi))}\n")
     return EXIT_OK
