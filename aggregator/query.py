@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.fleet import Fleet, fleet_of
 from ldptel.aggregator.histogram_mean import HistogramMean, histogram_mean
 from ldptel.aggregator.percentiles import Percentile
 from ldptel.aggregator.percentiles import percentiles as percentiles_of
@@ -50,6 +51,13 @@ from ldptel.storage import sketches as store
 from ldptel.storage.sealed import coarse_note, summed_state
 from ldptel.storage.sealed import periods as sealed_periods
 
+RANDOMIZATION_MEANING = (
+    "randomization only: the spread over the privacy noise of the reports (and sketch collisions), given the devices "
+    "that reported"
+)
+POPULATION_MEANING = (
+    "population: the privacy noise plus the sampling of the reporting devices from the fleet, as a random sample of it"
+)
 EstimatorChoice = Literal["plain", "corrected", "both"]
 ESTIMATOR_CHOICES: tuple[EstimatorChoice, ...] = ("plain", "corrected", "both")
 
@@ -107,6 +115,8 @@ class QueryResult:
     edges: tuple[float, ...] = ()  # numeric histograms: the bucket edges of the rows
     counts_rows: bool = True  # rows are counts of the n reports (False: numeric summaries)
     mean: HistogramMean | None = None  # numeric histograms: the midpoint mean of the buckets
+    fleet: Fleet | None = None  # sample_rate < 1: the counts scaled to the fleet (:mod:`~ldptel.aggregator.fleet`)
+    uncertainty: Literal["randomization", "population"] = "randomization"  # what ``stderr`` and the intervals mean
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -180,6 +190,48 @@ class QueryResult:
             out["percentiles"] = [pc.row() for pc in self.percentiles]
         if self.mean is not None:
             out[SUMMARY_LABELS[1]] = self.mean.row()
+        out["uncertainty"] = self.uncertainty
+        out["uncertainty_meaning"] = RANDOMIZATION_MEANING if self.uncertainty == "randomization" else POPULATION_MEANING
+        if self.counts_rows and self.uncertainty == "randomization":
+            out["population"] = self.population()
+        if self.fleet is not None:
+            out["fleet"] = self.fleet.to_dict()
+        return out
+
+    def as_population(self) -> QueryResult:
+        """The same result with population uncertainty in every stderr and interval (counts: rr, grr, sketches)."""
+        if not self.counts_rows or self.edges or self.mean is not None:
+            raise InvalidParameterError(
+                "uncertainty", "randomization for numeric metrics (a mean's population test: ldptel test --mean)",
+                self.mechanism,
+            )
+        if self.uncertainty == "population":
+            return self
+        n = self.n
+
+        def widen(est: Estimate) -> Estimate:
+            f = np.clip(est.counts / n, 0.0, 1.0)
+            se = np.sqrt(est.stderr**2 + n * f * (1 - f))
+            return Estimate(est.mechanism, est.labels, est.counts, se, est.n, est.confidence, est.estimator)
+
+        return replace(self, estimate=widen(self.estimate),
+                       corrected=None if self.corrected is None else widen(self.corrected), uncertainty="population")
+
+    def population(self) -> dict[str, Any]:
+        """The rows' stderr and interval with population uncertainty: the randomization variance plus the sampling
+        of the n reporting devices from the fleet (n·f(1 − f) for a count, f its share clipped to [0, 1])."""
+        n, z = self.n, self.estimate.z
+        rows = []
+        for est, _adjusted in self.estimates:
+            f = np.clip(est.counts / n, 0.0, 1.0)
+            se = np.sqrt(est.stderr**2 + n * f * (1 - f))
+            rows += [{"value": v, "estimator": est.estimator, "stderr": float(s), "ci_low": float(c - z * s),
+                      "ci_high": float(c + z * s)} for v, c, s in zip(est.labels, est.counts, se, strict=True)]
+        out: dict[str, Any] = {"meaning": POPULATION_MEANING, "rows": rows}
+        prop = self.proportion
+        if prop is not None:
+            se_p = float(np.sqrt(prop.stderr**2 + min(max(prop.estimate, 0.0), 1.0) * (1 - min(max(prop.estimate, 0.0), 1.0)) / n))
+            out["proportion"] = {"stderr": se_p, "ci_low": prop.estimate - z * se_p, "ci_high": prop.estimate + z * se_p}
         return out
 
     def summary_rows(self) -> list[dict[str, Any]]:
@@ -325,6 +377,7 @@ def estimate_metric(
         edges=() if edges is None or keep is not None else tuple(edges.tolist()),
         counts_rows=mechanism.estimates_counts,
         mean=mean,
+        fleet=fleet_of(spec, est, counts_rows=mechanism.estimates_counts),
     )
 
 
@@ -342,7 +395,8 @@ def _select(est: Estimate, keep: np.ndarray) -> Estimate:
 
 
 # ------------------------------------------------------------------------------------------ per day
-_SHARED_KEYS = ("metric", "version", "mechanism", "days", "shards", "confidence", "postprocess", "estimator", "rows")
+_SHARED_KEYS = ("metric", "version", "mechanism", "days", "shards", "confidence", "postprocess", "estimator", "rows",
+                "uncertainty", "uncertainty_meaning")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
