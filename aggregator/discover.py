@@ -25,6 +25,7 @@ from ldptel.client.mechanisms.state import DEFAULT_ALPHA, DEFAULT_KEEP, Discover
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
+from ldptel.storage.sealed import summed_state
 
 Progress = Callable[[int, int], None]
 
@@ -92,10 +93,8 @@ def discover_metric(
             f"no sketches of {name!r} version {version} between {day_from or 'the start'} and {day_to or 'the end'} ({have})",
             metric=name, version=version, mechanism=mechanism.name,
         )
-    wanted = set(days)
-    index = store.sketch_index(r, name, record.shards)
-    pairs = [(shard, v, day) for shard, members in index.items() for v, day in members if v == version and day in wanted]
-    state, _found = store.sum_sketches(r, name, params=params, pairs=pairs)
+    summed = summed_state(r, name, params=params, version=version, shards=record.shards, day_from=days[0], day_to=days[-1])
+    state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     found = mechanism.discover(params, state, keep=keep, threshold=threshold, alpha=alpha, confidence=confidence,
                                progress=progress)
     est = found.estimate

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.fleet import Fleet, fleet_of
 from ldptel.aggregator.histogram_mean import HistogramMean, histogram_mean
 from ldptel.aggregator.percentiles import Percentile
 from ldptel.aggregator.percentiles import percentiles as percentiles_of
@@ -47,7 +48,16 @@ from ldptel.client.mechanisms.histogram import SUMMARY_LABELS
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
+from ldptel.storage.sealed import coarse_note, summed_state
+from ldptel.storage.sealed import periods as sealed_periods
 
+RANDOMIZATION_MEANING = (
+    "randomization only: the spread over the privacy noise of the reports (and sketch collisions), given the devices "
+    "that reported"
+)
+POPULATION_MEANING = (
+    "population: the privacy noise plus the sampling of the reporting devices from the fleet, as a random sample of it"
+)
 EstimatorChoice = Literal["plain", "corrected", "both"]
 ESTIMATOR_CHOICES: tuple[EstimatorChoice, ...] = ("plain", "corrected", "both")
 
@@ -105,6 +115,8 @@ class QueryResult:
     edges: tuple[float, ...] = ()  # numeric histograms: the bucket edges of the rows
     counts_rows: bool = True  # rows are counts of the n reports (False: numeric summaries)
     mean: HistogramMean | None = None  # numeric histograms: the midpoint mean of the buckets
+    fleet: Fleet | None = None  # sample_rate < 1: the counts scaled to the fleet (:mod:`~ldptel.aggregator.fleet`)
+    uncertainty: Literal["randomization", "population"] = "randomization"  # what ``stderr`` and the intervals mean
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -178,6 +190,48 @@ class QueryResult:
             out["percentiles"] = [pc.row() for pc in self.percentiles]
         if self.mean is not None:
             out[SUMMARY_LABELS[1]] = self.mean.row()
+        out["uncertainty"] = self.uncertainty
+        out["uncertainty_meaning"] = RANDOMIZATION_MEANING if self.uncertainty == "randomization" else POPULATION_MEANING
+        if self.counts_rows and self.uncertainty == "randomization":
+            out["population"] = self.population()
+        if self.fleet is not None:
+            out["fleet"] = self.fleet.to_dict()
+        return out
+
+    def as_population(self) -> QueryResult:
+        """The same result with population uncertainty in every stderr and interval (counts: rr, grr, sketches)."""
+        if not self.counts_rows or self.edges or self.mean is not None:
+            raise InvalidParameterError(
+                "uncertainty", "randomization for numeric metrics (a mean's population test: ldptel test --mean)",
+                self.mechanism,
+            )
+        if self.uncertainty == "population":
+            return self
+        n = self.n
+
+        def widen(est: Estimate) -> Estimate:
+            f = np.clip(est.counts / n, 0.0, 1.0)
+            se = np.sqrt(est.stderr**2 + n * f * (1 - f))
+            return Estimate(est.mechanism, est.labels, est.counts, se, est.n, est.confidence, est.estimator)
+
+        return replace(self, estimate=widen(self.estimate),
+                       corrected=None if self.corrected is None else widen(self.corrected), uncertainty="population")
+
+    def population(self) -> dict[str, Any]:
+        """The rows' stderr and interval with population uncertainty: the randomization variance plus the sampling
+        of the n reporting devices from the fleet (n·f(1 − f) for a count, f its share clipped to [0, 1])."""
+        n, z = self.n, self.estimate.z
+        rows = []
+        for est, _adjusted in self.estimates:
+            f = np.clip(est.counts / n, 0.0, 1.0)
+            se = np.sqrt(est.stderr**2 + n * f * (1 - f))
+            rows += [{"value": v, "estimator": est.estimator, "stderr": float(s), "ci_low": float(c - z * s),
+                      "ci_high": float(c + z * s)} for v, c, s in zip(est.labels, est.counts, se, strict=True)]
+        out: dict[str, Any] = {"meaning": POPULATION_MEANING, "rows": rows}
+        prop = self.proportion
+        if prop is not None:
+            se_p = float(np.sqrt(prop.stderr**2 + min(max(prop.estimate, 0.0), 1.0) * (1 - min(max(prop.estimate, 0.0), 1.0)) / n))
+            out["proportion"] = {"stderr": se_p, "ci_low": prop.estimate - z * se_p, "ci_high": prop.estimate + z * se_p}
         return out
 
     def summary_rows(self) -> list[dict[str, Any]]:
@@ -272,10 +326,8 @@ def estimate_metric(
             f"{day_to or 'the end'} ({have})",
             metric=name, version=version, mechanism=mechanism.name,
         )
-    wanted = set(days)
-    index = store.sketch_index(r, name, record.shards)
-    pairs = [(shard, v, day) for shard, members in index.items() for v, day in members if v == version and day in wanted]
-    state, _found = store.sum_sketches(r, name, params=params, pairs=pairs)
+    summed = summed_state(r, name, params=params, version=version, shards=record.shards, day_from=days[0], day_to=days[-1])
+    state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
 
     est = estimate(params, state, candidates=candidates if mechanism.needs_candidates else None, confidence=confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not mechanism.needs_candidates)
@@ -321,10 +373,11 @@ def estimate_metric(
         corrected=corrected,
         corrected_adjusted=corrected_adjusted,
         percentiles=levels,
-        note=mechanism.estimate_note(params),
+        note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
         edges=() if edges is None or keep is not None else tuple(edges.tolist()),
         counts_rows=mechanism.estimates_counts,
         mean=mean,
+        fleet=fleet_of(spec, est, counts_rows=mechanism.estimates_counts),
     )
 
 
@@ -342,7 +395,8 @@ def _select(est: Estimate, keep: np.ndarray) -> Estimate:
 
 
 # ------------------------------------------------------------------------------------------ per day
-_SHARED_KEYS = ("metric", "version", "mechanism", "days", "shards", "confidence", "postprocess", "estimator", "rows")
+_SHARED_KEYS = ("metric", "version", "mechanism", "days", "shards", "confidence", "postprocess", "estimator", "rows",
+                "uncertainty", "uncertainty_meaning")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -355,25 +409,34 @@ class DailyResult:
 
     results: tuple[QueryResult, ...]
     values: tuple[object, ...] | None
+    # (first, last) day of each result; a span wider than one day is a roll-up past the metric's retention
+    periods: tuple[tuple[str, str], ...] = ()
+
+    def _day(self, i: int) -> str:
+        """The ``day`` of result i: the UTC day, or "first..last" for a period coarser than a day."""
+        if i < len(self.periods) and self.periods[i][0] != self.periods[i][1]:
+            return f"{self.periods[i][0]}..{self.periods[i][1]}"
+        return self.results[i].days[0]
 
     def rows(self) -> list[dict[str, Any]]:
         """Each day's :meth:`QueryResult.rows`, with the ``day`` and that day's ``n`` in front."""
         out: list[dict[str, Any]] = []
         rank = None if self.values is None else {v: i for i, v in enumerate(self.values)}
-        for res in self.results:
+        for i, res in enumerate(self.results):
             rows = res.rows()
             if rank is not None:
                 rows = sorted((row for row in rows if row["value"] in rank), key=lambda row: rank[row["value"]])
-            out += [{"day": res.days[0], "n": res.n, **row} for row in rows]
+            out += [{"day": self._day(i), "n": res.n, **row} for row in rows]
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The per-result keys once, ``n`` summed, ``daily`` (each day's other keys: n, proportion, ...), ``rows``."""
         first = self.results[0].to_dict()
-        daily = [{"day": res.days[0], **{k: v for k, v in res.to_dict().items() if k not in _SHARED_KEYS}} for res in self.results]
+        daily = [{"day": self._day(i), **{k: v for k, v in res.to_dict().items() if k not in _SHARED_KEYS}}
+                 for i, res in enumerate(self.results)]
         return {
             **{k: first[k] for k in _SHARED_KEYS if k in first and k != "rows"},
-            "days": [res.days[0] for res in self.results],
+            "days": [self._day(i) for i in range(len(self.results))],
             "n": sum(res.n for res in self.results),
             "by_day": True,
             "daily": daily,
@@ -411,8 +474,11 @@ def estimate_by_day(
     days = select_days(store.available_days(r, name, record.shards, version=version), day_from=day_from, day_to=day_to)
     if not days:  # estimate_metric raises the error (an unknown version, or EmptyRangeError naming the days there are)
         estimate_metric(r, name, version=version, day_from=day_from, day_to=day_to, candidates=candidates, **options)
+    # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
+    spans = sealed_periods(r, name, version=version, shards=record.shards, day_from=days[0], day_to=days[-1])
     results = tuple(
-        estimate_metric(r, name, version=version, day_from=day, day_to=day, candidates=candidates, **options) for day in days
+        estimate_metric(r, name, version=version, day_from=first, day_to=last, candidates=candidates, **options)
+        for first, last in spans
     )
     values: tuple[object, ...] | None = None
     if top is not None:
@@ -423,7 +489,7 @@ def estimate_by_day(
                 if row["estimator"] == ranked_by:
                     totals[row["value"]] = totals.get(row["value"], 0.0) + row["estimate"]
         values = tuple(sorted(totals, key=lambda v: -totals[v])[:top])  # stable: ties keep the first day's order
-    return DailyResult(results=results, values=values)
+    return DailyResult(results=results, values=values, periods=tuple(spans))
 
 
 __all__ = [

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from ldptel.aggregator.fleet import Fleet
     from ldptel.aggregator.query import DailyResult, QueryResult
 
 RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
@@ -176,7 +177,8 @@ def _write_rows(
     per_day = " · per day" if front else ""
     out.write(
         f"{first.metric} v{first.version} ({first.mechanism}) · {span} · n = {n:,} reports{per_day} · "
-        f"{first.confidence:.0%} intervals{estimators}\n"
+        f"{first.confidence:.0%} intervals{estimators} · stderr: {first.uncertainty}"
+        f"{' (json: also population)' if first.uncertainty == 'randomization' else ''}\n"
     )
     if first.note and not front:
         out.write(f"{first.note}\n")
@@ -198,11 +200,24 @@ def _write_rows(
             cells += [row["adjusted"], row["adjusted_frequency"]]
         table_rows.append(cells)
     table(headers, table_rows, out, left={0, len(front), len(front) + 1} if labelled else {0, len(front)})
+    if first.fleet is not None and not front:
+        _write_fleet(first.fleet, out)
     if first.percentiles and not front:
         out.write("\n")
         table(["percentile", "estimate", "ci_low", "ci_high"],
               [[f"p{pc.percentile:g}", "" if pc.shown is None else pc.shown, pc.ci_low, pc.ci_high] for pc in first.percentiles], out)
         unresolved_note(first.percentiles, out)
+
+
+def _write_fleet(fleet: Fleet, out: TextIO) -> None:
+    """sample_rate < 1: the fleet-scaled counts (population uncertainty) and the amplified ε with whom it holds against."""
+    from ldptel.client.protocol.specs import AMPLIFIED_EPSILON_NOTE
+
+    out.write(f"\nfleet (sample_rate {fleet.sample_rate:g}: counts ÷ {fleet.sample_rate:g}, stderr adds the sampling; "
+              f"≈ {fleet.devices:,.0f} ± {fleet.devices_stderr:,.0f} devices) · population uncertainty\n")
+    table(["value", "estimate", "stderr", "ci_low", "ci_high"],
+          [[r["value"], r["estimate"], r["stderr"], r["ci_low"], r["ci_high"]] for r in fleet.rows()], out, left={0})
+    out.write(f"amplified ε {fleet.amplified_epsilon:.4g} (ε {fleet.epsilon:.4g} per report): {AMPLIFIED_EPSILON_NOTE}\n")
 
 
 MIDPOINT_NOTE = (
