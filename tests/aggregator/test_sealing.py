@@ -201,3 +201,23 @@ def test_the_dashboard_list_shows_sealed_days_and_their_reports(redis: redis_lib
     after = metric_list(redis)[0]
     assert after["days_by_version"] == before["days_by_version"] == {"1": list(DAYS)}
     assert after["reports_by_day"] == before["reports_by_day"]
+
+
+def test_an_entry_of_a_sealed_day_goes_to_the_dead_letters_whole_not_into_the_day(
+    redis: redis_lib.Redis, rng: np.random.Generator,
+) -> None:
+    record = create(redis, MetricSpec(name="late", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    for day in DAYS[:2]:
+        append_reports(redis, record, ["x", "y"] * 30, rng, day=day)
+    drain(redis)
+    sealed.seal_metric(redis, "late", horizon_days=3)
+    want = estimate_metric(redis, "late").to_dict()
+    # an ingest whose clock is days behind would stamp a past day (nothing else can: append.lua, module docs)
+    late = append_reports(redis, record, ["x"] * 40, rng, day=DAYS[0], batch_size=20)
+    stats = drain(redis)
+    assert stats.dead == len(late.batches) and stats.reports == 0
+    letters = [fields for s in range(2) for _, fields in redis.xrange(keys.dead_letters("late", s))]
+    assert len(letters) == len(late.batches)
+    assert all(b"already sealed" in f[b"error"] and f[b"d"] == DAYS[0].encode() and f[b"b"] for f in letters)
+    assert estimate_metric(redis, "late").to_dict() == want
+    assert sealed.seal_metric(redis, "late", horizon_days=3).late_states == []
