@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ldptel.aggregator.cli.common import UserError, read_text
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.mechanisms.longitudinal import longitudinal_note
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
 from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
@@ -168,10 +169,12 @@ def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
             f"devices start a new permanent randomization: a value reported under both v{old.version} and "
             f"v{new.version} is protected by ε∞ {a:.3g} + {b:.3g} = {a + b:.3g} instead of {a:.3g}; each device "
             f"charges it to its lifetime ledger and refuses the new version if the sum passes its policy's ε∞ "
-            f"(default {DEFAULT_MAX_LONGITUDINAL_EPSILON:g})"
+            f"(default {DEFAULT_MAX_LONGITUDINAL_EPSILON:g}); that covers the level of a value, not when it changes"
         )
     else:
         lines.append("sketch reports are memoized per privatization and day; the day's budget is per metric name, so the switch does not reopen it")
+    if new_mech.permanent:
+        lines.append(longitudinal_note(new.params))
     lines.append(
         f"reports devices queued under v{old.version} are refused (409) and dropped, their budget spent; "
         f"`ldptel estimate` shows v{new.version} (--version {old.version} for the old sketches)"
@@ -196,6 +199,8 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
         head = f"{SYMBOLS[change.kind]} {spec.name}"
         if change.kind == "create":
             out.write(f"{head}: create v1 ({spec.mechanism}, ε {spec.params.epsilon:g}, {spec.reports_per_day} reports/day)\n")
+            if mechanism_of(spec.params).permanent:
+                out.write(f"    {longitudinal_note(spec.params)}\n")
         elif change.kind == "unchanged":
             out.write(f"{head}: unchanged (v{spec.version})\n")
         elif change.kind in ("metadata", "reactivate"):
