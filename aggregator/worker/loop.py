@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis as redis_lib
+from redis.exceptions import RedisClusterException
 
 from ldptel.aggregator.worker.commit import commit
 from ldptel.aggregator.worker.config import WorkerConfig
@@ -412,10 +413,11 @@ class Worker:
                 self._release_shard(sh)
             except LeaseLostError:
                 self._drop(sh, "lease lost at shutdown")
-            except redis_lib.RedisError as exc:
+            except (redis_lib.RedisError, RedisClusterException) as exc:  # a cluster mid-failover too: the
+                # uncommitted entries stay after the checkpoint and the next owner folds them
                 log.error("could not commit at shutdown", extra={"event": "error", "shard": sh.name, "error": str(exc)})
         try:
             self._leases.leave()
-        except redis_lib.RedisError:
+        except (redis_lib.RedisError, RedisClusterException):
             pass
         self._reader.close()
