@@ -315,8 +315,13 @@ class Worker:
         """Seal the days of every metric this worker folds that can no longer change (``sealing``)."""
         self._last_seal = time.monotonic()
         names = list(self.config.metrics) or self._specs.registry_names()
+        def keep_leases() -> None:
+            if time.monotonic() - self._last_heartbeat >= self.config.lease_ttl / 3:
+                self._heartbeat()
+                self._renew_leases()
+
         for report in seal_pass(self.r, names, horizon_days=self.config.retry_horizon_days, owner=self.config.worker_id,
-                                max_days=max_days):
+                                max_days=max_days, between=keep_leases):
             self._sealed_days += report.days_sealed
 
     # ------------------------------------------------------------------------------------------ commit
