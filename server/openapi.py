@@ -42,6 +42,7 @@ _ERROR_CODES = [
     "too_many_reports",
     "invalid_batch_age",
     "batch_too_old",
+    "above_default_policy",
     "unsupported_media_type",
     "rate_limited",
     "redis_unavailable",
@@ -56,6 +57,12 @@ _ERROR_CODES = [
 _NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 _REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": MAX_REPORTS_PER_DAY}
 _DESCRIPTION = {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS}
+_SAMPLE_RATE = {
+    "type": "number", "minimum": 0, "maximum": 1,
+    "description": "secret sampling, in (0, 1] (0 is refused): each device takes part on a UTC day with this probability, "
+    "decided on the device "
+    "(absent: 1, every device); a change makes a new version",
+}
 # Metadata: edited in place, never a new version (only params and reports_per_day make one).
 _METADATA = {
     "description": _DESCRIPTION,
@@ -114,6 +121,7 @@ _SCHEMAS: dict[str, Any] = {
             "version": {"type": "integer", "minimum": 1},
             "params": {"$ref": "#/components/schemas/Params"},
             "reports_per_day": {"type": "integer", "minimum": 1},
+            "sample_rate": _SAMPLE_RATE,
             **_METADATA,
             "effective_epsilon": {"type": "number"},
         },
@@ -126,6 +134,7 @@ _SCHEMAS: dict[str, Any] = {
             "name": _NAME,
             "params": {"$ref": "#/components/schemas/Params"},
             "reports_per_day": _REPORTS_PER_DAY,
+            "sample_rate": _SAMPLE_RATE,
             **_METADATA,
             "shards": {
                 "type": "integer",
@@ -136,6 +145,10 @@ _SCHEMAS: dict[str, Any] = {
             },
             "version": {"description": "ignored: the registry assigns versions (so a fetched spec can be posted back)"},
             "effective_epsilon": {"description": "ignored: derived from params"},
+            "allow_above_default_policy": {
+                "type": "boolean",
+                "description": "register a spec beyond the default device PrivacyPolicy (else 422 above_default_policy)",
+            },
         },
         "additionalProperties": False,
     },
@@ -153,6 +166,12 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "array",
                 "description": "earlier shard counts: [count, start of the UTC day it was replaced, unix s] (ldptel metrics grow)",
                 "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+            },
+            "retention_days": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "days each sealed day keeps its own state before only 32-day roll-ups hold it "
+                "(absent: every day is kept; ldptel metrics retention)",
             },
         },
         "additionalProperties": False,
@@ -269,6 +288,8 @@ _PATHS: dict[str, Any] = {
                 "201": _json("created, or a new version became current (the privatization changed)", "MetricRecord"),
                 "400": _error("malformed JSON or invalid spec"),
                 "409": _error("the change conflicts with the existing metric (e.g. its shard count)"),
+                "422": _error("above_default_policy: devices with the default PrivacyPolicy would refuse the spec "
+                              "(parameter: the limit, allowed, received); set allow_above_default_policy to register it anyway"),
                 "413": _error("body too large"),
                 "415": _error("not application/json"),
                 **_AUTH_ERRORS,

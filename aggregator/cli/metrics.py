@@ -87,6 +87,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
     mcreate.add_argument("--notes", default="", help="metadata: free text")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
+    mcreate.add_argument("--allow-above-default-policy", action="store_true",
+                         help="register a spec beyond the default device PrivacyPolicy (ε 4 per report, 8 per day, "
+                         "ε∞ 8): only for fleets whose apps set a wider policy; without it such a spec is refused")
     mcreate.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mgrow = msub.add_parser("grow", parents=[common], help="raise a metric's shard count (spread it over more shards)",
                             description="Raise the shard count: new batches spread over more streams (on a Redis "
@@ -94,6 +97,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mgrow.add_argument("name", metavar="NAME")
     mgrow.add_argument("--shards", type=positive_int, required=True, help="the new shard count (larger)")
     mgrow.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mret = msub.add_parser("retention", parents=[common], help="how long sealed days keep their own state",
+                           description="Keep each sealed day's own state for DAYS days; older days are then read "
+                           "from 32-day roll-ups only (a per-day series shows 32-day periods there). Applied at the "
+                           "next seal pass (ldptel seal, or a following aggregate).")
+    mret.add_argument("name", metavar="NAME")
+    keep = mret.add_mutually_exclusive_group(required=True)
+    keep.add_argument("--days", type=int, metavar="DAYS", help="days a sealed day keeps its own state (0 or more)")
+    keep.add_argument("--forever", action="store_true", help="keep every day's state (the default of a new metric)")
+    mret.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -108,6 +120,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         if action != "diff":
             mfile.add_argument("--format", choices=RECORD_FORMATS, default="table",
                                help="json: per metric the change, versions, changed fields and consequences")
+            mfile.add_argument("--allow-above-default-policy", action="store_true",
+                               help="allow every metric of the file beyond the default device PrivacyPolicy "
+                               "(one metric: allow_above_default_policy = true in its table)")
     met.set_defaults(func=run)
 
 
@@ -123,7 +138,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
-            rec, change = registry.register_metric(r, spec_from_args(args), shards=args.shards)
+            spec = spec_from_args(args)
+            registry.check_default_policy([spec], allow=args.allow_above_default_policy)
+            rec, change = registry.register_metric(r, spec, shards=args.shards)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
                 write_json(rec.to_dict(), out)
@@ -131,31 +148,54 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 _write_records([rec], "table", out)
         elif action == "grow":
             _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out)
+        elif action == "retention":
+            rec = registry.set_retention(r, args.name, None if args.forever else args.days)
+            if args.format == "json":
+                write_json(rec.to_dict(), out)
+            else:
+                _write_records([rec], "table", out)
+                out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out)
         else:
-            return _run_file(r, action, args.file, args.format if action != "diff" else "table", out)
+            return _run_file(r, action, args.file, args.format if action != "diff" else "table", out,
+                             allow=getattr(args, "allow_above_default_policy", False))
     return EXIT_OK
 
 
-def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO) -> int:
-    """``plan``/``diff``/``apply`` FILE: validate the whole file, compare it with the registry, maybe write."""
+def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, allow: bool = False) -> int:
+    """``plan``/``diff``/``apply`` FILE: validate the whole file, compare it with the registry, maybe write.
+    ``plan`` and ``apply`` refuse a metric beyond the default device policy unless it (or ``allow``) allows it."""
     from ldptel.storage import registry
 
     metrics = metrics_file.load_metrics_file(path)
-    changes, missing = metrics_file.plan_file(registry.list_metrics(r), metrics)
+    if action != "diff":
+        registry.check_default_policy([item.spec for item in metrics],
+                                      allow=allow or {item.spec.name for item in metrics if item.allow_above_default_policy})
+    records = registry.list_metrics(r)
+    changes, missing = metrics_file.plan_file(records, metrics)
+    retention = metrics_file.retention_changes(records, metrics)
+    lines = [f"~ {name}: retention_days {'forever' if before is None else before} → {after}" for name, before, after in retention]
     if action == "diff":
-        return EXIT_DIFFERS if metrics_file.write_diff(changes, missing, out) else EXIT_OK
+        differs = metrics_file.write_diff(changes, missing, out)
+        out.writelines(line + "\n" for line in lines)
+        return EXIT_DIFFERS if differs or lines else EXIT_OK
     if action == "apply":
         try:
             applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
         except registry.RegistryConflictError as exc:
             raise UserError(f"{exc}; nothing was changed") from None
         changes = [change for _, change in applied]
+        for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
+            registry.set_retention(r, name, after)
     if fmt == "json":
-        write_json(metrics_file.plan_document(changes, missing, applied=action == "apply"), out)
+        doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
+        if retention:
+            doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
+        write_json(doc, out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
+        out.writelines(line + "\n" for line in lines)
     return EXIT_OK
 
 
@@ -212,16 +252,25 @@ def _status(record: MetricRecord, today: str) -> str:
     return "expired" if record.active and record.current.expired(today) else record.status
 
 
+def _above_policy(record: MetricRecord) -> str | None:
+    """Why devices with the default PrivacyPolicy refuse the current version (None: they accept it)."""
+    from ldptel.storage.registry import default_policy_refusal
+
+    found = default_policy_refusal(record.current)
+    return None if found is None else found[0].replace("the device policy", "the default device policy")
+
+
 def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> None:
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     if fmt == "json":
-        write_json([{**rec.to_dict(), "expired": rec.current.expired(today)} for rec in records], out)
+        write_json([{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
+                    for rec in records], out)
         return
     if not records:
         out.write("no metrics registered (create one: ldptel metrics create NAME --mechanism ... --epsilon ...)\n")
         return
     rows = [
-        [rec.name, _status(rec, today), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
+        [rec.name, _status(rec, today) + ("" if _above_policy(rec) is None else " (above default policy)"), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
          _shape(rec), rec.current.reports_per_day, rec.shards, rec.current.expires or "", rec.current.owner]
         for rec in records
     ]

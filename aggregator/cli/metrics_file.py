@@ -13,6 +13,8 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     owner = "growth@example.com"
     expires = 2027-06-30
     shards = 4                     # only when the metric is created
+    retention_days = 90            # days each sealed day keeps its own state (then 32-day roll-ups only;
+                                   #   left out: unchanged, new metrics keep every day; see ldptel.storage.sealed)
 
 Params, ``reports_per_day`` and ``sample_rate`` are the privatization: changing them is a new version, which devices see as a
 new metric (see :func:`consequences`). Metadata is edited in place. The whole file is read and validated before
@@ -33,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ldptel.aggregator.cli.common import UserError, read_text
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.mechanisms.longitudinal import longitudinal_note
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
 from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
@@ -41,6 +44,7 @@ if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
 SPEC_KEYS = ("reports_per_day", "sample_rate", *METADATA_FIELDS)  # a metric's keys besides its params and shards
+RECORD_KEYS = ("shards", "retention_days", "allow_above_default_policy")  # keys of the record or the file, not of a version
 PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
@@ -51,6 +55,8 @@ class FileMetric:
 
     spec: MetricSpec
     shards: int | None
+    retention_days: int | None = None  # None: not in the file (the registry's value is left as it is)
+    allow_above_default_policy: bool = False  # registered even beyond the default device PrivacyPolicy
 
 
 def load_metrics_file(path: str) -> list[FileMetric]:
@@ -81,11 +87,11 @@ def _file_metric(name: str, table: object) -> FileMetric:
         raise InvalidParameterError("metrics." + name, "a table of fields", table)
     mechanism = table.get("mechanism")
     if isinstance(mechanism, str) and mechanism in mechanism_names():
-        allowed = ["mechanism", *(f.name for f in dataclass_fields(get_mechanism(mechanism).params_type)), *SPEC_KEYS, "shards"]
+        allowed = ["mechanism", *(f.name for f in dataclass_fields(get_mechanism(mechanism).params_type)), *SPEC_KEYS, *RECORD_KEYS]
         for key in table:
             if key not in allowed:
                 raise InvalidParameterError(key, f"one of the keys of a {mechanism} metric {allowed}", table[key])
-    params = {key: value for key, value in table.items() if key not in SPEC_KEYS and key != "shards"}
+    params = {key: value for key, value in table.items() if key not in SPEC_KEYS and key not in RECORD_KEYS}
     fields: dict[str, Any] = {key: table[key] for key in SPEC_KEYS if key in table}
     expires = fields.get("expires")
     if isinstance(expires, datetime.date) and not isinstance(expires, datetime.datetime):
@@ -93,8 +99,26 @@ def _file_metric(name: str, table: object) -> FileMetric:
     shards = table.get("shards")
     if shards is not None:
         check_int("shards", shards, 1, 1 << 20)  # the registry enforces the real maximum
+    retention = table.get("retention_days")
+    if retention is not None:
+        check_int("retention_days", retention, 0, 36_500)
+    allow = table.get("allow_above_default_policy", False)
+    if not isinstance(allow, bool):
+        raise InvalidParameterError("allow_above_default_policy", "true or false", allow)
     spec = MetricSpec(name=name, params=params_from_dict(params), **fields)
-    return FileMetric(spec=spec, shards=shards)
+    return FileMetric(spec=spec, shards=shards, retention_days=retention, allow_above_default_policy=allow)
+
+
+def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int | None, int]]:
+    """``(name, before, after)`` of every metric whose file sets a ``retention_days`` the registry does not have."""
+    by_name = {rec.name: rec for rec in records}
+    out = []
+    for item in metrics:
+        old = by_name.get(item.spec.name)
+        before = None if old is None else old.retention_days
+        if item.retention_days is not None and item.retention_days != before:
+            out.append((item.spec.name, before, item.retention_days))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -149,10 +173,12 @@ def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
             f"devices start a new permanent randomization: a value reported under both v{old.version} and "
             f"v{new.version} is protected by ε∞ {a:.3g} + {b:.3g} = {a + b:.3g} instead of {a:.3g}; each device "
             f"charges it to its lifetime ledger and refuses the new version if the sum passes its policy's ε∞ "
-            f"(default {DEFAULT_MAX_LONGITUDINAL_EPSILON:g})"
+            f"(default {DEFAULT_MAX_LONGITUDINAL_EPSILON:g}); that covers the level of a value, not when it changes"
         )
     else:
         lines.append("sketch reports are memoized per privatization and day; the day's budget is per metric name, so the switch does not reopen it")
+    if new_mech.permanent:
+        lines.append(longitudinal_note(new.params))
     lines.append(
         f"reports devices queued under v{old.version} are refused (409) and dropped, their budget spent; "
         f"`ldptel estimate` shows v{new.version} (--version {old.version} for the old sketches)"
@@ -177,6 +203,8 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
         head = f"{SYMBOLS[change.kind]} {spec.name}"
         if change.kind == "create":
             out.write(f"{head}: create v1 ({spec.mechanism}, ε {spec.params.epsilon:g}, {spec.reports_per_day} reports/day)\n")
+            if mechanism_of(spec.params).permanent:
+                out.write(f"    {longitudinal_note(spec.params)}\n")
         elif change.kind == "unchanged":
             out.write(f"{head}: unchanged (v{spec.version})\n")
         elif change.kind in ("metadata", "reactivate"):

@@ -26,6 +26,7 @@ import numpy as np
 
 from ldptel.aggregator.cli.common import UserError
 from ldptel.aggregator.cli.extras import install_hint
+from ldptel.aggregator.percentiles import MAX_SPAN, UNRESOLVED_NOTE, Percentile
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -168,7 +169,7 @@ def _write_rows(
         for row in rows:
             writer.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in row.items()})
         for pc in () if front else first.percentiles:  # numeric histograms: a row per asked percentile, "p50", ...
-            writer.writerow({"value": f"p{pc.percentile:g}", "estimate": repr(pc.estimate),
+            writer.writerow({"value": f"p{pc.percentile:g}", "estimate": "" if pc.shown is None else repr(pc.shown),
                              "ci_low": repr(pc.ci_low), "ci_high": repr(pc.ci_high)})
         return
     span = days[0] if len(days) == 1 else f"{days[0]} .. {days[-1]} ({len(days)} days)"
@@ -204,7 +205,8 @@ def _write_rows(
     if first.percentiles and not front:
         out.write("\n")
         table(["percentile", "estimate", "ci_low", "ci_high"],
-              [[f"p{pc.percentile:g}", pc.estimate, pc.ci_low, pc.ci_high] for pc in first.percentiles], out)
+              [[f"p{pc.percentile:g}", "" if pc.shown is None else pc.shown, pc.ci_low, pc.ci_high] for pc in first.percentiles], out)
+        unresolved_note(first.percentiles, out)
 
 
 def _write_fleet(fleet: Fleet, out: TextIO) -> None:
@@ -240,8 +242,16 @@ def _write_summary(result: QueryResult, fmt: str, out: TextIO) -> None:
         out.write(f"{result.note}\n")
     cols = ("estimate", "stderr", "ci_low", "ci_high")
     table(["value", *cols], [[row["value"], *("" if row[c] is None else row[c] for c in cols)] for row in rows], out)
+    unresolved_note(result.percentiles, out)
     if result.mean is not None:
         out.write(MIDPOINT_NOTE.format(bound=fmt_num(result.mean.midpoint_bound)) + "\n")
+
+
+def unresolved_note(levels: Sequence[Percentile], out: TextIO) -> None:
+    """One line per percentile whose interval is too wide for a point (:mod:`~ldptel.aggregator.percentiles`)."""
+    for pc in levels:
+        if not pc.resolved:
+            out.write(f"p{pc.percentile:g} {UNRESOLVED_NOTE.format(share=MAX_SPAN)} (interval spans {pc.buckets} buckets)\n")
 
 
 # ---------------------------------------------------------------------------------------------- charts
@@ -301,6 +311,8 @@ def plot_result(result: QueryResult, path: str, *, max_bars: int = 50) -> None:
     ax.set_xticks(x, plot_labels(est.labels[:count]), rotation=60, ha="right", fontsize=8)
     if len(result.edges) == count + 1:  # numeric histogram: each percentile where it falls inside its bar
         for pc in result.percentiles:
+            if not pc.resolved:  # no point to mark: the interval spans too much of the range
+                continue
             at = float(np.interp(pc.estimate, result.edges, np.arange(count + 1) - 0.5))
             ax.axvline(at, color=MARKER_COLOR, linestyle="--", linewidth=1)
             ax.text(at, 0.97 * ax.get_ylim()[1], f" p{pc.percentile:g}", color=MARKER_COLOR, ha="left", va="top", fontsize=8)

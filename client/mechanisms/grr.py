@@ -33,6 +33,7 @@ from ldptel.client.errors import (
     UnknownValueError,
 )
 from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import (
@@ -293,6 +294,13 @@ class Grr(Mechanism[GrrParams, GrrBatch]):
 
     def longitudinal_epsilon(self, params: GrrParams) -> float:
         return grr_split(params).epsilon_inf
+
+    def permanent_channel(self, params: GrrParams) -> PermanentChannel:
+        split = grr_split(params)
+        return PermanentChannel(
+            d=split.d, prr_keep=Fraction(split.prr_threshold, 1 << split.bits),
+            irr_keep=Fraction(split.irr_num, split.irr_den), label=lambda value: grr_code(value, params),
+        )
 
     def state_shape(self, params: GrrParams) -> tuple[tuple[int, int], int]:
         """counts[0, v]: reports of label v; row_counts[0]: the number of reports."""

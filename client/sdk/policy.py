@@ -15,10 +15,12 @@ The three bounds and their defaults:
     (emoji, Safari; "Learning with Privacy at Scale", 2017) and of this project's recommended sketch
     configurations: one report shifts anyone's odds by at most e⁴ ≈ 55×.
 ``max_daily_epsilon`` = 8
-    ε one metric may spend per UTC day (``reports_per_day`` × effective ε, what the ledger enforces). 8 is
+    ε one metric may spend per UTC day (``reports_per_day`` × the per-report charge, what the ledger
+    enforces: the effective ε, or ε_irr under a permanent randomized response; the spec's ``daily_epsilon``). 8 is
     Apple's largest published daily budget for one use case (QuickType: two donations of ε = 4).
 ``max_longitudinal_epsilon`` = 8
-    The lifetime bound ε∞ for one value of a metric with a permanent randomized response (rr, grr): the sum
+    The lifetime bound ε∞ for the level of one value of a metric with a permanent randomized response (rr,
+    grr, daily-mean; change times are charged daily instead, :mod:`ldptel.client.mechanisms.longitudinal`): the sum
     of ε∞ over every distinct privatization (:func:`~ldptel.client.protocol.keyed.privatization_fingerprint`)
     the device ever used for the metric (:mod:`ldptel.client.sdk.ledger`). Equal to one day's budget: all
     reports ever of one value disclose no more than one day of reports may; that allows a first
@@ -32,9 +34,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ldptel.client.protocol.validate import check_number
 from ldptel.client.sdk.notify import UploadError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ldptel.client.protocol.specs import MetricSpec
 
 __all__ = [
     "DEFAULT_MAX_DAILY_EPSILON",
@@ -61,6 +67,15 @@ class PrivacyPolicy:
     def __post_init__(self) -> None:
         for name in ("max_report_epsilon", "max_daily_epsilon", "max_longitudinal_epsilon"):
             check_number(name, getattr(self, name), 0.0, math.inf, open_interval=True, allow_inf=True)
+
+    def spec_refusal(self, spec: MetricSpec) -> str | None:
+        """Why this policy refuses ``spec`` (None when it is within): its ε per report, per day (what the
+        ledger charges) and its lifetime ε∞. What the Reporter checks a served spec with, and what
+        ``ldptel metrics create|apply|plan`` and ``POST /v1/metrics`` check against the default policy."""
+        from ldptel.client.mechanisms.registry import mechanism_of  # the registry imports every mechanism
+
+        return self.refusal(report=spec.effective_epsilon, daily=spec.daily_epsilon,
+                            longitudinal=float(mechanism_of(spec.params).longitudinal_epsilon(spec.params)))
 
     def refusal(self, *, report: float, daily: float, longitudinal: float) -> str | None:
         """Why a spec with these ε's is beyond the policy (None when it is within)."""

@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import redis
 
 from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.mechanisms.registry import mechanism_of
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import keys
@@ -93,6 +94,50 @@ class UnknownVersionError(LdpError, KeyError):
 
 class RegistryConflictError(LdpError, ValueError):
     """A change that would break an existing metric (e.g. changing its shard count)."""
+
+
+class AboveDefaultPolicyError(LdpError, ValueError):
+    """A spec beyond the default device :class:`~ldptel.client.sdk.policy.PrivacyPolicy`: every device with
+    that policy would refuse it (``policy_refused``) and its reports would be lost. ``limit`` names the bound
+    (``report_epsilon``, ``daily_epsilon``, ``longitudinal_epsilon``), ``value`` and ``allowed`` its numbers."""
+
+    def __init__(self, metric: str, reason: str, limit: str, value: float, allowed: float) -> None:
+        super().__init__(
+            f"metric {metric!r}: {reason.replace('the device policy', 'the default device policy')}; devices with the "
+            f"default PrivacyPolicy refuse it and its reports are lost (nothing was changed; if your apps set a wider "
+            f"policy, allow it: --allow-above-default-policy, allow_above_default_policy = true in a metrics "
+            f"file, \"allow_above_default_policy\": true over HTTP)"
+        )
+        self.metric, self.limit, self.value, self.allowed = metric, limit, value, allowed
+
+
+def default_policy_refusal(spec: MetricSpec) -> tuple[str, str, float, float] | None:
+    """Why a device with the default PrivacyPolicy refuses ``spec``: (reason, limit, value, allowed), or None."""
+    from ldptel.client.sdk.policy import PrivacyPolicy
+
+    policy = PrivacyPolicy()
+    reason = policy.spec_refusal(spec)
+    if reason is None:
+        return None
+    limit = reason.split()[0]
+    value = {"report_epsilon": spec.effective_epsilon, "daily_epsilon": spec.daily_epsilon}.get(limit)
+    if value is None:
+        value = float(mechanism_of(spec.params).longitudinal_epsilon(spec.params))
+    allowed = {"report_epsilon": policy.max_report_epsilon, "daily_epsilon": policy.max_daily_epsilon}.get(
+        limit, policy.max_longitudinal_epsilon)
+    return reason, limit, value, allowed
+
+
+def check_default_policy(specs: Sequence[MetricSpec], allow: bool | Collection[str] = False) -> None:
+    """Refuse (:class:`AboveDefaultPolicyError`, the first offender) any spec beyond the default device policy
+    unless ``allow`` is True or holds its name: the one check behind ``ldptel metrics create|plan|apply``
+    and ``POST /v1/metrics`` (issue 22 §3). Writes nothing."""
+    for spec in specs:
+        if allow is True or (not isinstance(allow, bool) and spec.name in allow):
+            continue
+        found = default_policy_refusal(spec)
+        if found is not None:
+            raise AboveDefaultPolicyError(spec.name, *found)
 
 
 class RegistryCorruptError(LdpError, ValueError):

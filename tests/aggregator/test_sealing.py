@@ -3,6 +3,7 @@ estimator of every mechanism kind returns identical results before and after sea
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
 from typing import Any
@@ -134,3 +135,116 @@ def test_retention_from_the_registry_and_by_day_says_when_a_period_is_coarser(
     code, out, err = run_cli("estimate", "old", "--by-day", "--format", "csv")
     assert code == 0, err
     assert {row.split(",")[0] for row in out.splitlines()[1:]} == {"2025-12-26..2026-01-26", "2026-01-27..2026-02-27"}
+
+
+def test_retention_in_the_metrics_file_and_the_cli(redis: redis_lib.Redis, env_url: str, tmp_path: Any) -> None:
+    path = tmp_path / "metrics.toml"
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 1\nretention_days = 45\n')
+    code, out, err = run_cli("metrics", "plan", str(path))
+    assert code == 0, err
+    assert "~ a: retention_days forever → 45" in out and registry.list_metrics(redis) == []
+    code, out, err = run_cli("metrics", "apply", str(path))
+    assert code == 0, err
+    assert registry.get_metric(redis, "a").retention_days == 45
+    assert run_cli("metrics", "diff", str(path))[0] == 0  # applied: no difference left
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 1\nretention_days = 10\n')
+    code, out, _ = run_cli("metrics", "diff", str(path))
+    assert code == 1 and "retention_days 45 → 10" in out
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 1\nretention_days = -1\n')
+    code, _, err = run_cli("metrics", "apply", str(path))
+    assert code == 2 and "retention_days" in err
+    assert registry.get_metric(redis, "a").retention_days == 45  # nothing written
+    code, out, err = run_cli("metrics", "retention", "a", "--days", "7", "--format", "json")
+    assert code == 0 and json.loads(out)["retention_days"] == 7, err
+    code, out, err = run_cli("metrics", "retention", "a", "--forever")
+    assert code == 0 and "retention_days: forever" in out, err
+    assert registry.get_metric(redis, "a").retention_days is None
+    assert run_cli("metrics", "retention", "a", "--days", "-3")[0] == 2
+    assert run_cli("metrics", "retention", "nope", "--days", "3")[0] == 2
+
+
+def test_a_following_worker_seals_in_its_loop(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    import threading
+
+    from ldptel.aggregator.worker import Worker, WorkerConfig
+    from tests.wait import wait_until
+
+    record = create(redis, MetricSpec(name="live", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    ingested = [append_reports(redis, record, ["x", "y"] * 30, rng, day=day) for day in DAYS[:2]]
+    worker = Worker(redis, WorkerConfig(seal_seconds=0.2, checkpoint_seconds=0.05, block_seconds=0.1, rescan_seconds=0.2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        view = wait_until(lambda: (v := sealed.read_view(redis, "live")).days and len(v.days) == 2 and v,
+                          what="the worker to seal both days")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert view and view.days == {(1, sealed.day_number(d)): ing.n for d, ing in zip(DAYS[:2], ingested, strict=True)}
+    assert not any(store.sketch_index(redis, "live", 2).values())
+    want = ingested[0].expected_state()
+    want.add_inplace(ingested[1].expected_state())
+    got = sealed.summed_state(redis, "live", params=record.current.params, version=1, shards=2)
+    assert got.state.equals(want) and got.days == DAYS[:2]
+
+
+def test_the_dashboard_list_shows_sealed_days_and_their_reports(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    from ldptel.aggregator.dashboard.overview import metric_list
+
+    record = create(redis, MetricSpec(name="d", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=3)
+    for j, day in enumerate(DAYS):
+        append_reports(redis, record, ["x", "y"] * (20 + j), rng, day=day, batch_size=10)
+    drain(redis)
+    before = metric_list(redis)[0]
+    sealed.seal_metric(redis, "d", horizon_days=3, today=dt.date(2026, 3, 8))  # seals all but 03-04
+    assert any(store.sketch_index(redis, "d", 3).values())  # one day still per shard: both kinds in the list
+    after = metric_list(redis)[0]
+    assert after["days_by_version"] == before["days_by_version"] == {"1": list(DAYS)}
+    assert after["reports_by_day"] == before["reports_by_day"]
+
+
+def test_an_entry_of_a_sealed_day_goes_to_the_dead_letters_whole_not_into_the_day(
+    redis: redis_lib.Redis, rng: np.random.Generator,
+) -> None:
+    record = create(redis, MetricSpec(name="late", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    for day in DAYS[:2]:
+        append_reports(redis, record, ["x", "y"] * 30, rng, day=day)
+    drain(redis)
+    sealed.seal_metric(redis, "late", horizon_days=3)
+    want = estimate_metric(redis, "late").to_dict()
+    # an ingest whose clock is days behind would stamp a past day (nothing else can: append.lua, module docs)
+    late = append_reports(redis, record, ["x"] * 40, rng, day=DAYS[0], batch_size=20)
+    stats = drain(redis)
+    assert stats.dead == len(late.batches) and stats.reports == 0
+    letters = [fields for s in range(2) for _, fields in redis.xrange(keys.dead_letters("late", s))]
+    assert len(letters) == len(late.batches)
+    assert all(b"already sealed" in f[b"error"] and f[b"d"] == DAYS[0].encode() and f[b"b"] for f in letters)
+    assert estimate_metric(redis, "late").to_dict() == want
+    assert sealed.seal_metric(redis, "late", horizon_days=3).late_states == []
+
+
+def test_a_metric_that_cannot_be_sealed_does_not_stop_the_worker(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    import threading
+
+    from ldptel.aggregator.worker import Worker, WorkerConfig
+    from tests.wait import wait_until
+
+    bad = create(redis, MetricSpec(name="bad", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=1)
+    good = create(redis, MetricSpec(name="good", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=1)
+    append_reports(redis, bad, ["x"] * 20, rng, day=DAYS[0])
+    append_reports(redis, good, ["y"] * 20, rng, day=DAYS[0])
+    drain(redis)
+    redis.set(keys.sketch("bad", 0, 1, DAYS[0]), b"not a sketch state")  # unreadable: its day cannot be sealed
+    worker = Worker(redis, WorkerConfig(seal_seconds=0.2, checkpoint_seconds=0.05, block_seconds=0.1, rescan_seconds=0.2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: worker.errors().get("seal", 0) >= 2 and sealed.read_view(redis, "good").days,
+                   what="the bad metric to fail twice and the good one to be sealed")
+        today = dt.datetime.now(dt.UTC).date().isoformat()  # a day that is not sealed
+        append_reports(redis, good, ["x"] * 10, rng, day=today)
+        wait_until(lambda: worker.stats().reports == 10, what="the worker to keep folding")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert redis.get(keys.sketch("bad", 0, 1, DAYS[0])) == b"not a sketch state"  # left as it was

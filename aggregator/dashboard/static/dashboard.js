@@ -118,7 +118,9 @@ async function indexPage() {
     const last = days.length ? days[days.length - 1] : null;
     const row = el("tr", { dataset: { metric: m.name } },
       el("td", {}, el("a", { href: `/metrics/${encodeURIComponent(m.name)}`, text: m.name })),
-      el("td", { class: "text" }, el("span", { class: `badge ${m.status}`, text: m.status })),
+      el("td", { class: "text" }, el("span", { class: `badge ${m.status}`, text: m.status }),
+        m.above_default_policy ? el("span", { class: "badge above-policy", title: m.above_default_policy,
+          dataset: { mark: "above_default_policy" }, text: "above default policy" }) : ""),
       el("td", { class: "text", text: m.mechanism }),
       el("td", { text: fmtEps(m.epsilon), dataset: { col: "epsilon" } }),
       el("td", { text: fmtEps(m.effective_epsilon), dataset: { col: "effective_epsilon" } }),
@@ -331,9 +333,12 @@ function seriesChart(doc, scale, what, offset = 0) {
   }
   const values = [...byValue.keys()].slice(0, SERIES_MAX);
   if (!values.length) return nothing("No per-day rows with an estimate and an interval to draw.");
-  const day0 = Date.parse(doc.days[0]), dayMs = 86400000;
-  const span = Math.round((Date.parse(doc.days[doc.days.length - 1]) - day0) / dayMs);
-  const idx = (d) => Math.round((Date.parse(d) - day0) / dayMs);
+  // a "first..last" day is a period coarser than a day (past the metric's retention): drawn at its first day
+  const start = (d) => Date.parse(String(d).split("..")[0]), end = (d) => Date.parse(String(d).split("..").pop());
+  const coarse = doc.days.filter((d) => String(d).includes("..")).length;
+  const day0 = start(doc.days[0]), dayMs = 86400000;
+  const span = Math.round((end(doc.days[doc.days.length - 1]) - day0) / dayMs);
+  const idx = (d) => Math.round((start(d) - day0) / dayMs);
   const y = (r, k) => (share ? r[k] / r.n : r[k]);
   const f = share ? fmtShare : fmtCount;
   const all = values.flatMap((v) => byValue.get(v));
@@ -388,7 +393,8 @@ function seriesChart(doc, scale, what, offset = 0) {
   const hidden = byValue.size - values.length;
   document.getElementById("series-note").textContent =
     `${what || (share ? "share of each day's reports" : "estimated count")} with ${pct(doc)}% interval bands${what ? "" : `, ${chosen} estimator`}` +
-    (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "");
+    (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "") +
+    (coarse ? ` · ${coarse} point(s) coarser than a day: 32-day periods past the metric's retention, drawn at their first day` : "");
   return node;
 }
 
@@ -448,6 +454,7 @@ async function metricPage() {
     item("reports/device/day", String(info.reports_per_day)), item("status", info.status),
     item("lag", info.lag === null ? "?" : fmtInt(info.lag)));
   if (info.description) meta.append(el("span", { text: info.description }));
+  if (info.longitudinal) meta.append(el("span", { class: "small", dataset: { meta: "longitudinal" }, text: info.longitudinal }));
   const versionSelect = form.elements.version;
   for (const v of info.versions.slice().reverse()) versionSelect.append(el("option", { value: String(v), text: `v${v}${v === info.version ? " (current)" : ""}` }));
   const field = (key) => form.elements[key].closest("label");

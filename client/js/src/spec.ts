@@ -1,7 +1,7 @@
 /** Metric specs as the registry serves them (`GET /v1/metrics/<name>`): params plus the reporting policy. */
 import { InvalidParameterError } from "./errors.js";
 import { fingerprintOf } from "./keyed.js";
-import { isPermanent, longitudinalEpsilon, paramsFromDict, type Params } from "./params.js";
+import { isPermanent, longitudinalEpsilon, paramsFromDict, reportCharge, type Params } from "./params.js";
 import { NAME_RE, NAME_RULE } from "./wire.js";
 
 export const MAX_REPORTS_PER_DAY = 10000;
@@ -13,18 +13,22 @@ export interface MetricSpec {
   params: Params;
   /** ε of one report (from the integer thresholds). */
   effectiveEpsilon: number;
-  /** effective ε × reports_per_day. */
+  /** What the daily ledger charges per report: the effective ε, or ε_irr under a permanent randomized response. */
+  reportCharge: number;
+  /** reportCharge × reports_per_day. */
   dailyEpsilon: number;
   /** ε of all reports of one value: per privatization, ever (permanent RR), or per day (memo). */
   longitudinalEpsilon: number;
   permanent: boolean;
   /** SHA-256 privatization fingerprint (keys the PRR, the memo and the lifetime ledger). */
   fingerprint: Uint8Array;
+  /** β: the share of devices that take part each day (secret sampling; 1: all). */
+  sampleRate: number;
   /** The spec's JSON (what is cached on the device). */
   json: Record<string, unknown>;
 }
 
-const ALLOWED = ["name", "version", "params", "reports_per_day", "description", "owner", "expires", "notes", "effective_epsilon"];
+const ALLOWED = ["name", "version", "params", "reports_per_day", "description", "owner", "expires", "notes", "effective_epsilon", "sample_rate"];
 
 /** A spec from its JSON form, fully validated (a hostile server's spec throws InvalidParameterError). */
 export function specFromDict(data: unknown): MetricSpec {
@@ -43,14 +47,20 @@ export function specFromDict(data: unknown): MetricSpec {
   if (typeof rpd !== "number" || !Number.isInteger(rpd) || rpd < 1 || rpd > MAX_REPORTS_PER_DAY) {
     throw new InvalidParameterError("reports_per_day", `an integer in [1, ${MAX_REPORTS_PER_DAY}]`, rpd);
   }
+  const rate = obj.sample_rate ?? 1.0;
+  if (typeof rate !== "number" || !(rate > 0 && rate <= 1)) {
+    throw new InvalidParameterError("sample_rate", "a number in (0, 1] (the share of devices that take part each day)", rate);
+  }
   const params = paramsFromDict(obj.params);
   return {
+    sampleRate: rate,
     name,
     version,
     reportsPerDay: rpd,
     params,
     effectiveEpsilon: params.effectiveEpsilon,
-    dailyEpsilon: params.effectiveEpsilon * rpd,
+    reportCharge: reportCharge(params),
+    dailyEpsilon: reportCharge(params) * rpd,
     longitudinalEpsilon: longitudinalEpsilon(params),
     permanent: isPermanent(params),
     fingerprint: fingerprintOf(params.dict),
