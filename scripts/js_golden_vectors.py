@@ -31,8 +31,8 @@ import mmh3
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
-from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.mechanisms.histogram import bucket_edges
+from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.protocol.hashing import HashFamily, value_bytes
 from ldptel.client.protocol.keyed import memo_key, privatization_fingerprint, prr_stream
 from ldptel.client.protocol.specs import params_from_dict
