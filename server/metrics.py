@@ -74,7 +74,7 @@ def post_metric() -> Response:
         if not isinstance(allow, bool):
             raise InvalidParameterError("allow_above_default_policy", "true or false", allow)
         spec = MetricSpec.from_dict(data)
-        check_default_policy([spec], allow=allow)
+        check_default_policy(state.redis, [spec], allow=allow)
         record, change = register_metric(state.redis, spec, shards=shards, default_shards=state.config.shards)
         state.recent.pop(spec.name, None)
     except InvalidParameterError as exc:

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
             spec = spec_from_args(args)
-            registry.check_default_policy([spec], allow=args.allow_above_default_policy)
+            registry.check_default_policy(r, [spec], allow=args.allow_above_default_policy)
             rec, change = registry.register_metric(r, spec, shards=args.shards)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
@@ -170,7 +170,7 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
 
     metrics = metrics_file.load_metrics_file(path)
     if action != "diff":
-        registry.check_default_policy([item.spec for item in metrics],
+        registry.check_default_policy(r, [item.spec for item in metrics],
                                       allow=allow or {item.spec.name for item in metrics if item.allow_above_default_policy})
     records = registry.list_metrics(r)
     changes, missing = metrics_file.plan_file(records, metrics)

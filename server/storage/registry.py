@@ -128,14 +128,41 @@ def default_policy_refusal(spec: MetricSpec) -> tuple[str, str, float, float] | 
     return reason, limit, value, allowed
 
 
-def check_default_policy(specs: Sequence[MetricSpec], allow: bool | Collection[str] = False) -> None:
-    """Refuse (:class:`AboveDefaultPolicyError`, the first offender) any spec beyond the default device policy
-    unless ``allow`` is True or holds its name: the one check behind ``ldptel metrics create|plan|apply``
-    and ``POST /v1/metrics`` (issue 22 §3). Writes nothing."""
-    for spec in specs:
-        if allow is True or (not isinstance(allow, bool) and spec.name in allow):
-            continue
-        found = default_policy_refusal(spec)
+def _lifetime_refusal(old: MetricRecord | None, spec: MetricSpec) -> tuple[str, str, float, float] | None:
+    """A new permanent privatization that takes the lifetime ε∞ a default-policy device charges for a value
+    reported under every version of the metric (:func:`ldptel.client.sdk.ledger.charge_lifetime`) past the cap."""
+    from ldptel.client.protocol.keyed import privatization_fingerprint
+    from ldptel.client.sdk.policy import PrivacyPolicy
+
+    if old is None or not mechanism_of(spec.params).permanent:
+        return None
+    used = {privatization_fingerprint(v.params): float(mechanism_of(v.params).longitudinal_epsilon(v.params))
+            for v in old.versions.values() if mechanism_of(v.params).permanent}
+    new = privatization_fingerprint(spec.params)
+    if new in used:
+        return None  # devices already charged it
+    total = sum(used.values()) + float(mechanism_of(spec.params).longitudinal_epsilon(spec.params))
+    cap = PrivacyPolicy().max_longitudinal_epsilon
+    if total <= cap * (1 + 1e-9):
+        return None
+    reason = (f"longitudinal_epsilon {total:.4g} (the lifetime ε∞ of a value reported under every version: a new "
+              f"permanent randomization) is above the device policy's maximum {cap:.4g}, so devices that reported "
+              f"under the earlier versions refuse it")
+    return reason, "longitudinal_epsilon", total, cap
+
+
+def check_default_policy(r: redis.Redis, specs: Sequence[MetricSpec], allow: bool | Collection[str] = False) -> None:
+    """Refuse (:class:`AboveDefaultPolicyError`, the first offender) any spec that devices with the default
+    PrivacyPolicy would refuse, unless ``allow`` is True or holds its name: its own ε per report, per day and
+    ε∞, and, for a new permanent randomization of an existing metric, the lifetime ε∞ summed over the metric's
+    versions. The one check behind ``ldptel metrics create|plan|apply`` and ``POST /v1/metrics`` (issue 22 §3).
+    Reads the registry, writes nothing."""
+    checked = [spec for spec in specs if not (allow is True or (not isinstance(allow, bool) and spec.name in allow))]
+    if not checked:
+        return
+    raws = r.hmget(keys.registry(), [spec.name for spec in checked])
+    for spec, raw in zip(checked, raws, strict=True):
+        found = default_policy_refusal(spec) or _lifetime_refusal(None if raw is None else parse_record(raw), spec)
         if found is not None:
             raise AboveDefaultPolicyError(spec.name, *found)
 

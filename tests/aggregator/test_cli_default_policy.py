@@ -111,3 +111,17 @@ def test_a_file_allows_one_metric_or_the_flag_allows_all(redis: redis_lib.Redis,
     bad.write_text(TOML.replace('epsilon = 6.0', 'epsilon = 6.0\nallow_above_default_policy = "yes"'))
     code, _, err = run_cli("metrics", "apply", str(bad))
     assert code == 2 and "allow_above_default_policy" in err and "true or false" in err
+
+
+def test_a_new_version_past_the_lifetime_cap_of_earlier_versions_is_refused(redis: redis_lib.Redis) -> None:
+    """A device that reported under v1 and v2 charges ε∞ 1.66 + 2.69; a v3 at ε = 3 (ε∞ 3.69) takes the sum to
+    8.04 > 8, so such devices would refuse v3: refused here too. A version back to an earlier privatization is
+    charged nothing new (devices already hold its permanent answers) and is accepted."""
+    rr = ("metrics", "create", "flag", "--mechanism", "rr", "--epsilon")
+    assert run_cli(*rr, "1")[0] == 0 and run_cli(*rr, "2")[0] == 0
+    code, out, err = run_cli(*rr, "3")
+    line = _error_line(err)
+    assert code == 2 and "longitudinal_epsilon 8.039" in line and "maximum 8" in line and "earlier versions" in line
+    assert registry.get_metric(redis, "flag").current_version == 2
+    assert run_cli(*rr, "1")[0] == 0 and registry.get_metric(redis, "flag").current_version == 3
+    assert run_cli(*rr, "3", "--allow-above-default-policy")[0] == 0

@@ -35,3 +35,11 @@ def test_the_explicit_override_registers_it(api, redis) -> None:  # type: ignore
     response = api.create(spec, allow_above_default_policy="yes")
     assert response.status_code == 400 and response.get_json()["parameter"] == "allow_above_default_policy"
     assert api.create(MetricSpec(name="fine", params=RrParams(epsilon=1.0))).status_code == 201
+
+
+def test_a_new_version_past_the_lifetime_cap_of_earlier_versions_is_refused(api) -> None:  # type: ignore[no-untyped-def]
+    for eps in (1.0, 2.0):
+        assert api.create(MetricSpec(name="flag", params=RrParams(epsilon=eps))).status_code == 201
+    response = api.create(MetricSpec(name="flag", params=RrParams(epsilon=3.0)))
+    assert response.status_code == 422 and response.get_json()["parameter"] == "longitudinal_epsilon"
+    assert api.admin("GET", "/v1/metrics/flag").get_json()["current_version"] == 2
