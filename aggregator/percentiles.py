@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ldptel.aggregator.postprocess import norm_sub
 from ldptel.client import Estimate
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms import Bucketed, mechanism_of
+from ldptel.client.mechanisms.capabilities import require
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_number
 
@@ -41,6 +43,16 @@ class Percentile:
         return {"percentile": self.percentile, "estimate": self.estimate, "ci_low": self.ci_low, "ci_high": self.ci_high}
 
 
+def bucketed(params: ParamsBase) -> Bucketed[Any, Any]:
+    """The mechanism of a numeric histogram's params (InvalidParameterError for any other)."""
+    return require(mechanism_of(params), Bucketed, "a numeric histogram")  # type: ignore[type-abstract]  # mypy#4717
+
+
+def bucket_edges(params: ParamsBase) -> np.ndarray:
+    """The d + 1 bucket edges of a numeric histogram's params."""
+    return bucketed(params).bucket_edges(params)
+
+
 def check_percentiles(levels: Sequence[object]) -> tuple[float, ...]:
     if isinstance(levels, (str, bytes)) or len(levels) == 0:
         raise InvalidParameterError("percentiles", "a non-empty list of numbers in (0, 100)", levels)
@@ -49,10 +61,8 @@ def check_percentiles(levels: Sequence[object]) -> tuple[float, ...]:
 
 def percentiles(params: ParamsBase, est: Estimate, levels: Sequence[object] = DEFAULT_PERCENTILES) -> tuple[Percentile, ...]:
     """The asked percentiles of a numeric histogram's raw estimate ``est`` (all its buckets, in order)."""
-    mech = mechanism_of(params)
+    mech = bucketed(params)
     edges = mech.bucket_edges(params)
-    if edges is None:
-        raise InvalidParameterError("metric", "a numeric histogram for percentiles", params.mechanism)
     qs = np.array(check_percentiles(levels)) / 100.0
     n = est.n
     if est.counts.size != edges.size - 1:

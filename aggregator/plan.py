@@ -539,7 +539,7 @@ def plan_mean(
     *, lo: float, hi: float, n: int, epsilons: Sequence[float] = DEFAULT_EPSILONS, error: float | None = None,
     confidence: float = 0.95,
 ) -> tuple[MeanPlanRow, ...]:
-    """Every mechanism whose estimate is a mean (``Mechanism.estimates_counts`` false, params from lo and hi),
+    """Every mechanism whose estimate is a mean (kind ``summary``, params from lo and hi),
     at each ε: the worst case of its own ``variance`` over where the mean lies (a 257-point grid), as the ±
     of the mean at n reports and the reports a ± of ``error`` (value units) needs. The sum's ± is n times."""
     check_int("n", n, 1, 1 << 62)
@@ -547,7 +547,7 @@ def plan_mean(
     half = (hi - lo) / 2.0
     rows = []
     for mech in mechanisms():
-        if mech.estimates_counts:
+        if mech.kind != "summary":
             continue
         for eps in epsilons:
             try:

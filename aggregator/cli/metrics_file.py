@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli.common import UserError, read_text
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.mechanisms import Permanent, get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
 from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
@@ -142,7 +142,7 @@ def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
     if old.params == new.params:
         lines.append("the params are unchanged, so devices keep their permanent randomization and the day's memo "
                      "(both are keyed by the privatization, not the version)")
-    elif old_mech.permanent or new_mech.permanent:
+    elif any(isinstance(mech, Permanent) for mech in (old_mech, new_mech)):
         a, b = old_mech.longitudinal_epsilon(old.params), new_mech.longitudinal_epsilon(new.params)
         lines.append(
             f"devices start a new permanent randomization: a value reported under both v{old.version} and "

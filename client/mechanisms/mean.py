@@ -48,7 +48,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import Summary
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import (
     SINGLE_DRAW_PROB_BITS,
@@ -299,14 +300,13 @@ def number_of(value: object) -> float:
     return x
 
 
-class BoundedMean(Mechanism[MeanParams, MeanBatch]):
+class BoundedMean(Summary[MeanParams, MeanBatch]):
     """Bounded mean and sum: one bit (onebit) or one cell index (dhm) per report."""
 
     name = "mean"
     code = 8
     params_type = MeanParams
     batch_type = MeanBatch
-    estimates_counts = False
 
     def clips(self, value: object, params: MeanParams) -> bool:
         return not params.lo <= number_of(value) <= params.hi

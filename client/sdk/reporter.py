@@ -101,6 +101,7 @@ from pathlib import Path
 from typing import Literal
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.capabilities import Permanent
 from ldptel.client.mechanisms.registry import mechanism_of
 from ldptel.client.protocol.keyed import privatization_fingerprint
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
@@ -486,5 +487,5 @@ class Reporter:
             refusal = self._policy.refusal(report=eps_one, daily=daily, longitudinal=eps_inf)
             cached = self._costs[key] = _Cost(
                 eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
-                lifetime=eps_inf if mechanism_of(spec.params).permanent else None)
+                lifetime=eps_inf if isinstance(mechanism_of(spec.params), Permanent) else None)
         return cached
