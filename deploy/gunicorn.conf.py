@@ -35,6 +35,10 @@ limit_request_field_size = 8190
 # No client address in any log line, at any level: gunicorn's own "Invalid request from ip=..." warnings
 # and every access-log atom included (ldptel.server.gunicorn_logger).
 logger_class = "ldptel.server.gunicorn_logger.AnonymousLogger"
+# The proxies whose forwarding headers are believed: the same LDPTEL_TRUSTED_PROXIES the app reads for the client
+# address (ldptel.server.proxies), here for X-Forwarded-Proto & co. (wsgi.url_scheme). Unset: no peer, not even
+# gunicorn's default 127.0.0.1 (a header is trusted only from a proxy the operator declared).
+forwarded_allow_ips = os.environ.get("LDPTEL_TRUSTED_PROXIES", "").strip()
 # Access log without the client address, user agent, referer or query string: no identifiers in logs.
 accesslog = os.environ.get("LDPTEL_ACCESS_LOG", "-") or None
 access_log_format = '"%(m)s %(U)s" %(s)s %(B)s %(M)sms'

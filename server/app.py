@@ -20,6 +20,7 @@ from ldptel.server.config import ServerConfig
 from ldptel.server.errors import register_error_handlers
 from ldptel.server.fastpath import FastIngest
 from ldptel.server.prom import Telemetry
+from ldptel.server.proxies import TrustedProxies
 from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.server.state import EXTENSION, IngestState, digest
 from ldptel.storage.append import BatchAppender
@@ -62,6 +63,7 @@ def create_app(config: ServerConfig | None = None) -> Flask:
         limiter=None if cfg.rate_limit is None else TokenRateLimiter(client, rate=cfg.rate_limit, burst=cfg.rate_burst),
         failures=None if cfg.auth_failure_limit is None else SourceFailureLimiter(
             rate=cfg.auth_failure_limit, burst=cfg.auth_failure_burst),
+        proxies=TrustedProxies(cfg.trusted_proxies),
         telemetry=Telemetry(),
         app_digests=frozenset(digest(t) for t in cfg.app_tokens),
         admin_digest=digest(cfg.admin_token),

@@ -30,6 +30,10 @@ Environment variables (all optional except the tokens):
                                ``off`` (default 1000:2000)
 ``LDPTEL_AUTH_FAILURE_LIMIT``  ``RATE[:BURST]`` failed authentications/s per source address and process (memory
                                only), or ``off`` (default 1:20)
+``LDPTEL_TRUSTED_PROXIES``     comma-separated addresses or CIDR networks of the reverse proxies in front of the
+                               service (e.g. ``127.0.0.1`` for ``deploy/nginx.conf`` on the same host); from
+                               those peers only, the client address for the failed-authentication limit is
+                               read from ``X-Forwarded-For`` (:mod:`ldptel.server.proxies`). Default: none
 ``LDPTEL_SHARDS``              stream shards of a new metric (default 4)
 ``LDPTEL_RETRY_HORIZON_DAYS``  days a batch may be retried: the server refuses (422 ``batch_too_old``) a batch
                                formed longer ago and remembers batch ids until the end of their arrival day +
@@ -57,6 +61,7 @@ from ldptel.client.protocol.wire import (
     MAX_REPORTS,
     MAX_RETRY_HORIZON_DAYS,
 )
+from ldptel.server.proxies import Network, ProxyConfigError, parse_trusted_proxies
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.client import parse_redis_url
 from ldptel.storage.registry import DEFAULT_SHARDS, MAX_SHARDS
@@ -89,7 +94,8 @@ class ServerConfig:
 
     ``rate_limit`` is requests/s per token over every process and replica (``None``: no limit) and
     ``rate_burst`` the bucket size; ``auth_failure_limit``/``auth_failure_burst`` the same for failed
-    authentications per source address, in each process (``ldptel.server.ratelimit``). ``redis_url=None`` means "start an embedded Redis" (:func:`ldptel.server.serve`,
+    authentications per source address, in each process (``ldptel.server.ratelimit``); ``trusted_proxies``
+    the proxies whose ``X-Forwarded-For`` names that address (a string is parsed like the variable). ``redis_url=None`` means "start an embedded Redis" (:func:`ldptel.server.serve`,
     :func:`ldptel.server.create_app` and the gunicorn config all honour it).
     """
 
@@ -103,6 +109,7 @@ class ServerConfig:
     rate_burst: int = 2000
     auth_failure_limit: float | None = 1.0
     auth_failure_burst: int = 20
+    trusted_proxies: tuple[Network, ...] = ()
     shards: int = DEFAULT_SHARDS
     retry_horizon_days: int = DEFAULT_RETRY_HORIZON_DAYS
     retry_after: int = 1
@@ -140,6 +147,13 @@ class ServerConfig:
                 math.isfinite(self.auth_failure_limit) and self.auth_failure_limit > 0):
             raise ConfigError(f"{PREFIX}AUTH_FAILURE_LIMIT must be a positive number of failures/s or 'off'")
         _check_range("AUTH_FAILURE_LIMIT burst", self.auth_failure_burst, 1, MAX_BURST)
+        proxies = self.trusted_proxies
+        try:
+            parsed = parse_trusted_proxies(proxies) if isinstance(proxies, str) else parse_trusted_proxies(
+                ",".join(str(p) for p in proxies))
+        except ProxyConfigError as exc:
+            raise ConfigError(f"{PREFIX}TRUSTED_PROXIES: {exc}") from None
+        object.__setattr__(self, "trusted_proxies", parsed)
         _check_range("SHARDS", self.shards, 1, MAX_SHARDS)
         _check_range("RETRY_HORIZON_DAYS", self.retry_horizon_days, 0, MAX_RETRY_HORIZON_DAYS)
         _check_range("RETRY_AFTER", self.retry_after, 1, 3600)
@@ -190,6 +204,9 @@ class ServerConfig:
         raw = get("AUTH_FAILURE_LIMIT")
         if raw is not None:
             kwargs["auth_failure_limit"], kwargs["auth_failure_burst"] = _parse_rate(raw, "AUTH_FAILURE_LIMIT")
+        raw = get("TRUSTED_PROXIES")
+        if raw is not None:
+            kwargs["trusted_proxies"] = raw
         raw = get("DATA_DIR")
         if raw is not None:
             kwargs["data_dir"] = Path(raw)

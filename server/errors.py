@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import redis
 from flask import Flask, Response
+from redis.exceptions import RedisClusterException
 from werkzeug.exceptions import HTTPException
 
 from ldptel.client.errors import LdpError
@@ -97,6 +98,9 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(ApiError, _api_error)
     app.register_error_handler(HTTPException, _http_error)
     app.register_error_handler(redis.RedisError, _redis_error)
+    # redis-py's cluster client without a usable slot map (every node down, a slot served by none during a
+    # failover): not a RedisError, the same 503
+    app.register_error_handler(RedisClusterException, _redis_error)
     app.register_error_handler(Exception, _internal_error)
 
 
@@ -113,7 +117,7 @@ def _http_error(exc: HTTPException) -> Response:
     return error_response(status, code, exc.description or exc.name, headers=headers)
 
 
-def _redis_error(exc: redis.RedisError) -> Response:
+def _redis_error(exc: redis.RedisError | RedisClusterException) -> Response:
     log.warning("redis unavailable: %s", type(exc).__name__)
     retry_after = str(current_state().config.retry_after)
     return error_response(503, *REDIS_UNAVAILABLE, headers={"Retry-After": retry_after})

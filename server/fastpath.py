@@ -9,7 +9,8 @@ wraps ``app.wsgi_app`` (the way Flask documents for middleware) and answers that
 It only ever answers **202** (or **503** when Redis is unreachable). At the first thing that is not the common
 case — another path, method or content type, a missing length or a chunked body, a body over the limit, no or
 not an app token, the rate limit, a multi-part upload or a batch that does not decode, too many reports, an unknown metric, a retired
-metric or another version, or anything unexpected before the append — it hands the request, with the body it
+metric or another version, a batch id seen before with other content (the script wrote nothing), or anything
+unexpected before the append — it hands the request, with the body it
 read, to the Flask app, which checks everything again and answers with the documented error. So every error
 comes from one place (the Flask app: ``reports.py``, ``auth.py``, ``errors.py``), and both paths share the
 helpers in ``state.py``: the token digest, the registry cache, the validation (:func:`decode_payload`), the
@@ -33,6 +34,7 @@ from ldptel.server.state import (
     RATE_WAIT_KEY,
     REDIS_UNAVAILABLE,
     BatchAgeError,
+    BatchIdConflictError,
     IngestState,
     append_batch,
     bearer_digest,
@@ -94,8 +96,7 @@ class FastIngest:
         token_digest = None if header_text is None else bearer_digest(header_text)
         if token_digest is None or not digest_in(token_digest, state.app_digests):
             return None
-        if state.failures is not None and state.failures.blocked(environ.get("REMOTE_ADDR") or ""):
-            return None  # Flask answers 429 (a source over its failed-authentication limit)
+        # A valid app token is never refused for its source's failed authentications (auth.py): no check here.
         if state.limiter is not None:
             wait = environ[RATE_WAIT_KEY] = state.limiter.acquire(token_digest)
             if wait > 0:
@@ -117,9 +118,12 @@ class FastIngest:
             check_batch_age(age, state.config.retry_horizon_days)
         except BatchAgeError:
             return None  # Flask answers 400/422
-        return append_batch(
-            state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, age=age
-        )
+        try:
+            return append_batch(
+                state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, age=age
+            )
+        except BatchIdConflictError:
+            return None  # nothing was written: Flask runs it again and answers 409 batch_id_conflict
 
     def _respond(
         self, start_response: StartResponse, t0: float, status: int, body: dict[str, Any], *, retry_after: bool = False

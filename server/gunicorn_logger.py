@@ -9,7 +9,9 @@ from ip=<addr>: ...``, level warning) and offers it to the access log (``%(h)s``
   The addresses gunicorn listens on are left alone (``Listening at: http://10.0.0.5:8000`` stays useful):
   they are the server's own, never a client's;
 * the access log's atoms lose ``REMOTE_ADDR`` and ``REMOTE_PORT``, so no ``access_log_format``
-  (``%(h)s``, ``%({remote_addr}e)s``, ``%({remote_port}e)s``) can print them; the user agent and referer
+  (``%(h)s``, ``%({remote_addr}e)s``, ``%({remote_port}e)s``) can print them, nor the headers that carry an
+  address, a credential or the user agent (``%({x-forwarded-for}i)s``, ``%({authorization}i)s``,
+  ``%({http_x_real_ip}e)s``, ...: :data:`_PRIVATE_HEADERS`); the user agent and referer
   (``%(a)s``, ``%(f)s``) are ``-`` and the request time (``%(t)s``) is the UTC day;
 * error-log lines are dated with the UTC day only (``[2026-11-23 UTC]``), never the time of day: a line about
   a request must not tell when it came (issue 12: nothing finer than the day for anything tied to a batch).
@@ -32,6 +34,9 @@ from gunicorn.glogging import Logger  # type: ignore[import-untyped]
 __all__ = ["AddressFilter", "AnonymousLogger", "scrub_addresses"]
 
 REDACTED = "<addr>"
+# Request headers no access-log atom may print: the client's address as a trusted proxy forwards it (the ingest
+# reads it for the failed-authentication limit only: ldptel.server.proxies), credentials, the user agent.
+_PRIVATE_HEADERS = ("x-forwarded-for", "x-real-ip", "forwarded", "authorization", "cookie", "user-agent", "referer")
 # Candidates, validated by ipaddress: [v6](:port), v6 (incl. ::ffff:1.2.3.4), v4(:port).
 _CANDIDATE = re.compile(
     r"\[(?P<b6>[0-9A-Fa-f:.]+)(?:%[\w.-]+)?\](?::\d+)?"
@@ -110,4 +115,7 @@ class AnonymousLogger(Logger):  # type: ignore[misc]
         atoms["t"] = time.strftime("[%d/%b/%Y]", time.gmtime())
         atoms.pop("{remote_addr}e", None)
         atoms.pop("{remote_port}e", None)
+        for header in _PRIVATE_HEADERS:  # %({x-forwarded-for}i)s and %({http_x_forwarded_for}e)s print "-"
+            atoms.pop("{" + header + "}i", None)
+            atoms.pop("{http_" + header.replace("-", "_") + "}e", None)
         return atoms

@@ -36,6 +36,7 @@ _ERROR_CODES = [
     "method_not_allowed",
     "version_conflict",
     "metric_retired",
+    "batch_id_conflict",
     "registry_conflict",
     "too_large",
     "too_many_reports",
@@ -86,6 +87,7 @@ _SCHEMAS: dict[str, Any] = {
             "allowed": {"type": "string"},
             "received": {"type": "string"},
             "metric": {"type": "string"},
+            "batch_id": {"type": "string", "pattern": "^[0-9a-f]{32}$", "description": "of a batch_id_conflict"},
             "version": {"type": "integer"},
             "current_version": {"type": "integer"},
             "status": _STATUS,
@@ -222,7 +224,7 @@ def _json(description: str, schema: str) -> dict[str, Any]:
 _AUTH_ERRORS = {
     "401": _error("missing or unknown bearer token"),
     "403": _error("the token may not use this endpoint"),
-    "429": _error("over the per-token rate limit (see Retry-After)"),
+    "429": _error("over the per-token rate limit, or (wrong, admin or metrics tokens) the source over its failed-authentication limit; see Retry-After"),
     "503": _error("Redis unreachable (see Retry-After)"),
 }
 _NAME_PARAM = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -322,7 +324,9 @@ _PATHS: dict[str, Any] = {
                 "200": _json("a multi-part upload: one result per part, in order", "UploadResults"),
                 "400": _error("malformed body, wrong sizes, indices or bits, or an invalid X-Ldptel-Batch-Age-Days"),
                 "404": _error("unknown metric"),
-                "409": _error("retired metric or not the current version; the body carries the current spec"),
+                "409": _error("retired metric or not the current version (the body carries the current spec), or "
+                              "batch_id_conflict: the batch id was accepted before with different bytes (nothing "
+                              "stored; a retry resends the same bytes, a new batch takes a new id)"),
                 "413": _error("too many reports or bytes"),
                 "415": _error("unsupported content type"),
                 "422": _error("batch_too_old: formed longer ago than the retry horizon; drop it, do not retry"),

@@ -14,11 +14,13 @@ authentication (process memory only).
   AOF); after a restart or failover the buckets start full. A refused request writes nothing. One round
   trip per authenticated request.
 * :class:`SourceFailureLimiter`: failed authentications (401) per source, a token bucket in this process's
-  memory only, keyed by a keyed hash of the peer address (a random key per process, so not even a memory
-  dump lists addresses). Never stored, logged or sent anywhere; with W processes a source may fail W × the
-  limit. While a source is over its limit, every request from it that needs a token gets 429 before the
-  token is looked at (a right guess gets the same answer, so guessing stays bounded). Behind a reverse proxy
-  the peer is the proxy: give each client its own address (PROXY protocol) or limit failures at the proxy.
+  memory only, keyed by a keyed hash of the source (a random key per process, so not even a memory dump
+  lists addresses). Never stored, logged or sent anywhere; with W processes a source may fail W × the
+  limit. The source is the real client: the TCP peer, or behind a proxy declared in ``LDPTEL_TRUSTED_PROXIES``
+  the address that proxy wrote in ``X-Forwarded-For`` (:mod:`ldptel.server.proxies`; IPv6 by its /64). While a
+  source is over its limit its wrong tokens, and its admin/metrics tokens, get 429 (a right guess of a secret
+  token gets the same answer); a valid app token is always served (``auth.py``), so no client, valid or not,
+  can stop another's ingest.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ written:
 5. the batch's age (``X-Ldptel-Batch-Age-Days``, optional): 400 if invalid, 422 ``batch_too_old`` beyond the
    retry horizon (``state.check_batch_age``: a batch is either deduplicated or refused, never counted twice);
 6. one Lua script on the batch's shard: dedupe on the batch id and ``XADD`` the batch bytes with the UTC day
-   (202 only after Redis replied; :mod:`ldptel.storage.append`).
+   (202 only after Redis replied; :mod:`ldptel.storage.append`). A batch id seen before is answered 202
+   ``duplicate: true`` when the bytes are the same (a retry) and 409 ``batch_id_conflict`` when they differ
+   (nothing written; counted as a rejection), within one multi-part upload or across requests.
 
 A **multi-part upload** (binary body starting with ``b"LDPU"``, :func:`ldptel.client.protocol.wire.split_upload`)
 carries several batches (of different metrics, versions, days). After step 1 and a check of the envelope (400),
@@ -38,6 +40,7 @@ logged, and no request body or report ever reaches a log.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 from flask import Blueprint, Response, request
 
@@ -56,6 +59,7 @@ from ldptel.server.bodies import parse_json, read_body
 from ldptel.server.errors import ApiError, fail, json_response
 from ldptel.server.state import (
     BatchAgeError,
+    BatchIdConflictError,
     IngestState,
     append_batch,
     cached_record,
@@ -105,6 +109,8 @@ def post_reports() -> Response:
                                     n=batch.n, data=batch.data, age=age)
         except BatchAgeError as exc:
             fail(exc.status, exc.code, str(exc), metric=batch.record.name, n=batch.n)
+        except BatchIdConflictError as exc:
+            _conflict(batch, exc)
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)
         raise
@@ -126,11 +132,22 @@ def _part(state: IngestState, body: bytes, age: str | None) -> dict[str, object]
     except ApiError as exc:
         state.telemetry.rejected(exc.metric, exc.code, exc.n)
         return {"http_status": exc.status, **error_body(exc.code, exc.message, **exc.extra)}
-    accepted = append_batch(
-        state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n, data=batch.data,
-        age=age,
-    )
+    try:
+        try:
+            accepted = append_batch(
+                state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n,
+                data=batch.data, age=age,
+            )
+        except BatchIdConflictError as exc:
+            _conflict(batch, exc)
+    except ApiError as exc:
+        state.telemetry.rejected(exc.metric, exc.code, exc.n)
+        return {"http_status": exc.status, **error_body(exc.code, exc.message, **exc.extra)}
     return {"http_status": 202, **accepted}
+
+
+def _conflict(batch: _Batch, exc: BatchIdConflictError) -> NoReturn:
+    fail(409, "batch_id_conflict", str(exc), metric=batch.record.name, n=batch.n, batch_id=batch.batch_id.hex())
 
 
 def _binary_batch(state: IngestState, body: bytes) -> _Batch:

@@ -41,7 +41,7 @@ def serve(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000) ->
     embedded: EmbeddedRedis | None = None
     try:
         if config.redis_url is None:
-            embedded = EmbeddedRedis(appendonly=True, data_dir=config.data_dir).start()
+            embedded = EmbeddedRedis(appendonly=True, data_dir=config.data_dir, appendfsync="always").start()
             config = replace(config, redis_url=embedded.url)
             print(f"ldptel: embedded Redis at {embedded.url} (data: {embedded.data_dir})", file=sys.stderr)
         app = create_app(config)

@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 from flask import current_app
+from redis.exceptions import RedisClusterException
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
@@ -24,6 +25,7 @@ from ldptel.client.protocol.specs import Params
 from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
+from ldptel.server.proxies import TrustedProxies
 from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.storage import keys
 from ldptel.storage.append import BatchAppender, utc_day
@@ -35,6 +37,7 @@ __all__ = [
     "RATE_WAIT_KEY",
     "REDIS_UNAVAILABLE",
     "BatchAgeError",
+    "BatchIdConflictError",
     "append_batch",
     "check_batch_age",
     "validated_payload",
@@ -63,6 +66,7 @@ class IngestState:
     appender: BatchAppender
     limiter: TokenRateLimiter | None
     failures: SourceFailureLimiter | None
+    proxies: TrustedProxies  # LDPTEL_TRUSTED_PROXIES: whose X-Forwarded-For names the source of a failure
     telemetry: Telemetry
     app_digests: frozenset[bytes]
     admin_digest: bytes
@@ -106,14 +110,23 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
 
     Unknown names are never cached (so a metric is usable as soon as it is created), and the cache only
     holds registered names, so it is bounded by the registry's size. Raises :class:`UnknownMetricError`.
+    While Redis cannot answer, a record seen before serves on (not with ``fresh``); else the Redis error.
     """
     ttl = state.config.registry_ttl
     now = time.monotonic()
-    if not fresh and ttl > 0:
-        hit = state.recent.get(name)
-        if hit is not None and now - hit[0] < ttl:
-            return hit[1]
-    raw = state.redis.hget(keys.registry(), name)
+    hit = state.recent.get(name)
+    if not fresh and ttl > 0 and hit is not None and now - hit[0] < ttl:
+        return hit[1]
+    try:
+        raw = state.redis.hget(keys.registry(), name)
+    except (redis.RedisError, RedisClusterException):
+        # The registry's node is unreachable (a failover of its primary, a restart): a record this process
+        # already knew serves on, whatever its age, so metrics whose shards live on healthy nodes keep being
+        # ingested; it is kept for another ``registry_ttl`` before the registry is asked again. No record: 503.
+        if hit is None or fresh:
+            raise
+        state.recent[name] = (now, hit[1])
+        return hit[1]
     if raw is None:
         state.recent.pop(name, None)
         raise UnknownMetricError(name)
@@ -157,13 +170,23 @@ def check_batch_age(age: str | None, horizon: int) -> None:
         )
 
 
+class BatchIdConflictError(LdpError):
+    """The batch id was accepted before with other content (409 ``batch_id_conflict``); nothing was written."""
+
+    def __init__(self, batch_id: bytes) -> None:
+        super().__init__(
+            f"batch id {batch_id.hex()} was accepted before with different content; a retry must resend the same "
+            "bytes, and a new batch needs a new random id (this batch was not stored)")
+
+
 def append_batch(
     state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes,
     age: str | None = None,
 ) -> dict[str, Any]:
     """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
 
-    The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended.
+    The server assigns the UTC day; a retried batch is acknowledged again (``duplicate``) but not appended; a
+    seen batch id with other content raises :class:`BatchIdConflictError` (nothing appended, nothing counted).
     ``age``: the client's ``X-Ldptel-Batch-Age-Days`` (:func:`check_batch_age` raises :class:`BatchAgeError`).
     """
     check_batch_age(age, state.config.retry_horizon_days)
@@ -179,6 +202,8 @@ def append_batch(
         dedupe_days=state.config.retry_horizon_days + 1,  # see check_batch_age
         earlier_shards=record.earlier_shards(state.config.retry_horizon_days + 1),  # after a shard-count growth
     )
+    if result.conflict:
+        raise BatchIdConflictError(batch_id)
     state.telemetry.accepted(record.name, n, duplicate=result.duplicate)
     return {
         "accepted": n,

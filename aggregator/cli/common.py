@@ -75,9 +75,15 @@ def connected(url: str | None, *, socket_timeout: float | None = SOCKET_TIMEOUT)
         yield r
     except redis.ConnectionError as exc:
         raise UserError(f"lost the connection to Redis: {_one_line(exc)}") from None
-    except (redis.exceptions.MovedError, redis.exceptions.AskError) as exc:  # a plain URL at a cluster node
+    except (redis.exceptions.AskError, redis.exceptions.TryAgainError) as exc:  # MovedError is an AskError
+        if not target.cluster:  # a plain URL at a cluster node: only a configuration change heals it
+            raise UserError(
+                f"{shown} is a Redis Cluster node (MOVED {exc}): use redis+cluster://host:port[,host:port...]"
+            ) from None
+        # a cluster URL: slots kept moving (failover or resharding) past every retry; transient
         raise UserError(
-            f"{shown} is a Redis Cluster node (MOVED {exc}): use redis+cluster://host:port[,host:port...]"
+            f"the Redis Cluster at {shown} is changing (a failover or resharding: {type(exc).__name__} {exc}); "
+            "try again once it has settled"
         ) from None
     except (redis.RedisError, RedisClusterException) as exc:  # any other Redis or Redis Cluster error
         raise UserError(f"Redis error ({type(exc).__name__}): {_one_line(exc)}") from None

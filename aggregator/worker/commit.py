@@ -31,6 +31,7 @@ from ldptel.aggregator.worker.reading import ENTRY_FIELDS
 from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.storage import keys
 from ldptel.storage import sketches as store
+from ldptel.storage.client import CLUSTER_REDIRECT_ERRORS, is_cluster, refresh_slot_map
 from ldptel.storage.leases import LeaseLostError
 from ldptel.storage.sketches import StreamId, format_id, index_member, next_id, parse_id
 
@@ -39,6 +40,8 @@ __all__ = ["DEAD_LETTER_MAXLEN", "commit", "trim_below"]
 log = logging.getLogger(__name__)
 
 DEAD_LETTER_MAXLEN = 10_000  # entries kept per shard's dead-letter stream (XADD MAXLEN)
+COMMIT_ATTEMPTS = 8  # sends of one commit redirected by the cluster (MOVED/ASK/TRYAGAIN/CLUSTERDOWN) before it raises
+REDIRECT_WAIT = 0.05  # seconds before the first resend (doubles, at most 0.5)
 
 
 def commit(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seconds: float) -> bool:
@@ -56,9 +59,43 @@ def commit(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seco
             r.xtrim(sh.stream, minid=format_id(minid), approximate=False)
         sh.last_commit = time.monotonic()
         return False
+    blobs = {key: sh.states[key].to_bytes() for key in sorted(sh.dirty)}
+    wait = REDIRECT_WAIT
+    for attempt in range(COMMIT_ATTEMPTS):
+        try:
+            _transaction(r, sh, worker_id=worker_id, retention_seconds=retention_seconds, blobs=blobs)
+            break
+        except CLUSTER_REDIRECT_ERRORS as exc:
+            # Not executed (a redirect or refusal comes before EXEC applies anything): on a cluster the shard's
+            # slot moved (failover, resharding) or is moving; refresh the slot map and send it again. On one
+            # Redis a MOVED means the URL is a cluster node: a configuration error, raised.
+            if not is_cluster(r) or attempt == COMMIT_ATTEMPTS - 1:
+                raise
+            log.info("commit redirected; retrying", extra={"event": "commit_redirect", "shard": sh.name,
+                                                          "error": type(exc).__name__})
+            refresh_slot_map(r, exc)
+            time.sleep(wait)
+            wait = min(wait * 2, 0.5)
+    log.debug(
+        "committed",
+        extra={"event": "commit", "shard": sh.name, "checkpoint": format_id(sh.last_folded),
+               "entries": sh.uncommitted, "sketches": len(blobs)},
+    )
+    sh.checkpoint = sh.last_folded
+    # Keep only the states written now: an idle (version, day) is reloaded from the store if needed.
+    sh.states = {key: sh.states[key] for key in sh.dirty}
+    sh.dirty = set()
+    sh.dead = []
+    sh.uncommitted = 0
+    sh.last_commit = time.monotonic()
+    return True
+
+
+def _transaction(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seconds: float,
+                 blobs: dict[tuple[int, str], bytes]) -> None:
+    """The WATCH/MULTI/EXEC of :func:`commit` (one attempt)."""
     lease_key = keys.lease(sh.metric, sh.shard)
     ckpt_key = keys.checkpoint(sh.metric, sh.shard)
-    blobs = {key: sh.states[key].to_bytes() for key in sorted(sh.dirty)}
     try:
         with r.pipeline(transaction=True) as pipe:
             pipe.watch(lease_key, ckpt_key)  # type: ignore[no-untyped-call]
@@ -86,19 +123,6 @@ def commit(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seco
             pipe.execute()
     except redis_lib.WatchError:
         raise LeaseLostError(f"shard {sh.name} changed hands during a commit") from None
-    log.debug(
-        "committed",
-        extra={"event": "commit", "shard": sh.name, "checkpoint": format_id(sh.last_folded),
-               "entries": sh.uncommitted, "sketches": len(blobs)},
-    )
-    sh.checkpoint = sh.last_folded
-    # Keep only the states written now: an idle (version, day) is reloaded from the store if needed.
-    sh.states = {key: sh.states[key] for key in sh.dirty}
-    sh.dirty = set()
-    sh.dead = []
-    sh.uncommitted = 0
-    sh.last_commit = time.monotonic()
-    return True
 
 
 def trim_below(folded: StreamId, *, retention_seconds: float) -> StreamId | None:

@@ -31,7 +31,13 @@ from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import InvalidParameterError
 from ldptel.storage import sketches as store
-from ldptel.storage.client import TRANSIENT_ERRORS, decodes_responses
+from ldptel.storage.client import (
+    CLUSTER_REDIRECT_ERRORS,
+    TRANSIENT_ERRORS,
+    decodes_responses,
+    refresh_slot_map,
+    transient_on,
+)
 from ldptel.storage.connection import refused_write
 from ldptel.storage.leases import LeaseLostError, Leases
 from ldptel.storage.sketches import format_id
@@ -152,9 +158,17 @@ class Worker:
                         last_progress = time.monotonic()
                     backoff = 0.1
                     refused = False
-                except TRANSIENT_ERRORS as exc:  # lost Redis, or a cluster mid-failover
-                    if cfg.once:
+                except (*TRANSIENT_ERRORS, *CLUSTER_REDIRECT_ERRORS) as exc:  # lost Redis, or a cluster mid-failover
+                    # MOVED/ASK/TRYAGAIN/CLUSTERDOWN that outlasted the client's own retries are transient on a
+                    # cluster (the slot map is refreshed before the next try); on one Redis a MOVED is a
+                    # configuration error (a plain URL at a cluster node), raised like in ``once`` mode.
+                    if cfg.once or not transient_on(self.r, exc):
                         raise
+                    if isinstance(exc, CLUSTER_REDIRECT_ERRORS):
+                        try:
+                            refresh_slot_map(self.r, exc)
+                        except TRANSIENT_ERRORS:
+                            pass  # no map yet: the next step asks again
                     # Follow mode outlives a Redis restart: forget every shard (uncommitted work is still
                     # in the stream after the checkpoint), wait, and claim again once Redis answers.
                     log.error("lost Redis; retrying", extra={"event": "redis_error", "error": str(exc), "retry_in": backoff})

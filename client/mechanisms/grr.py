@@ -311,6 +311,16 @@ class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch]):
         out: np.ndarray = np.maximum(var, 0.0)
         return out
 
+    def bucket_covariance(self, params: GrrParams, counts: np.ndarray, n: int) -> np.ndarray:
+        """Cov(ĉ_i, ĉ_j) with ``counts`` (clipped to [0, n]) as the true counts: the labels compete for each
+        report, so off the diagonal −[n·q² + q(p−q)(c_i + c_j)]/(p−q)²; the diagonal is :meth:`variance`
+        (the same formula as a numeric histogram's grr encoding; hypothesis tests use it)."""
+        p, q = params.p, params.q
+        c = np.clip(np.asarray(counts, dtype=np.float64), 0.0, n)
+        cov: np.ndarray = -(n * q * q + q * (p - q) * (c[:, None] + c[None, :])) / (p - q) ** 2
+        np.fill_diagonal(cov, self.variance(params, c, n))
+        return cov
+
     def shape(self, params: GrrParams) -> str:
         return f"d={params.d}"
 

@@ -255,6 +255,11 @@ class Rr(Permanent[RrParams, RrBatch], Binary[RrParams, RrBatch]):
         var = n * f * (1 - f) / (1 - 2 * f) ** 2
         return np.full(np.shape(counts), var)
 
+    def bucket_covariance(self, params: RrParams, counts: np.ndarray, n: int) -> np.ndarray:
+        """Cov of the (false, true) count estimates: they sum to n exactly, so Cov = −Var off the diagonal."""
+        var = float(self.variance(params, np.zeros(2), n)[0])
+        return np.array([[var, -var], [-var, var]])
+
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         return {"prob_bits": {"type": "integer", "minimum": 2, "maximum": 32}}, []
 

@@ -14,8 +14,8 @@ One cycle (:meth:`Uploader.cycle`):
    (:func:`ldptel.client.sdk.queue.plan_uploads`; an upload of one batch is sent as that batch), and settle
    each batch by the server's answer for it (:func:`ldptel.client.sdk.transport.classify`; a multi-part
    upload is answered 200 with one status per part): acknowledged → delivered; 409 → dropped as stale and
-   the spec the answer carries adopted; 422 ``batch_too_old`` → dropped as too old; another 4xx → dropped
-   as rejected; 401/403, 408/425/429, 5xx or a network error for the request → kept, and the uploader backs
+   the spec the answer carries adopted (but 409 ``batch_id_conflict``, its id accepted before with other bytes,
+   is dropped as rejected); 422 ``batch_too_old`` → dropped as too old; another 4xx → dropped as rejected; 401/403, 408/425/429, 5xx or a network error for the request → kept, and the uploader backs
    off (:class:`~ldptel.client.sdk.transport.Backoff`). A server that refuses the multi-part form itself
    (another 4xx for the whole upload: an older server) gets single batches from then on. Each request
    carries its age (UTC days since the batch was formed, by this device's clock; for a multi-part upload the
@@ -341,11 +341,15 @@ class Uploader:
 
 
 def _outcome(resp: Response) -> Literal["ack", "stale", "auth", "retry", "rejected", "too_old"]:
-    """:func:`classify`, with the server's 422 ``batch_too_old`` told apart (dropped as too old, not rejected)."""
-    if resp.status == 422:
+    """:func:`classify`, with the server's 422 ``batch_too_old`` told apart (dropped as too old, not rejected),
+    and its 409 ``batch_id_conflict`` (the id was taken by other bytes: no newer spec to adopt; dropped as rejected)."""
+    if resp.status in (409, 422):
         body = resp.json()
-        if isinstance(body, dict) and body.get("error") == "batch_too_old":
+        code = body.get("error") if isinstance(body, dict) else None
+        if resp.status == 422 and code == "batch_too_old":
             return "too_old"
+        if resp.status == 409 and code == "batch_id_conflict":
+            return "rejected"
     return classify(resp.status)
 
 

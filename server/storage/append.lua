@@ -1,20 +1,28 @@
 -- Append one validated batch to its shard stream, at most once per batch id.
 -- KEYS[1] = stream  ldp:v1:{metric:shard}:reports
 -- KEYS[2] = dedupe  ldp:v1:{metric:shard}:seen:<batch id hex>   (same hash tag, same slot)
--- ARGV    = day, version, n, batch bytes, dedupe expiry (ms, a UTC day boundary), start of the UTC day in ms
--- Returns the new entry id, or false when the batch id was already seen (a retry: nothing written).
+-- ARGV    = day, version, n, batch bytes, dedupe expiry (ms, a UTC day boundary), start of the UTC day in ms,
+--           content digest ('d1:' .. 16-byte BLAKE2b of the batch bytes: append.py)
+-- Returns the new entry id; false when the batch id was already seen with this content (a retry: nothing
+-- written); 0 when it was seen with other content (a conflict: nothing written). A dedupe key from before
+-- digests were stored (its value is not 'd1:...') cannot tell: a duplicate, as it always was.
 --
 -- Nothing finer than the day is stored with a batch:
 -- * entry ids are "<start of a UTC day in ms>-<sequence>", never the arrival time. Ids must increase within a
 --   stream, so when a later id exists already (another ingest whose clock is past midnight, or skew), the
 --   entry takes the ms of the last id rounded up to a day boundary and the next sequence: still a day, never
 --   Redis's clock ('*' alone would use it, and so would every later entry of that day on the shard);
--- * the dedupe key expires at a day boundary (PXAT), so neither its TTL nor the AOF tells the arrival time.
+-- * the dedupe key expires at a day boundary (PXAT), so neither its TTL nor the AOF tells the arrival time;
+--   its value is the content digest: 19 bytes, a function of the privatized batch the stream entry holds.
 --
--- Order: EXISTS, XADD, SET. A script is not rolled back when a command fails, so the dedupe key is only
+-- Order: GET, XADD, SET. A script is not rolled back when a command fails, so the dedupe key is only
 -- written after the entry exists: a failed XADD leaves nothing behind and the client's retry appends it.
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  return false
+local seen = redis.call('GET', KEYS[2])
+if seen then
+  if seen == ARGV[7] or string.sub(seen, 1, 3) ~= 'd1:' then
+    return false
+  end
+  return 0
 end
 local id = redis.pcall('XADD', KEYS[1], ARGV[6] .. '-*', 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
 if type(id) == 'table' and id.err then
@@ -28,5 +36,5 @@ if type(id) == 'table' and id.err then
   ms = math.ceil(ms / day) * day
   id = redis.call('XADD', KEYS[1], string.format('%d-*', ms), 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
 end
-redis.call('SET', KEYS[2], id, 'PXAT', ARGV[5])
+redis.call('SET', KEYS[2], ARGV[7], 'PXAT', ARGV[5])
 return id

@@ -2,7 +2,15 @@
 
 The dedupe check and the append run in one Lua script (``append.lua``) on the shard's hash tag, so they are
 atomic with each other (and legal on Redis Cluster). Because the script is idempotent per batch id, a client
-or connection retry after a lost reply can never append twice. The command goes over the storage layer's raw
+or connection retry after a lost reply can never append twice.
+
+The dedupe key holds a digest of the batch's bytes (:func:`content_digest`), written in the same script as the
+entry: a batch id seen again with the same bytes is a duplicate (202 again, nothing written), with other bytes a
+conflict (409 ``batch_id_conflict``, nothing written) instead of a silent drop. The digest is a BLAKE2b-128 of
+the privatized batch, the very bytes the stream entry holds: it can tell nothing the entry does not, and every
+function of a privatized report is as private as the report (post-processing), so it needs no key. 128 bits:
+two different batches under one id collide with probability 2⁻¹²⁸; a client that forged a collision on purpose
+would only get its own second batch dropped as a duplicate. The command goes over the storage layer's raw
 connection stack (:mod:`ldptel.storage.connection`), which says why the hot path does not use redis-py's.
 """
 
@@ -29,7 +37,7 @@ from ldptel.storage.connection import (
     pack_command,
 )
 
-__all__ = ["AppendResult", "BatchAppender", "ReplicaWaitError", "utc_day"]
+__all__ = ["AppendResult", "BatchAppender", "ReplicaWaitError", "content_digest", "utc_day"]
 
 _INFO_CLUSTER = pack_command(b"INFO", b"cluster")
 # The readiness probe: one SET of a constant, no expiry, in a script that is not propagated (redis.set_repl): a
@@ -62,9 +70,15 @@ def _day_start_ms(day: str) -> int:
     return calendar.timegm(time.strptime(day, "%Y-%m-%d")) * 1000
 
 
+def content_digest(data: bytes) -> bytes:
+    """The dedupe key's value for a batch: ``b"d1:"`` + BLAKE2b-128 of its bytes (see the module docstring)."""
+    return b"d1:" + hashlib.blake2b(data, digest_size=16).digest()
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     duplicate: bool  # the batch id was seen on its shard already: nothing was written
+    conflict: bool = False  # ... with other content (also a duplicate: nothing was written)
 
 
 class BatchAppender(RawClient):
@@ -87,10 +101,14 @@ class BatchAppender(RawClient):
         self._probe_sha = hashlib.sha1(_READY_PROBE_LUA.encode("utf-8")).hexdigest().encode("ascii")
         self._probe_load = pack_command(b"SCRIPT", b"LOAD", _READY_PROBE_LUA)
 
-    def _seen(self, key: str) -> bool:
-        conn, found = self._routed(key, pack_command(b"EXISTS", key), RawConnection.reply)
+    def _seen(self, key: str, digest: bytes) -> AppendResult | None:
+        """The dedupe key's verdict on a batch of content ``digest`` (as ``append.lua`` gives it), None if absent."""
+        conn, value = self._routed(key, pack_command(b"GET", key), RawConnection.reply)
         self._checkin(conn)
-        return found == 1
+        if value is None:
+            return None
+        conflict = isinstance(value, bytes) and value.startswith(b"d1:") and value != digest
+        return AppendResult(duplicate=True, conflict=conflict)
 
     def _wait(self, conn: RawConnection) -> None:
         """WAIT until ``wait_replicas`` replicas hold what this connection wrote, else a ReplicaWaitError."""
@@ -130,7 +148,8 @@ class BatchAppender(RawClient):
         dedupe_days: int,
         earlier_shards: tuple[int, ...] = (),
     ) -> AppendResult:
-        """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard.
+        """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard (then a
+        ``duplicate``, and a ``conflict`` too when it was seen with other bytes).
 
         ``day`` is the UTC arrival day; the batch id is remembered until the end of ``day`` + ``dedupe_days``.
         ``earlier_shards``: the metric's shard counts before a recent growth
@@ -142,11 +161,12 @@ class BatchAppender(RawClient):
         appended twice.
         """
         day_start = _day_start_ms(day)
+        digest = content_digest(data)
         shard = keys.shard_for(batch_id, shards)
         for count in earlier_shards:
             before = keys.shard_for(batch_id, count)
-            if before != shard and self._seen(keys.seen(metric, before, batch_id.hex())):
-                return AppendResult(duplicate=True)
+            if before != shard and (seen := self._seen(keys.seen(metric, before, batch_id.hex()), digest)):
+                return seen
         evalsha = pack_command(
             b"EVALSHA",
             self._sha,
@@ -159,6 +179,7 @@ class BatchAppender(RawClient):
             data,
             day_start + (dedupe_days + 1) * DAY_MS,  # the dedupe key expires at a day boundary
             day_start,  # entry ids carry only the day
+            digest,  # the dedupe key's value: a retry with other content is a conflict
         )
         stream = keys.stream(metric, shard)
         for attempt in range(2):
@@ -175,8 +196,10 @@ class BatchAppender(RawClient):
             self._checkin(conn)
         if result is None:
             return AppendResult(duplicate=True)
+        if result == 0:
+            return AppendResult(duplicate=True, conflict=True)
         if not isinstance(result, bytes):
-            raise UnexpectedReplyError(f"the append script returned {result!r}, not an entry id or nil")
+            raise UnexpectedReplyError(f"the append script returned {result!r}, not an entry id, nil or 0")
         return AppendResult(duplicate=False)
 
 

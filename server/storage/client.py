@@ -27,13 +27,27 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import ClusterDownError, RedisClusterException, TryAgainError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
+from redis.retry import Retry
 
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.validate import check_int
 
-__all__ = ["CLUSTER_SCHEMES", "TRANSIENT_ERRORS", "ClusterUnavailableError", "RedisUrl", "connect", "decodes_responses", "is_cluster", "parse_redis_url"]
+__all__ = [
+    "CLUSTER_REDIRECT_ERRORS",
+    "CLUSTER_SCHEMES",
+    "TRANSIENT_ERRORS",
+    "ClusterUnavailableError",
+    "RedisUrl",
+    "connect",
+    "decodes_responses",
+    "is_cluster",
+    "parse_redis_url",
+    "refresh_slot_map",
+    "transient_on",
+]
 
 CLUSTER_SCHEMES = {"redis+cluster": False, "rediss+cluster": True}  # scheme -> TLS
 _SINGLE_SCHEMES = ("redis", "rediss", "unix")
@@ -55,6 +69,15 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     TryAgainError,
     RedisClusterException,
 )
+
+# Replies of a cluster node that say "not here" or "not now": MOVED (the slot has another owner: a failover or a
+# resharding), ASK (the slot is being migrated), TRYAGAIN (a multi-key command while the slot's keys are split),
+# CLUSTERDOWN. The command was not executed, so it is always safe to send again once the slot map is refreshed.
+# redis-py's cluster client follows them itself, a bounded number of times (its retries): during a failover on a
+# loaded machine a node can keep redirecting longer than that, and the error reaches the caller. On a cluster
+# client these are transient like a lost connection (:func:`transient_on`); on a plain ``redis://`` client a
+# MOVED/ASK means the URL points at a cluster node, a configuration error that no retry heals.
+CLUSTER_REDIRECT_ERRORS: tuple[type[BaseException], ...] = (AskError, TryAgainError, ClusterDownError)  # MovedError is an AskError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,14 +153,18 @@ def _host_port(item: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def connect(url: str | RedisUrl, **options: Any) -> redis.Redis:
+def connect(url: str | RedisUrl, *, cluster_retries: int | None = None, **options: Any) -> redis.Redis:
     """A client for ``url``: ``redis.Redis`` for one Redis, ``RedisCluster`` for a cluster URL (typed as the
     former: see the module docstring). ``options`` are redis-py connection options (``socket_timeout``,
-    ``socket_connect_timeout``, ``retry``, ``decode_responses``, ...). Nothing is sent until the first command."""
+    ``socket_connect_timeout``, ``retry``, ``decode_responses``, ...). Nothing is sent until the first command.
+    ``cluster_retries``: how many times the cluster client itself resends a redirected or failed command before
+    the error reaches the caller (None: redis-py's default; ``retry`` applies to one Redis only)."""
     target = url if isinstance(url, RedisUrl) else parse_redis_url(url)
     if not target.cluster:
         return redis.Redis.from_url(target.url, **options)
     options.pop("retry", None)  # the cluster client retries and re-routes on its own
+    if cluster_retries is not None:
+        options["retry"] = Retry(ExponentialWithJitterBackoff(base=0.01, cap=1.0), cluster_retries)
     cluster = RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in target.seeds],  # type: ignore[no-untyped-call]
         ssl=target.tls,
@@ -151,6 +178,30 @@ def connect(url: str | RedisUrl, **options: Any) -> redis.Redis:
 def is_cluster(r: redis.Redis) -> bool:
     """Whether ``r`` (from :func:`connect`) is a cluster client."""
     return isinstance(r, RedisCluster)
+
+
+def transient_on(r: redis.Redis, exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a command of ``r``, passes by itself once Redis is back or the cluster has
+    settled: :data:`TRANSIENT_ERRORS`, and on a cluster client also :data:`CLUSTER_REDIRECT_ERRORS`."""
+    if isinstance(exc, TRANSIENT_ERRORS):
+        return True
+    return is_cluster(r) and isinstance(exc, CLUSTER_REDIRECT_ERRORS)
+
+
+def refresh_slot_map(r: redis.Redis, exc: BaseException | None = None) -> None:
+    """On a cluster client, bring its slot map up to date after ``exc``: a MOVED names the slot's new owner
+    (that slot alone is updated, no round trip); anything else asks the cluster for the whole map again. A
+    cluster that gives no map now raises :class:`ClusterUnavailableError` (transient). No-op on one Redis."""
+    if not is_cluster(r):
+        return
+    manager = cast(RedisCluster, r).nodes_manager
+    if isinstance(exc, MovedError):
+        manager.move_slot(exc)
+        return
+    try:
+        manager.initialize()
+    except (RedisClusterException, redis.RedisError) as failure:
+        raise ClusterUnavailableError(f"no slot map from the cluster: {failure}") from None
 
 
 def decodes_responses(r: redis.Redis) -> bool:

@@ -7,7 +7,8 @@ because it ships Valkey 8.1: the Redis 7 feature set we rely on (Lua with ``#!lu
 ``WAITAOF``, no script flags, older AOF format) and a Python wrapper that monkeypatches redis-py. We only use the
 binary: the process is started, watched and stopped here, by pid, with our own flags.
 
-The server runs with AOF on (``appendfsync everysec``), RDB snapshots off, no LZF compression of the AOF
+The server runs with AOF on (``appendfsync everysec`` by default, ``always`` for the process-wide instance
+that ``ldptel serve`` and an ingest without a Redis URL use, as the shipped deploy/redis.conf), RDB snapshots off, no LZF compression of the AOF
 rewrite's RDB preamble (as deploy/redis.conf; see there), bound to 127.0.0.1 only, and logs to a file in its
 data directory. :meth:`EmbeddedRedis.kill` (SIGKILL) followed by :meth:`EmbeddedRedis.start`
 restarts it on the same port and data directory, so AOF data survives a crash. No process is ever left behind:
@@ -106,8 +107,16 @@ class EmbeddedRedis:
         data_dir: str | Path | None = None,
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
+        appendfsync: str = "everysec",
+        config_file: str | Path | None = None,
     ) -> None:
+        if appendfsync not in ("always", "everysec", "no"):
+            raise EmbeddedRedisError(f"appendfsync must be always, everysec or no, not {appendfsync!r}")
         self._appendonly = appendonly
+        self._appendfsync = appendfsync
+        # A redis.conf to start from (e.g. the shipped deploy/redis.conf): its durability settings apply; the
+        # port, bind address, data dir and log file are still this object's.
+        self._config_file = None if config_file is None else Path(config_file)
         self._extra_args = extra_args  # more server flags, e.g. ("--cluster-enabled", "yes") for a cluster node
         self._own_dir = data_dir is None
         self._data_dir: Path | None = None if data_dir is None else Path(data_dir)
@@ -183,21 +192,26 @@ class EmbeddedRedis:
 
     def _spawn(self, binary: Path) -> None:
         assert self._data_dir is not None and self._port is not None
-        args = [
-            str(binary),
+        own = [
             "--port", str(self._port),
             "--bind", "127.0.0.1",
             "--protected-mode", "yes",
             "--daemonize", "no",
             "--dir", str(self._data_dir),
             "--logfile", "server.log",
-            "--save", "",
-            "--appendonly", "yes" if self._appendonly else "no",
-            "--appendfsync", "everysec",
-            "--appendfilename", "ldptel.aof",
-            "--rdbcompression", "no",  # privatized bits barely compress; see deploy/redis.conf
-            *self._extra_args,
         ]  # fmt: skip
+        if self._config_file is not None:  # the file's persistence settings, not ours
+            args = [str(binary), str(self._config_file.resolve()), *own, *self._extra_args]
+        else:
+            args = [
+                str(binary), *own,
+                "--save", "",
+                "--appendonly", "yes" if self._appendonly else "no",
+                "--appendfsync", self._appendfsync,
+                "--appendfilename", "ldptel.aof",
+                "--rdbcompression", "no",  # privatized bits barely compress; see deploy/redis.conf
+                *self._extra_args,
+            ]  # fmt: skip
         main_thread = threading.current_thread() is threading.main_thread()
         # PDEATHSIG fires when the *thread* that forked exits, so only set it when starting from the main thread.
         preexec = _pdeathsig_preexec if (main_thread and sys.platform.startswith("linux")) else None
@@ -298,7 +312,7 @@ def shared_embedded(*, data_dir: str | Path | None = None) -> EmbeddedRedis:
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = EmbeddedRedis(appendonly=True, data_dir=data_dir)
+            _shared = EmbeddedRedis(appendonly=True, data_dir=data_dir, appendfsync="always")  # as deploy/redis.conf
         return _shared.start()
 
 

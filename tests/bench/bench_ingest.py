@@ -3,7 +3,8 @@
 
     .venv/bin/python tests/bench/bench_ingest.py [--rounds 6] [--duration 3] [--procs 2] [--conns 4] [--threads N]
 
-Starts a private Redis (AOF on, everysec), then for each batch size (100 and 1,000 cms reports, m = 1024)
+Starts a private Redis (AOF on, ``appendfsync always`` as deploy/redis.conf; ``--appendfsync everysec`` for the
+old default), then for each batch size (100 and 1,000 cms reports, m = 1024)
 four gunicorn servers, each ``-w 2`` with ``deploy/gunicorn.conf.py``: (a) a bare Flask app whose POST
 endpoint only reads the body and answers 202 (the HTTP ceiling of this machine), (b) the same endpoint plus
 one Redis PING (context), (c) the same endpoint appending the body with one redis-py XADD (no validation, no
@@ -325,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="gunicorn threads per worker (default: deploy/gunicorn.conf.py's)")
     parser.add_argument("--no-trim", action="store_true", help="do not trim the streams while loading")
     parser.add_argument("--no-aof", action="store_true", help="run Redis without AOF (to see what persistence costs)")
+    parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always",
+                        help="Redis's AOF fsync policy, for every target alike (default: always, as deploy/redis.conf; "
+                             "the bare XADD then has the same durability as the ingest)")
     args = parser.parse_args(argv)
     if not (0 < args.duration <= 60 and 1 <= args.rounds <= 20 and 1 <= args.procs <= 8 and 1 <= args.conns <= 64):
         parser.error("bounded: duration ≤ 60 s, rounds ≤ 20, procs ≤ 8, conns ≤ 64")
@@ -342,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         bodies[size] = encode_batch(metric=spec.name, version=1, batch_id=bytes(16), batch=batch, params=spec.params)
 
     with tempfile.TemporaryDirectory(prefix="ldptel-bench-") as tmp, EmbeddedRedis(
-        data_dir=Path(tmp) / "redis", appendonly=not args.no_aof
+        data_dir=Path(tmp) / "redis", appendonly=not args.no_aof, appendfsync=args.appendfsync
     ) as redis_server:
         workdir = Path(tmp)
         (workdir / "bare_app.py").write_text(BARE_APP)
@@ -405,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
         r.close()
 
         common = {"workers": 2, "worker_class": "gthread", "threads": args.threads or "conf", "conns": args.procs * args.conns,
-                  "slice_s": args.duration, "rounds": args.rounds}
+                  "slice_s": args.duration, "rounds": args.rounds, "appendfsync": args.appendfsync}
         rps_of: dict[tuple[str, int], float] = {}
         for size in bodies:
             for target, _, _ in TARGETS:

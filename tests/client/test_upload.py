@@ -165,3 +165,46 @@ def test_a_queue_from_before_the_day_column_still_uploads(live: LiveServer, app_
         rep.close(timeout=0)
     got = live.delivered(spec.name)
     assert (got["total"], got["entries"]) == (2, 2)  # the old report (day 0) and today's, each its own batch
+
+
+def test_a_part_whose_batch_id_was_taken_by_other_content_is_dropped_as_rejected(
+    live: LiveServer, proxy: tuple[str, ProxyControl], app_token, tmp_path, clock: FakeClock
+) -> None:
+    """409 ``batch_id_conflict`` (issue 22 §5) carries no spec: the batch is dropped as rejected, not as stale,
+    and the others of the upload are delivered."""
+    import http.client
+
+    import numpy as np
+
+    from ldptel.client import encode_batch, privatize_batch
+
+    url, ctl = proxy
+    for spec in SPECS:
+        live.create(spec)
+    rep = _sync(url, app_token, tmp_path, clock, metrics=[s.name for s in SPECS])
+    try:
+        assert rep.wait_for_specs(10)
+        _report_all(rep)
+        ctl.inject.append((503, {"Content-Type": "application/json", "Retry-After": "0"},
+                           b'{"error":"unavailable","message":"later"}'))
+        rep.flush(timeout=0.5)  # the batches are formed and stored; their upload is answered 503
+        db = sqlite3.connect(tmp_path / DB_FILE)
+        (bid,) = db.execute("SELECT batch_id FROM batches WHERE metric = 'u.cms'").fetchone()
+        db.close()
+        # someone else's bytes under that id reach the server first
+        spec = SPECS[0]
+        other = encode_batch(metric=spec.name, version=1, batch_id=bytes(bid), params=spec.params,
+                             batch=privatize_batch(["y"], spec.params, rng=np.random.default_rng(1)))
+        conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=10)
+        conn.request("POST", "/v1/reports", body=other,
+                     headers={"Authorization": f"Bearer {app_token}", "Content-Type": "application/octet-stream"})
+        assert conn.getresponse().status == 202
+        conn.close()
+        assert rep.flush(timeout=10)
+        st = rep.stats()
+        assert (st.delivered, st.dropped_rejected, st.dropped_stale) == (6, 3, 0)
+    finally:
+        rep.close(timeout=0)
+    last = json.loads(ctl.posts()[-1].body)["parts"]
+    assert sorted(p["http_status"] for p in last) == [202, 202, 409]
+    assert [p["error"] for p in last if p["http_status"] == 409] == ["batch_id_conflict"]

@@ -24,7 +24,7 @@ class LocalCluster:
     """``primaries`` primaries with ``replicas`` replicas each, on free loopback ports."""
 
     def __init__(self, *, primaries: int = 3, replicas: int = 0, appendonly: bool = True,
-                 appendfsync: str = "everysec") -> None:
+                 appendfsync: str = "everysec", node_timeout_ms: int = NODE_TIMEOUT_MS) -> None:
         self.primaries = primaries
         self.replicas = replicas
         self.appendfsync = appendfsync
@@ -32,7 +32,7 @@ class LocalCluster:
             "--appendfsync", appendfsync,  # after EmbeddedRedis's own everysec: this one wins
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
-            "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+            "--cluster-node-timeout", str(node_timeout_ms),
             "--cluster-replica-validity-factor", "0",  # a replica may always take over (tests kill primaries)
         )  # fmt: skip
         self.nodes = [

@@ -8,6 +8,7 @@ and systemd units point at things that exist.
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import json
 import runpy
 import shlex
@@ -73,7 +74,7 @@ def test_compose_file_has_the_services_and_valid_commands() -> None:
     redis = services["redis"]
     assert redis["command"][1] == "/usr/local/etc/redis/redis.conf"
     assert redis["command"][2:] == ["--dir", "/data"] and any(v.endswith(":/data") for v in redis["volumes"])
-    assert any(v.startswith("./redis.conf:") for v in redis["volumes"])
+    assert any(v.startswith("./redis-container.conf:") for v in redis["volumes"])  # not the host config
     assert "redis-data" in compose["volumes"]
     ingest = services["ingest"]
     assert ingest["environment"]["LDPTEL_REDIS_URL"].startswith("redis://redis:6379")
@@ -82,6 +83,11 @@ def test_compose_file_has_the_services_and_valid_commands() -> None:
     front = services["front"]
     assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in front["volumes"] and front["ports"] == ["8000:8080"]
     assert "server ingest:8000;" in (DEPLOY / "nginx.conf").read_text()
+    # The ingest believes X-Forwarded-For from the front's fixed address only (issue 22 §2).
+    assert ingest["environment"]["LDPTEL_TRUSTED_PROXIES"] == front["networks"]["default"]["ipv4_address"]
+    subnet = compose["networks"]["default"]["ipam"]["config"][0]["subnet"]
+    assert ipaddress.ip_address(front["networks"]["default"]["ipv4_address"]) in ipaddress.ip_network(subnet)
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in (DEPLOY / "nginx.conf").read_text()
 
 
 def test_compose_references_existing_files() -> None:
@@ -155,26 +161,44 @@ def test_gunicorn_config_loads_and_names_our_app(monkeypatch: pytest.MonkeyPatch
     assert "%(h)s" not in conf["access_log_format"]  # no client address in access logs
 
 
-def test_redis_conf_keeps_reports() -> None:
+def _redis_settings(name: str) -> dict[str, str]:
     settings = {}
-    for line in (DEPLOY / "redis.conf").read_text().splitlines():
+    for line in (DEPLOY / name).read_text().splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             key, _, value = line.strip().partition(" ")
             settings[key] = value
+    return settings
+
+
+@pytest.mark.parametrize("name", ["redis.conf", "redis-container.conf"])
+def test_redis_conf_keeps_reports(name: str) -> None:
+    settings = _redis_settings(name)
     assert settings["appendonly"] == "yes"
-    assert settings["appendfsync"] in ("everysec", "always")
+    assert settings["appendfsync"] == "always"  # acknowledged = on disk (tests/faults/test_durability.py)
+    assert settings["no-appendfsync-on-rewrite"] == "no"  # "yes" would skip the fsyncs during an AOF rewrite
     assert settings["maxmemory-policy"] == "noeviction"
     assert settings["rdbcompression"] == "no"  # the AOF rewrite does not LZF incompressible report bits
 
 
+def test_the_host_redis_conf_is_loopback_only_and_the_container_one_differs_only_in_its_network() -> None:
+    host, container = _redis_settings("redis.conf"), _redis_settings("redis-container.conf")
+    assert host["bind"].split() == ["127.0.0.1", "-::1"] and host["protected-mode"] == "yes"
+    assert container["bind"] == "0.0.0.0" and container["protected-mode"] == "no"
+    network = {"bind", "protected-mode"}
+    assert {k: v for k, v in host.items() if k not in network} == {k: v for k, v in container.items() if k not in network}
+    for compose in ("docker-compose.yml", "docker-compose.cluster.yml"):  # containers get the container file
+        text = (DEPLOY / compose).read_text()
+        assert "./redis-container.conf:" in text and "./redis.conf:" not in text
+
+
 def test_redis_conf_runs_outside_a_container_with_dir_on_the_command_line(tmp_path: Path) -> None:
-    """Regression: `dir /data` in the file was fatal on any host without /data, before --dir was read."""
+    """Regression: `dir /data` in the file was fatal on any host without /data, before --dir was read. Started
+    as the README says (no --bind): the host file itself binds loopback."""
     port = _free_port()
     log = tmp_path / "redis.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(find_server_binary()), str(DEPLOY / "redis.conf"), "--dir", str(tmp_path), "--port", str(port),
-             "--bind", "127.0.0.1"],
+            [str(find_server_binary()), str(DEPLOY / "redis.conf"), "--dir", str(tmp_path), "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
         )  # fmt: skip
     try:
@@ -190,6 +214,9 @@ def test_redis_conf_runs_outside_a_container_with_dir_on_the_command_line(tmp_pa
                 time.sleep(0.05)
         assert client.config_get("dir")["dir"] == str(tmp_path)
         assert client.config_get("appendonly")["appendonly"] == "yes"
+        assert client.config_get("appendfsync")["appendfsync"] == "always"
+        assert client.config_get("bind")["bind"] == "127.0.0.1 -::1"  # the file's own bind: loopback only
+        assert client.config_get("protected-mode")["protected-mode"] == "yes"
         client.set("k", "v")
         assert (tmp_path / "appendonly").is_dir()  # the AOF went where --dir said
         client.close()

@@ -74,6 +74,7 @@ class _Acks:
     batches: dict[bytes, ReportBatch] = field(default_factory=dict)
     times: list[tuple[float, float]] = field(default_factory=list)  # (sent, acknowledged) of every batch, monotonic
     statuses: dict[int, int] = field(default_factory=dict)  # of this scenario (0: no HTTP answer)
+    acked: threading.Event = field(default_factory=threading.Event)  # set at every 202 of a raw client
 
     def first_after(self, t: float) -> float | None:
         """When the first request sent at ``t`` or later was acknowledged (None: none yet)."""
@@ -85,14 +86,15 @@ class _Acks:
 class FaultRun:
     def __init__(self, tmp: Path, *, raw_clients: int = 2, reporters: int = 2, batch: int = 20, seed: int = 1,
                  report_interval: float = 0.002, cluster_replicas: int | None = None,
-                 appendfsync: str = "everysec") -> None:
+                 appendfsync: str = "always", redis_config: Path | None = DEPLOY / "redis.conf") -> None:
         """``report_interval``: seconds between two ``report()`` calls of one Reporter (each device may send
         ``reports_per_day`` = 10,000 a day: keep interval × run time under that). ``cluster_replicas``: run on
         a local 3-primary cluster with that many replicas per primary (None: one Redis), its nodes' AOF
-        fsync policy ``appendfsync``."""
+        fsync policy ``appendfsync`` (``always``: as the shipped deploy/redis-container.conf). The one Redis runs
+        the shipped ``redis_config`` (deploy/redis.conf; None: the embedded server's own flags, everysec)."""
         self.tmp, self.raw_clients, self.n_reporters, self.batch, self.seed = tmp, raw_clients, reporters, batch, seed
         self.report_interval = report_interval
-        self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis")  # unused on a cluster
+        self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis", config_file=redis_config)  # unused on a cluster
         self.cluster = None if cluster_replicas is None else LocalCluster(primaries=3, replicas=cluster_replicas,
                                                                              appendfsync=appendfsync)
         self.extra: dict[str, Any] = {}  # figures of the last injection beside recovery_s
@@ -266,6 +268,7 @@ class FaultRun:
                     if status == 202:
                         self.acks.batches[bid] = batch
                         self.acks.times.append((sent, time.monotonic()))
+                        self.acks.acked.set()
                 if status == 202:
                     break
                 if status not in (0, 503):
@@ -317,6 +320,37 @@ class FaultRun:
         restarted = time.monotonic()
         self.redis.start()
         return self._wait_ack_after(restarted)
+
+    def _inject_redis_kill9_after_ack(self) -> float:
+        """kill -9 Redis the moment a batch has been acknowledged, while its AOF fsyncs are slow: a competing
+        writer fsyncs large writes on the same disk (:class:`_DiskPressure`). Under ``appendfsync everysec``
+        Redis then postpones its AOF writes (up to 2 s) yet still replies: the acknowledged batches of that
+        window exist only in its memory, and this kill takes them. Under ``always`` a reply follows the fsync."""
+        with _DiskPressure(self.tmp / "pressure.bin"):
+            self._wait_fsync_backlog()
+            self.acks.acked.clear()
+            assert self.acks.acked.wait(10), "no acknowledgement under disk pressure"
+            self.redis.kill()
+        time.sleep(0.2)
+        restarted = time.monotonic()
+        self.redis.start()
+        return self._wait_ack_after(restarted)
+
+    def _wait_fsync_backlog(self, timeout: float = 2.0) -> None:
+        """Until Redis reports an AOF fsync running in the background with writes waiting behind it (only
+        under everysec; under always there is none and this returns after ``timeout``)."""
+        r = self.redis.client()
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                info = r.info("persistence")
+                if info.get("aof_pending_bio_fsync") and info.get("aof_buffer_length", 0) > 0:
+                    self.extra["fsync_backlog_seen"] = True
+                    return
+                time.sleep(0.005)
+            self.extra["fsync_backlog_seen"] = False
+        finally:
+            r.close()
 
     @property
     def backend(self) -> str:
@@ -538,6 +572,42 @@ class FaultRun:
             "sdk_sketch_equal": sdk_folded.equals(sdk_expected) and sdk_folded.n == delivered,
             "reporters_pending": sum(rep.stats().pending for rep in self.reporters),
         }
+
+
+class _DiskPressure:
+    """A thread that keeps the disk busy: 8 MB writes to one file (rewritten in place, at most 64 MB), each
+    fsynced, until the block ends. Bounded in size and time; the file is deleted."""
+
+    CHUNK = 8 << 20
+    FILE_BYTES = 64 << 20
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        block = os.urandom(self.CHUNK)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            offset = 0
+            deadline = time.monotonic() + 30
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                os.pwrite(fd, block, offset)
+                os.fsync(fd)
+                offset = (offset + self.CHUNK) % self.FILE_BYTES
+        finally:
+            os.close(fd)
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> _DiskPressure:
+        self._thread.start()
+        time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
 
 
 def _total(r: redis_lib.Redis, name: str) -> SketchState:

@@ -312,7 +312,8 @@ def test_gunicorn_logs_carry_no_client_address(private_redis: EmbeddedRedis, tmp
     env = {**_env(private_redis.url), "LDPTEL_LOG_LEVEL": "debug", "LDPTEL_ACCESS_LOG": str(access)}
     cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "-w", "1",
            "-b", f"{host}:{port}", "--error-logfile", str(errors),
-           "--access-logformat", '%(h)s %({remote_addr}e)s %({remote_port}e)s "%(r)s" %(s)s']  # the worst format
+           "--access-logformat", '%(h)s %({remote_addr}e)s %({remote_port}e)s "%(r)s" %(s)s %({x-forwarded-for}i)s '
+           '%({http_x_real_ip}e)s %({authorization}i)s %({user-agent}i)s']  # the worst format
     with out.open("wb") as sink:
         proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
     clients = []
@@ -328,6 +329,11 @@ def test_gunicorn_logs_carry_no_client_address(private_redis: EmbeddedRedis, tmp
         client_port, answer = _raw_exchange((host, port), b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         clients.append(client_port)
         assert answer.startswith(b"HTTP/1.1 200")
+        client_port, answer = _raw_exchange((host, port), (
+            f"GET /v1/metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {APP_TOKEN}\r\nUser-Agent: agent-canary/1\r\n"
+            "X-Forwarded-For: forwarded-canary\r\nX-Real-IP: real-ip-canary\r\nConnection: close\r\n\r\n").encode())
+        clients.append(client_port)
+        assert answer.startswith(b"HTTP/1.1 200")
     finally:
         _stop(proc)
     logs = {path.name: path.read_text(errors="replace") for path in (out, access, errors)}
@@ -336,6 +342,8 @@ def test_gunicorn_logs_carry_no_client_address(private_redis: EmbeddedRedis, tmp
     assert logs["error.log"].count("Invalid request") >= 5
     assert "/healthz" in logs["access.log"] and f"{host}:{port}" in logs["error.log"]  # useful lines kept
     assert "127.0.0.1" not in text
+    for canary in (APP_TOKEN, "agent-canary", "forwarded-canary", "real-ip-canary"):  # headers no atom may print
+        assert canary not in text, canary
     for client_port in clients:
         assert not re.search(rf"(?<!\d){client_port}(?!\d)", text), (client_port, text[-3000:])
 

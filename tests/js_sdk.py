@@ -1,0 +1,48 @@
+"""Running the TypeScript SDK (client/js) from pytest: dependencies from the lockfile, the build, node scripts.
+
+``npm ci`` installs exactly the committed ``package-lock.json``; it runs again only when the lockfile changed
+(a stamp in node_modules holds its digest), so the suite pays for it once per checkout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+JS = ROOT / "client" / "js"
+_STAMP = JS / "node_modules" / ".ldptel-lock-sha256"
+
+
+def npm() -> str:
+    path = shutil.which("npm")
+    if path is None:
+        raise AssertionError("npm is not on PATH: the TypeScript SDK's tests need Node 20 and npm (CI installs them)")
+    return path
+
+
+def ensure_deps() -> None:
+    """``npm ci`` from the lockfile unless node_modules already matches it."""
+    digest = hashlib.sha256((JS / "package-lock.json").read_bytes()).hexdigest()
+    if _STAMP.exists() and _STAMP.read_text() == digest:
+        return
+    res = subprocess.run([npm(), "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=JS, capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, f"npm ci failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
+    _STAMP.write_text(digest)
+
+
+def build() -> None:
+    """``tsc --strict`` into client/js/dist (the library, its tests and scripts)."""
+    ensure_deps()
+    res = subprocess.run([npm(), "run", "--silent", "build"], cwd=JS, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, f"tsc failed:\n{res.stdout[-6000:]}\n{res.stderr[-4000:]}"
+
+
+def run_npm(script: str, *, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    ensure_deps()
+    return subprocess.run([npm(), "run", "--silent", script], cwd=JS, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
