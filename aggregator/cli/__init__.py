@@ -2,6 +2,7 @@
 
     ldptel aggregate [--once] [--metric NAME ...]            fold stream shards into sketches   aggregate.py
     ldptel estimate METRIC [--from DAY --to DAY] ...         debiased estimates with intervals  estimate.py
+    ldptel test METRIC --above X | --vs-day DAY | --chi2 ... hypothesis tests, mechanism inside inference.py
     ldptel metrics list|show|create|retire                   the metric registry                metrics.py
     ldptel status                                            per-shard length, lag              status.py
     ldptel plan --reports-per-day N --domain-size D ...      choose mechanism, ε, k and m       plan.py

@@ -15,12 +15,23 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import TextIO
 
-from ldptel.aggregator.cli import aggregate, dashboard, demo, discover, estimate, metrics, plan, serve, status
+from ldptel.aggregator.cli import (
+    aggregate,
+    dashboard,
+    demo,
+    discover,
+    estimate,
+    inference,
+    metrics,
+    plan,
+    serve,
+    status,
+)
 from ldptel.aggregator.cli.common import EXIT_OK, EXIT_USER, redis_url_option
 from ldptel.aggregator.cli.extras import DISTRIBUTION, from_import_error, require
 from ldptel.client.errors import LdpError
 
-COMMANDS = (aggregate, estimate, metrics, status, serve, demo, plan, discover, dashboard)
+COMMANDS = (aggregate, estimate, inference, metrics, status, serve, demo, plan, discover, dashboard)
 _BY_NAME = {command.NAME: command for command in COMMANDS}
 
 

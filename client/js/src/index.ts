@@ -21,3 +21,7 @@ export { encodeBatch, encodeUpload, uploadSize, NAME_RE } from "./wire.js";
 export { specFromDict, specFromBody, type MetricSpec } from "./spec.js";
 export { pyDumps, pyFloatRepr, PyFloat } from "./pyjson.js";
 export { isWellFormed, utf8, toHex, fromHex } from "./bytes.js";
+export { Reporter, UploadError, type ReportResult, type ReporterOptions, type ReporterStats, type Status } from "./reporter.js";
+export { PrivacyPolicy, type PrivacyPolicyOptions } from "./policy.js";
+export { MemoryStore, type Store } from "./store.js";
+export { IndexedDbStore } from "./idb.js";

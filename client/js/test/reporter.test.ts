@@ -1,0 +1,237 @@
+/** The Reporter against a real loopback HTTP server and real files: statuses, ledgers, memo, delivery. */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, readFileSync, readdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { FileStore } from "../src/filestore.js";
+import { PrivacyPolicy } from "../src/policy.js";
+import { Reporter, type ReporterOptions, type UploadError } from "../src/reporter.js";
+import { MemoryStore } from "../src/store.js";
+import { batchInfo, partsOf, startServer, type TestServer } from "./server.js";
+
+const DAY = 86400000;
+const CMS = { name: "pages", version: 1, reports_per_day: 3, params: { mechanism: "cms", epsilon: 2.0, k: 4, m: 64, hash_seed: 1, hash_version: 1, prob_bits: 10 } };
+const RR = (version: number, epsilon: number) => ({ name: "flag", version, reports_per_day: 1, params: { mechanism: "rr", epsilon, prob_bits: 32 } });
+
+function tmp(): string {
+  return mkdtempSync(join(tmpdir(), "ldptel-js-"));
+}
+
+async function withServer(fn: (s: TestServer) => Promise<void>): Promise<void> {
+  const s = await startServer();
+  try {
+    await fn(s);
+  } finally {
+    await s.close();
+  }
+}
+
+function opts(s: TestServer, extra: Partial<ReporterOptions> = {}): ReporterOptions {
+  return { endpoint: s.url, token: "app-token", namespace: "t", store: new MemoryStore(), start: false, lifecycle: false, ...extra };
+}
+
+test("statuses: no_spec, queued, budget_exceeded, invalid_value (never throws), closed", async () => {
+  await withServer(async (s) => {
+    s.specs.set("pages", CMS);
+    const errors: UploadError[] = [];
+    const rep = await Reporter.open(opts(s, { onError: (e) => errors.push(e) }));
+    assert.equal(rep.report("pages", "a").status, "no_spec");
+    assert.equal(await rep.waitForSpecs(5000), true);
+    const q = rep.report("pages", "a");
+    assert.equal(q.status, "queued");
+    assert.equal(q.version, 1);
+    assert.equal(rep.report("pages", 42).status, "invalid_value");
+    const lone = rep.report("pages", "x\ud800");
+    assert.equal(lone.status, "invalid_value");
+    assert.match(lone.reason ?? "", /lone surrogate/);
+    assert.equal(rep.report("pages", "b").status, "queued");
+    assert.equal(rep.report("pages", "c").status, "queued");
+    assert.equal(rep.report("pages", "d").status, "budget_exceeded");
+    assert.equal(rep.budgetRemaining("pages"), 0);
+    assert.equal(rep.report("nope!", "x").status, "no_spec");
+    assert.equal(rep.report(undefined as unknown as string, "x").status, "no_spec");
+    const st = rep.stats();
+    assert.equal(st.queued, 3);
+    assert.equal(st.refusedBudget, 1);
+    assert.equal(st.invalidValue, 2);
+    assert.equal(await rep.flush(5000), true);
+    assert.equal(rep.stats().delivered, 3);
+    await rep.close();
+    assert.equal(rep.report("pages", "a").status, "closed");
+  });
+});
+
+test("the memo: a repeated value on one day resends the same report; the next day a fresh one", async () => {
+  await withServer(async (s) => {
+    let now = 20000 * DAY + 1000;
+    const spec = { ...CMS, reports_per_day: 100 };
+    const rep = await Reporter.open(opts(s, { specs: [spec], now: () => now }));
+    const a = rep.report("pages", "same");
+    const b = rep.report("pages", "same");
+    assert.equal(b.memoized, true);
+    assert.deepEqual(b.report, a.report);
+    now += DAY;
+    const fresh = [0, 1, 2, 3, 4].map(() => rep.report("pages", "same").report);
+    assert.equal(rep.stats().memoized, 1 + 4);
+    assert.ok(fresh.every((r) => JSON.stringify(r) === JSON.stringify(fresh[0])));
+    await rep.close(100);
+  });
+});
+
+test("policy: a served spec above the defaults is refused (told once); a pinned one is the app's choice", async () => {
+  await withServer(async (s) => {
+    const hot = { ...CMS, name: "hot", params: { ...CMS.params, epsilon: 6.0 } };
+    const greedy = { ...CMS, name: "greedy", reports_per_day: 10 }; // 10 × ε 2 = 20 per day > 8
+    s.specs.set("hot", hot);
+    s.specs.set("greedy", greedy);
+    const errors: UploadError[] = [];
+    const rep = await Reporter.open(opts(s, { metrics: ["hot", "greedy"], onError: (e) => errors.push(e) }));
+    await rep.waitForSpecs(5000);
+    const r = rep.report("hot", "a");
+    assert.equal(r.status, "policy_refused");
+    assert.match(r.reason ?? "", /^report_epsilon 5\.98\d is above the device policy's maximum 4\.000/);
+    assert.equal(rep.report("hot", "b").status, "policy_refused");
+    assert.match(rep.report("greedy", "b").reason ?? "", /^daily_epsilon/);
+    assert.equal(errors.filter((e) => e.outcome === "policy").length, 2);
+    assert.equal(rep.stats().pending, 0);
+    await rep.close(100);
+    const pinned = await Reporter.open(opts(s, { specs: [hot] }));
+    assert.equal(pinned.report("hot", "a").status, "queued");
+    await pinned.close(100);
+    const lax = await Reporter.open(opts(s, { metrics: ["hot"], policy: new PrivacyPolicy({ maxReportEpsilon: 7, maxDailyEpsilon: 30, maxLongitudinalEpsilon: 30 }) }));
+    await lax.waitForSpecs(5000);
+    assert.equal(lax.report("hot", "a").status, "queued");
+    await lax.close(100);
+  });
+});
+
+test("lifetime ledger: each privatization of a permanent-RR metric is charged once; past ε∞ = 8 refused", async () => {
+  await withServer(async (s) => {
+    let now = 20000 * DAY;
+    const store = new MemoryStore();
+    const open = async (spec: Record<string, unknown>): Promise<Reporter> => {
+      s.specs.set("flag", spec);
+      const r = await Reporter.open(opts(s, { store, now: () => now, metrics: ["flag"] }));
+      await r.waitForSpecs(5000);
+      return r;
+    };
+    // ε = 3: ε∞ ≈ 3.69; a second privatization at ε = 4 (ε∞ ≈ 4.69) would take the lifetime to ≈ 8.4 > 8
+    let rep = await open(RR(1, 3.0));
+    assert.equal(rep.report("flag", true).status, "queued");
+    await rep.close(100);
+    now += DAY;
+    rep = await open({ ...RR(2, 3.0), description: "metadata only" }); // same privatization: no new charge
+    assert.equal(rep.report("flag", false).status, "queued");
+    await rep.close(100);
+    now += DAY;
+    rep = await open(RR(3, 4.0));
+    const r = rep.report("flag", true);
+    assert.equal(r.status, "policy_refused");
+    assert.match(r.reason ?? "", /^longitudinal_epsilon/);
+    await rep.close(100);
+  });
+});
+
+test("retries resend the same batch id after 503/429 and a network error; acknowledged once", async () => {
+  await withServer(async (s) => {
+    s.statuses.push(503, 429);
+    const rep = await Reporter.open(opts(s, { specs: [CMS], backoffBase: 1, backoffCap: 5 }));
+    rep.report("pages", "a");
+    rep.report("pages", "b");
+    assert.equal(await rep.flush(5000), true);
+    const posts = s.received.filter((r) => r.method === "POST");
+    assert.equal(posts.length, 3);
+    const ids = posts.map((p) => batchInfo(p.body).id);
+    assert.equal(new Set(ids).size, 1);
+    assert.ok(posts.every((p) => p.body.equals((posts[0] as { body: Buffer }).body)));
+    assert.equal(posts[0]?.headers.authorization, "Bearer app-token");
+    assert.equal(posts[0]?.headers["content-type"], "application/octet-stream");
+    assert.equal(posts[0]?.headers["x-ldptel-batch-age-days"], "0");
+    assert.equal(rep.stats().retries, 2);
+    assert.equal(rep.stats().delivered, 2);
+    await rep.close(100);
+  });
+});
+
+test("multi-part LDPU: batches of several metrics go in one request, each with its own batch id", async () => {
+  await withServer(async (s) => {
+    const specs = ["m1", "m2", "m3"].map((name) => ({ ...CMS, name }));
+    const rep = await Reporter.open(opts(s, { specs }));
+    for (const m of ["m1", "m2", "m3"]) rep.report(m, "v");
+    assert.equal(await rep.flush(5000), true);
+    const posts = s.received.filter((r) => r.method === "POST");
+    assert.equal(posts.length, 1);
+    assert.equal(posts[0]?.body.subarray(0, 4).toString(), "LDPU");
+    const parts = partsOf(posts[0]?.body as Buffer).map(batchInfo);
+    assert.deepEqual(parts.map((p) => p.metric).sort(), ["m1", "m2", "m3"]);
+    assert.equal(new Set(parts.map((p) => p.id)).size, 3);
+    await rep.close(100);
+  });
+});
+
+test("retry horizon: a batch older than it is dropped unsent; rejected (400) batches are dropped; 409 adopts", async () => {
+  await withServer(async (s) => {
+    let now = 20000 * DAY;
+    const store = new MemoryStore();
+    s.statuses.push(503);
+    const rep = await Reporter.open(opts(s, { store, specs: [CMS], now: () => now, backoffBase: 1, retryHorizonDays: 3 }));
+    rep.report("pages", "a");
+    assert.equal(await rep.flush(1), false); // one 503 (Retry-After 0): the batch is kept for a retry
+    now += 4 * DAY;
+    assert.equal(await rep.flush(5000), true);
+    assert.equal(rep.stats().droppedTooOld, 1);
+    assert.equal(s.received.filter((r) => r.method === "POST").length, 1);
+    s.statuses.push(400);
+    rep.report("pages", "b");
+    assert.equal(await rep.flush(5000), true);
+    assert.equal(rep.stats().droppedRejected, 1);
+    await rep.close(100);
+  });
+});
+
+test("file store: committed reports survive a crash (no close) and are sent once; a torn temp file is ignored", async () => {
+  await withServer(async (s) => {
+    const dir = tmp();
+    try {
+      const a = await Reporter.open(opts(s, { store: new FileStore(dir), specs: [{ ...CMS, reports_per_day: 100 }] }));
+      for (let i = 0; i < 10; i++) a.report("pages", `v${i}`);
+      await a.commit(); // durable now; the process "dies" here without close()
+      const secret = JSON.parse(readFileSync(join(dir, "state.json"), "utf8")).secret;
+      const b = await Reporter.open(opts(s, { store: new FileStore(dir), specs: [{ ...CMS, reports_per_day: 100 }] }));
+      assert.equal(b.stats().pending, 10);
+      for (let i = 0; i < 91; i++) b.report("pages", `w${i}`);
+      assert.equal(b.report("pages", "over").status, "budget_exceeded"); // 10 + 90 = 100: the ledger survived too
+      assert.equal(await b.flush(5000), true);
+      await b.close();
+      const n = s.received.filter((r) => r.method === "POST").flatMap((p) => partsOf(p.body).map(batchInfo)).reduce((x, y) => x + y.n, 0);
+      assert.equal(n, 100);
+      assert.deepEqual(JSON.parse(readFileSync(join(dir, "state.json"), "utf8")).secret, secret);
+      assert.deepEqual(readdirSync(dir).sort(), ["state.json"]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+test("two writers of one namespace cannot overspend: the commit re-checks the durable ledger", async () => {
+  await withServer(async (s) => {
+    const dir = tmp();
+    try {
+      const spec = { ...CMS, reports_per_day: 5 };
+      const a = await Reporter.open(opts(s, { store: new FileStore(dir), specs: [spec] }));
+      const b = await Reporter.open(opts(s, { store: new FileStore(dir), specs: [spec] }));
+      for (let i = 0; i < 5; i++) assert.equal(a.report("pages", `a${i}`).status, "queued");
+      for (let i = 0; i < 5; i++) assert.equal(b.report("pages", `b${i}`).status, "queued"); // b has not seen a's spends
+      await a.commit();
+      await b.commit();
+      assert.equal(b.stats().droppedBudgetAtCommit, 5);
+      assert.equal(b.stats().pending, 5);
+      assert.equal(b.report("pages", "later").status, "budget_exceeded");
+      await a.close(100);
+      await b.close(100);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
