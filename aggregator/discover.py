@@ -89,8 +89,8 @@ def discover_metric(
     params = target.params
     mechanism = mechanism_of(params)
     found_by = require(mechanism, Discovering, f"a metric whose mechanism discovers values, not {name}")  # type: ignore[type-abstract]
-    days = target.days(r, opts)
-    state = summed_state(r, target, days)
+    summed = summed_state(r, target, target.days(r, opts))
+    state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     found = found_by.discover(params, state, keep=opts.keep, threshold=opts.threshold, alpha=opts.alpha,
                                confidence=opts.confidence, progress=progress)
     est = found.estimate

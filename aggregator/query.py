@@ -52,7 +52,7 @@ from ldptel.aggregator.results import (
     SummaryResult,
     result_type,
 )
-from ldptel.client import Estimate, SketchState, estimate
+from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import Kind, Mechanism
@@ -63,6 +63,9 @@ from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
 from ldptel.storage.registry import MetricRecord
+from ldptel.storage.sealed import Summed, coarse_note
+from ldptel.storage.sealed import periods as sealed_periods
+from ldptel.storage.sealed import summed_state as sealed_summed_state
 
 
 class EmptyRangeError(LdpError, ValueError):
@@ -174,13 +177,12 @@ class Target:
         return days
 
 
-def summed_state(r: redis_lib.Redis, target: Target, days: Sequence[str]) -> SketchState:
-    """The state of ``target``'s version summed over its shards and ``days`` (each a day that has reports)."""
-    wanted = set(days)
-    index = store.sketch_index(r, target.name, target.record.shards)
-    pairs = [(shard, v, day) for shard, members in index.items() for v, day in members if v == target.version and day in wanted]
-    state, _found = store.sum_sketches(r, target.name, params=target.params, pairs=pairs)
-    return state
+def summed_state(r: redis_lib.Redis, target: Target, days: Sequence[str]) -> Summed:
+    """The state of ``target``'s version summed over its shards (and sealed days, :mod:`ldptel.storage.sealed`) from
+    the first to the last of ``days``: the one place a query reads sketches. Its ``days`` may be wider than asked
+    where retention left only roll-ups at an edge."""
+    return sealed_summed_state(r, target.name, params=target.params, version=target.version, shards=target.record.shards,
+                               day_from=days[0], day_to=days[-1])
 
 
 def estimator_choices(mechanism: Mechanism[Any, Any]) -> tuple[EstimatorChoice, ...]:
@@ -227,8 +229,8 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
             "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", opts.estimator
         )
 
-    days = target.days(r, opts)
-    state = summed_state(r, target, days)
+    summed = summed_state(r, target, target.days(r, opts))
+    state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     est = estimate(params, state, candidates=candidates, confidence=opts.confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not sketch)
     corrected: Estimate | None = None
@@ -259,7 +261,8 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     return kind(
         metric=name, version=target.version, mechanism=mechanism.name, days=tuple(days), shards=target.record.shards,
         estimate=est, postprocess=method, adjusted=adjusted, estimator=opts.estimator, corrected=corrected,
-        corrected_adjusted=corrected_adjusted, note=mechanism.estimate_note(params), **derived,
+        corrected_adjusted=corrected_adjusted, note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
+        **derived,
     )
 
 
@@ -291,25 +294,34 @@ class DailyResult:
 
     results: tuple[QueryResult, ...]
     values: tuple[object, ...] | None
+    # (first, last) day of each result; a span wider than one day is a roll-up past the metric's retention
+    periods: tuple[tuple[str, str], ...] = ()
+
+    def _day(self, i: int) -> str:
+        """The ``day`` of result i: the UTC day, or "first..last" for a period coarser than a day."""
+        if i < len(self.periods) and self.periods[i][0] != self.periods[i][1]:
+            return f"{self.periods[i][0]}..{self.periods[i][1]}"
+        return self.results[i].days[0]
 
     def rows(self) -> list[dict[str, Any]]:
         """Each day's :meth:`QueryResult.rows`, with the ``day`` and that day's ``n`` in front."""
         out: list[dict[str, Any]] = []
         rank = None if self.values is None else {v: i for i, v in enumerate(self.values)}
-        for res in self.results:
+        for i, res in enumerate(self.results):
             rows = res.rows()
             if rank is not None:
                 rows = sorted((row for row in rows if row["value"] in rank), key=lambda row: rank[row["value"]])
-            out += [{"day": res.days[0], "n": res.n, **row} for row in rows]
+            out += [{"day": self._day(i), "n": res.n, **row} for row in rows]
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The per-result keys once, ``n`` summed, ``daily`` (each day's other keys: n, proportion, ...), ``rows``."""
         first = self.results[0].to_dict()
-        daily = [{"day": res.days[0], **{k: v for k, v in res.to_dict().items() if k not in _SHARED_KEYS}} for res in self.results]
+        daily = [{"day": self._day(i), **{k: v for k, v in res.to_dict().items() if k not in _SHARED_KEYS}}
+                 for i, res in enumerate(self.results)]
         return {
             **{k: first[k] for k in _SHARED_KEYS if k in first and k != "rows"},
-            "days": [res.days[0] for res in self.results],
+            "days": [self._day(i) for i in range(len(self.results))],
             "n": sum(res.n for res in self.results),
             "by_day": True,
             "daily": daily,
@@ -330,7 +342,9 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     pinned = opts.with_(version=target.version)
     days = target.days(r, pinned)
     each = pinned.with_(top=None)
-    results = tuple(estimate_metric(r, name, each.with_(day_from=day, day_to=day)) for day in days)
+    # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
+    spans = sealed_periods(r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1])
+    results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
     values: tuple[object, ...] | None = None
     if opts.top is not None:
         ranked_by = "plain" if results[0].estimator == "plain" else "corrected"
@@ -340,7 +354,7 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
                 if row["estimator"] == ranked_by:
                     totals[row["value"]] = totals.get(row["value"], 0.0) + row["estimate"]
         values = tuple(sorted(totals, key=lambda v: -totals[v])[: opts.top])  # stable: ties keep the first day's order
-    return DailyResult(results=results, values=values)
+    return DailyResult(results=results, values=values, periods=tuple(spans))
 
 
 __all__ = [

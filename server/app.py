@@ -17,6 +17,7 @@ from redis.retry import Retry
 
 from ldptel.server import metrics, ops, reports
 from ldptel.server.config import ServerConfig
+from ldptel.server.cors import CorsMiddleware
 from ldptel.server.errors import register_error_handlers
 from ldptel.server.fastpath import FastIngest
 from ldptel.server.prom import Telemetry
@@ -79,4 +80,6 @@ def create_app(config: ServerConfig | None = None) -> Flask:
     # The common ingest request (a valid binary batch) skips Flask's per-request machinery; anything else,
     # including every error, is answered by the blueprints. See fastpath.py.
     app.wsgi_app = FastIngest(app.wsgi_app, state)  # type: ignore[method-assign]  # Flask's documented middleware hook
+    if cfg.cors_origins:  # browsers (the web SDK): CORS on the report and spec routes only (cors.py)
+        app.wsgi_app = CorsMiddleware(app.wsgi_app, cfg.cors_origins)  # type: ignore[method-assign]
     return app

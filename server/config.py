@@ -41,6 +41,8 @@ Environment variables (all optional except the tokens):
 ``LDPTEL_RETRY_AFTER``         seconds advertised in Retry-After on 503/429 (default 1)
 ``LDPTEL_REDIS_TIMEOUT``       Redis socket timeout in seconds (default 2)
 ``LDPTEL_REGISTRY_TTL``        seconds an ingest process may reuse a metric's registry record (default 1; 0: never)
+``LDPTEL_CORS_ORIGINS``        comma-separated origins whose pages may call the report and spec routes (``*``: any;
+                              default none; ``ldptel.server.cors``, docs/web-sdk.md)
 ``LDPTEL_DATA_DIR``            data dir of the embedded server (default: a temporary dir, deleted on exit)
 =============================  ==========================================================================
 """
@@ -61,6 +63,7 @@ from ldptel.client.protocol.wire import (
     MAX_REPORTS,
     MAX_RETRY_HORIZON_DAYS,
 )
+from ldptel.server.cors import parse_origins
 from ldptel.server.proxies import Network, ProxyConfigError, parse_trusted_proxies
 from ldptel.server.ratelimit import MAX_BURST
 from ldptel.storage.client import parse_redis_url
@@ -116,6 +119,7 @@ class ServerConfig:
     redis_timeout: float = 2.0
     registry_ttl: float = 1.0
     data_dir: Path | None = None
+    cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         tokens = self.app_tokens
@@ -161,6 +165,10 @@ class ServerConfig:
             raise ConfigError(f"{PREFIX}REDIS_TIMEOUT must be in (0, 60] seconds")
         if not (math.isfinite(self.registry_ttl) and 0 <= self.registry_ttl <= 60):
             raise ConfigError(f"{PREFIX}REGISTRY_TTL must be in [0, 60] seconds")
+        try:
+            object.__setattr__(self, "cors_origins", parse_origins(self.cors_origins))
+        except ValueError as exc:
+            raise ConfigError(f"{PREFIX}CORS_ORIGINS: {exc}") from None
 
     # ------------------------------------------------------------------------------------------ builders
     @classmethod
@@ -207,6 +215,9 @@ class ServerConfig:
         raw = get("TRUSTED_PROXIES")
         if raw is not None:
             kwargs["trusted_proxies"] = raw
+        raw = get("CORS_ORIGINS")
+        if raw is not None:
+            kwargs["cors_origins"] = raw
         raw = get("DATA_DIR")
         if raw is not None:
             kwargs["data_dir"] = Path(raw)

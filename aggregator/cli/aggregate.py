@@ -39,6 +39,9 @@ TUNING: dict[str, tuple[str, Callable[[str], object], str, str]] = {
     "retention_seconds": ("--retention", float, "S", "trim folded entries older than S seconds; 0 trims at once"),
     "block_seconds": ("--block", float, "S", "longest wait for new entries"),
     "rescan_seconds": ("--rescan", float, "S", "look for new shards and rebalance every S seconds"),
+    "seal_seconds": ("--seal-every", float, "S", "seal the days that can no longer change every S seconds (inf: never)"),
+    "retry_horizon_days": ("--retry-horizon-days", int, "N",
+                           "the ingest's LDPTEL_RETRY_HORIZON_DAYS: day D is sealed once D + N + 2 <= today"),
     "worker_id": ("--worker-id", str, "ID", "name of this worker in leases (default host:pid:random)"),
 }
 
@@ -69,6 +72,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
                        formatter_class=_WorkerDefaultsHelp)
     p.add_argument("--once", action="store_true", help="drain what is there and exit (default: follow)")
     p.add_argument("--metric", action="append", metavar="NAME", help="fold only this metric (repeatable)")
+    p.add_argument("--seal", action="store_true",
+                   help="with --once: after draining, seal every day that can no longer change (as ldptel seal)")
     for field, (option, kind, metavar, text) in TUNING.items():
         p.add_argument(option, dest=field, type=kind, metavar=metavar, help=text)
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -150,7 +155,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _setup_logging(args.log_level or ("warning" if tty else "info"), err)
     given = {field: getattr(args, field) for field in TUNING if getattr(args, field) not in (None, "")}
     try:
-        config = WorkerConfig(metrics=tuple(args.metric or ()), once=args.once, **given)
+        if args.seal and not args.once:
+            raise UserError("--seal is for --once (a following worker seals every --seal-every seconds)")
+        config = WorkerConfig(metrics=tuple(args.metric or ()), once=args.once, seal_after_once=args.seal, **given)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     with connected(args.redis_url, socket_timeout=max(SOCKET_TIMEOUT, config.block_seconds + 10)) as r:

@@ -24,6 +24,7 @@ from ldptel.aggregator.cli import (
     inference,
     metrics,
     plan,
+    seal,
     serve,
     status,
 )
@@ -31,7 +32,7 @@ from ldptel.aggregator.cli.common import EXIT_OK, EXIT_USER, redis_url_option
 from ldptel.aggregator.cli.extras import DISTRIBUTION, from_import_error, require
 from ldptel.client.errors import LdpError
 
-COMMANDS = (aggregate, estimate, inference, metrics, status, serve, demo, plan, discover, dashboard)
+COMMANDS = (aggregate, estimate, inference, metrics, status, serve, demo, plan, discover, dashboard, seal)
 _BY_NAME = {command.NAME: command for command in COMMANDS}
 
 

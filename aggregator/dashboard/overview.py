@@ -12,7 +12,7 @@ from ldptel.aggregator.cli.status import shard_status
 from ldptel.aggregator.defaults import DISCOVER_TOP
 from ldptel.aggregator.query import candidate_role, estimator_choices
 from ldptel.client.mechanisms import mechanism_of
-from ldptel.storage import registry
+from ldptel.storage import registry, sealed
 from ldptel.storage import sketches as store
 from ldptel.storage.registry import MetricRecord
 
@@ -32,15 +32,23 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
     spec = record.current
     mechanism = mechanism_of(spec.params)
     index = store.sketch_index(r, record.name, record.shards)
+    view = sealed.read_view(r, record.name)  # after the shards' index: a day being sealed is seen in one or the other
     days_by_version: dict[str, list[str]] = {}
     for members in index.values():
         for version, day in members:
             days_by_version.setdefault(str(version), []).append(day)
+    for version, number in view.days:
+        days_by_version.setdefault(str(version), []).append(sealed.day_name(number))
     days_by_version = {v: sorted(set(days)) for v, days in sorted(days_by_version.items(), key=lambda kv: int(kv[0]))}
     recent = set(days_by_version.get(str(record.current_version), [])[-RECENT_DAYS:])
     pairs = [(shard, v, day) for shard, members in index.items() for v, day in members
              if v == record.current_version and day in recent]
     reports = store.day_reports(r, record.name, params=spec.params, pairs=pairs)
+    for (version, number), n in view.days.items():  # sealed days: their reports are kept beside the sealed states
+        day = sealed.day_name(number)
+        if version == record.current_version and day in recent:
+            reports[day] = n
+    reports = dict(sorted(reports.items()))
     shard_rows = [row for row in lags if row["metric"] == record.name]
     unknown = any(row["lag"] is None for row in shard_rows)
     return {

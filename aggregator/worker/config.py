@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_LEASE_TTL",
     "DEFAULT_RESCAN_SECONDS",
     "DEFAULT_RETENTION_SECONDS",
+    "DEFAULT_SEAL_SECONDS",
     "MIN_LEASE_TTL",
     "WorkerConfig",
     "default_worker_id",
@@ -34,6 +35,22 @@ DEFAULT_LEASE_TTL = 10.0  # seconds a lease lives without renewal
 DEFAULT_BLOCK_SECONDS = 1.0  # longest wait for new entries
 DEFAULT_RETENTION_SECONDS = 3600.0  # folded entries older than this are trimmed
 DEFAULT_RESCAN_SECONDS = 5.0  # look for new shards and rebalance this often
+DEFAULT_SEAL_SECONDS = 600.0  # seal the days that can no longer change this often (ldptel.storage.sealed)
+
+
+def _env_horizon() -> int:
+    """LDPTEL_RETRY_HORIZON_DAYS (the ingest's setting: days a batch may be retried), else its default."""
+    from ldptel.client.protocol.wire import DEFAULT_RETRY_HORIZON_DAYS, MAX_RETRY_HORIZON_DAYS
+
+    raw = os.environ.get("LDPTEL_RETRY_HORIZON_DAYS", "").strip()
+    if not raw:
+        return DEFAULT_RETRY_HORIZON_DAYS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    check_int("LDPTEL_RETRY_HORIZON_DAYS", value, 0, MAX_RETRY_HORIZON_DAYS)
+    return value
 MIN_LEASE_TTL = 0.5  # seconds: the shortest lease accepted
 _NO_LIMIT = sys.maxsize  # counts have no upper bound of their own
 
@@ -51,7 +68,11 @@ class WorkerConfig:
     batch: stream entries per XREAD. checkpoint_every / checkpoint_seconds: commit a shard when
     either that many entries were read since its last commit or that much time passed. lease_ttl: seconds
     a lease lives without renewal (renewed every third of it). retention_seconds: folded entries older than
-    this are trimmed (0: trimmed at the commit that folds them). once: drain what is there and stop.
+    this are trimmed (0: trimmed at the commit that folds them). seal_seconds: seal the days that can no longer
+    change this often (inf: never); seal_after_once: a ``once`` worker seals what is due after draining (else
+    it does not seal: ``ldptel seal`` does); retry_horizon_days: the
+    ingest's ``LDPTEL_RETRY_HORIZON_DAYS`` (read from the environment by default), which decides when a day can no
+    longer change. once: drain what is there and stop.
     prefetch: read a shard's next batch while folding the current one. Invalid values raise
     :class:`~ldptel.client.errors.InvalidParameterError` (a ``ValueError``).
     """
@@ -64,6 +85,9 @@ class WorkerConfig:
     block_seconds: float = DEFAULT_BLOCK_SECONDS
     retention_seconds: float = DEFAULT_RETENTION_SECONDS
     rescan_seconds: float = DEFAULT_RESCAN_SECONDS
+    seal_seconds: float = DEFAULT_SEAL_SECONDS
+    seal_after_once: bool = False
+    retry_horizon_days: int = field(default_factory=_env_horizon)
     once: bool = False
     prefetch: bool = True
     worker_id: str = field(default_factory=default_worker_id)
@@ -76,3 +100,5 @@ class WorkerConfig:
         check_number("retention_seconds", self.retention_seconds, 0.0, math.inf)
         check_number("rescan_seconds", self.rescan_seconds, 0.0, math.inf, open_interval=True, allow_inf=True)
         check_number("block_seconds", self.block_seconds, 0.0, math.inf, open_interval=True)
+        check_number("seal_seconds", self.seal_seconds, 0.0, math.inf, open_interval=True, allow_inf=True)
+        check_int("retry_horizon_days", self.retry_horizon_days, 0, 30)

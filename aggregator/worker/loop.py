@@ -27,6 +27,7 @@ from ldptel.aggregator.worker.config import WorkerConfig
 from ldptel.aggregator.worker.folding import fold_read
 from ldptel.aggregator.worker.lag import shard_lag
 from ldptel.aggregator.worker.reading import Reader, forget_prefetch
+from ldptel.aggregator.worker.sealing import SEAL_DAYS_PER_PASS, seal_pass
 from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import InvalidParameterError
@@ -99,6 +100,8 @@ class Worker:
         self._errors: dict[str, int] = {}  # errors the follow loop survived, by kind (Prometheus: prometheus.py)
         self._last_scan = -1e18
         self._last_heartbeat = -1e18
+        self._last_seal = time.monotonic()  # a follow worker's first pass comes one seal_seconds after start
+        self._sealed_days = 0
         self._rr = 0
 
     # ------------------------------------------------------------------------------------------ control
@@ -153,6 +156,8 @@ class Worker:
             while not self._stop.is_set():
                 try:
                     if not self._step(on_progress, progress_seconds, last_progress):
+                        if cfg.seal_after_once and not self._stop.is_set():
+                            self._seal(max_days=None)
                         break
                     if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
                         last_progress = time.monotonic()
@@ -213,6 +218,8 @@ class Worker:
         if cfg.once and not self._owned:
             return self._wait_for_leases()
         worked = self._round()
+        if not cfg.once and time.monotonic() - self._last_seal >= cfg.seal_seconds:
+            self._seal()
         if on_progress is not None and time.monotonic() - last_progress >= progress_seconds:
             on_progress(self)
         if not worked and not cfg.once and self._owned and not self._stop.is_set():
@@ -301,6 +308,15 @@ class Worker:
             self._reports += folded.reports
         self._reader.done(read)
         return len(read.entries)
+
+    # ------------------------------------------------------------------------------------------ sealing
+    def _seal(self, *, max_days: int | None = SEAL_DAYS_PER_PASS) -> None:
+        """Seal the days of every metric this worker folds that can no longer change (``sealing``)."""
+        self._last_seal = time.monotonic()
+        names = list(self.config.metrics) or self._specs.registry_names()
+        for report in seal_pass(self.r, names, horizon_days=self.config.retry_horizon_days, owner=self.config.worker_id,
+                                max_days=max_days):
+            self._sealed_days += report.days_sealed
 
     # ------------------------------------------------------------------------------------------ commit
     def _maybe_commit(self, sh: OwnedShard) -> None:

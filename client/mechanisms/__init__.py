@@ -17,6 +17,7 @@ from ldptel.client.mechanisms.base import Mechanism, ReportBatch, Values
 from ldptel.client.mechanisms.capabilities import (
     Binary,
     Bucketed,
+    Categorical,
     Discovering,
     Labelled,
     Mergeable,
@@ -83,6 +84,7 @@ def estimate(
 __all__ = [
     "Binary",
     "Bucketed",
+    "Categorical",
     "CmsParams",
     "DailyMeanParams",
     "Discovering",

@@ -12,6 +12,7 @@ capability         what it adds                                                 
 :class:`Mergeable` the aggregator merges a read's batches (:meth:`merge`) before folding
 :class:`Sketch`    estimates are asked for candidate values; hash collisions (the corrected estimator)
 :class:`Labelled`  a declared domain: a query's candidates select its labels
+:class:`Categorical` every label of a declared domain is estimated, with their covariance (:meth:`bucket_covariance`)
 :class:`Binary`    one label's share is the answer (:attr:`proportion_of`, rr's ``true``)
 :class:`Summary`   rows are numeric summaries (mean, sum, count), not counts of the reports                    summary
 :class:`Bucketed`  rows count declared buckets of a number (:meth:`bucket_edges`, prefix sums, covariance)    histogram
@@ -78,14 +79,26 @@ class Binary(Mechanism[P, B]):
     proportion_of: ClassVar[str]
 
 
+SUMMARY_LABELS = ("mean", "sum", "count")  # the rows of a Summary mechanism's estimate, in order
+
+
 class Summary(Mechanism[P, B]):
-    """Numeric summaries: estimate rows are a mean, a sum and a count, not counts of the n reports (so no shares,
-    no post-processing)."""
+    """Numeric summaries: estimate rows are a mean, a sum and a count (:data:`SUMMARY_LABELS`), not counts of the
+    n reports (so no shares, no post-processing)."""
 
     kind: ClassVar[Kind] = "summary"
 
 
-class Bucketed(Mechanism[P, B]):
+class Categorical(Mechanism[P, B]):
+    """The estimate covers every label of a declared domain (rr's two, grr's labels, a histogram's buckets), so
+    its rows have a joint covariance (χ² tests over the whole domain use it)."""
+
+    @abstractmethod
+    def bucket_covariance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
+        """The d × d covariance of the raw estimates of every label, with ``counts`` as the true counts."""
+
+
+class Bucketed(Categorical[P, B]):
     """A numeric histogram: rows count the reports in declared buckets, in order (percentiles and a midpoint mean
     apply: :mod:`ldptel.aggregator.percentiles`, :mod:`ldptel.aggregator.histogram_mean`)."""
 
@@ -99,9 +112,6 @@ class Bucketed(Mechanism[P, B]):
     def prefix_sums(self, params: P, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(S_J, Var S_J), J = 0..d, the estimated count below edge J from raw ``counts``."""
 
-    @abstractmethod
-    def bucket_covariance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
-        """The d × d covariance of the raw bucket estimates, with ``counts`` as the true counts."""
 
 
 class Discovering(Mechanism[P, B]):
@@ -153,9 +163,11 @@ def require(mechanism: Mechanism[Any, Any], capability: type[C], what: str) -> C
     return mechanism
 
 
-CAPABILITIES: tuple[type[Mechanism[Any, Any]], ...] = (Permanent, Mergeable, Sketch, Labelled, Binary, Summary, Bucketed, Discovering)
+CAPABILITIES: tuple[type[Mechanism[Any, Any]], ...] = (
+    Permanent, Mergeable, Sketch, Labelled, Binary, Summary, Categorical, Bucketed, Discovering,
+)
 
 __all__ = [
-    "CAPABILITIES", "Binary", "Bucketed", "CandidateRole", "Discovering", "Labelled", "Mergeable", "Permanent", "Sketch",
+    "CAPABILITIES", "SUMMARY_LABELS", "Binary", "Bucketed", "CandidateRole", "Categorical", "Discovering", "Labelled", "Mergeable", "Permanent", "Sketch",
     "Summary", "candidate_role", "proportion_label", "require",
 ]

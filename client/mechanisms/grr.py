@@ -27,7 +27,7 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError, UnknownValueError
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
-from ldptel.client.mechanisms.capabilities import Labelled, Permanent
+from ldptel.client.mechanisms.capabilities import Categorical, Labelled, Permanent
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import (
@@ -242,7 +242,7 @@ def privatize_codes(codes: np.ndarray, params: GrrParams, *, rng: np.random.Gene
     return out
 
 
-class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch]):
+class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch], Categorical[GrrParams, GrrBatch]):
     """k-ary randomized response: one label index per report; permanent randomized response for repeats."""
 
     name = "grr"

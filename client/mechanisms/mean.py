@@ -49,7 +49,7 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
-from ldptel.client.mechanisms.capabilities import Summary
+from ldptel.client.mechanisms.capabilities import SUMMARY_LABELS, Summary
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import (
     SINGLE_DRAW_PROB_BITS,
@@ -74,7 +74,7 @@ GRID = 256  # G: grid points − 1 of the piecewise branch
 SHARE_BITS = 16  # α = A / 2^SHARE_BITS
 MAX_ABS_BOUND = 1e15  # |lo|, |hi| (2^V steps of (hi − lo) stay far above float64 resolution)
 MEAN_VARIANTS = ("auto", "onebit", "dhm")
-MEAN_LABELS = ("mean", "sum", "count")
+MEAN_LABELS = SUMMARY_LABELS
 _ALPHA_STEPS = 64  # the grid search over α uses multiples of 1/64
 
 

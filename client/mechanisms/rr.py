@@ -33,7 +33,7 @@ import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
-from ldptel.client.mechanisms.capabilities import Binary, Permanent
+from ldptel.client.mechanisms.capabilities import Binary, Categorical, Permanent
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import (
@@ -180,7 +180,7 @@ def _as_bool_array(values: Values) -> np.ndarray:
     return arr
 
 
-class Rr(Permanent[RrParams, RrBatch], Binary[RrParams, RrBatch]):
+class Rr(Permanent[RrParams, RrBatch], Binary[RrParams, RrBatch], Categorical[RrParams, RrBatch]):
     """Binary randomized response: one bit per report; a permanent randomized response for repeated values."""
 
     name = "rr"

@@ -15,8 +15,36 @@ from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_number
 
 _STATE_MAGIC = b"LDPS"
-_STATE_HEADER = struct.Struct("<4sBBBxII")  # magic, format, mechanism code, dtype code, rows, cols
-_DTYPES: dict[int, np.dtype[np.signedinteger]] = {1: np.dtype("<i4"), 2: np.dtype("<i8")}
+# magic, format, mechanism code, dtype code of the counts, dtype code of the row counts (format 2; format 1 has a
+# pad byte there and one dtype for both), rows, cols
+_STATE_HEADER = struct.Struct("<4sBBBBII")
+_DTYPES: dict[int, np.dtype[np.integer]] = {
+    1: np.dtype("<i4"), 2: np.dtype("<i8"), 3: np.dtype("u1"), 4: np.dtype("<u2"), 5: np.dtype("<u4"),
+    6: np.dtype("i1"), 7: np.dtype("<i2"),
+}
+# Narrowest first: a state is stored in the first width that holds every value (compact at rest, issue 26).
+_WIDTHS = (3, 6, 4, 7, 5, 1, 2)
+
+
+def _narrowest(a: np.ndarray) -> int:
+    """The code of the narrowest stored dtype that holds every value of ``a``."""
+    if a.size == 0:
+        return 3
+    lo, hi = int(a.min()), int(a.max())
+    for code in _WIDTHS:
+        info = np.iinfo(_DTYPES[code])
+        if info.min <= lo and hi <= info.max:
+            return code
+    raise ValueError("sketch state values exceed 64 bits")
+
+
+def _codes(fmt: int, code: int, row_code: int) -> tuple[int, int] | None:
+    """(counts dtype code, row counts dtype code) of a header, None if invalid."""
+    if fmt == 1 and code in (1, 2):
+        return code, code
+    if fmt == 2 and code in _DTYPES and row_code in _DTYPES:
+        return code, row_code
+    return None
 
 
 def state_shape(params: ParamsBase) -> tuple[tuple[int, int], int]:
@@ -78,15 +106,14 @@ class SketchState:
             and np.array_equal(self.row_counts, other.row_counts)
         )
 
-    # Serialization: header, then counts and row_counts little-endian, int32 when every value fits.
+    # Serialization: header, then counts and row_counts little-endian, each in the narrowest integer width that
+    # holds all of its values (u1 for most per-shard days of a sketch, i4/i8 only when needed). Format 1 (one
+    # width, i4 or i8, for both) is still read.
     def to_bytes(self) -> bytes:
-        both = (self.counts, self.row_counts)
-        fits32 = all(a.size == 0 or (int(a.min()) >= -(1 << 31) and int(a.max()) < 1 << 31) for a in both)
-        code = 1 if fits32 else 2
-        dt = _DTYPES[code]
+        code, row_code = _narrowest(self.counts), _narrowest(self.row_counts)
         rows, cols = self.counts.shape
-        head = _STATE_HEADER.pack(_STATE_MAGIC, 1, _code(self.mechanism), code, rows, cols)
-        return head + self.counts.astype(dt).tobytes() + self.row_counts.astype(dt).tobytes()
+        head = _STATE_HEADER.pack(_STATE_MAGIC, 2, _code(self.mechanism), code, row_code, rows, cols)
+        return head + self.counts.astype(_DTYPES[code]).tobytes() + self.row_counts.astype(_DTYPES[row_code]).tobytes()
 
     @classmethod
     def from_bytes(cls, data: bytes, params: ParamsBase) -> SketchState:
@@ -106,32 +133,35 @@ def _parse_state(data: bytes, params: ParamsBase) -> tuple[np.ndarray, np.ndarra
     shape, nrows = state_shape(params)
     if len(data) < _STATE_HEADER.size:
         raise WireFormatError("sketch state too short")
-    magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(data)
-    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES:
+    magic, fmt, mech, code, row_code, rows, cols = _STATE_HEADER.unpack_from(data)
+    codes = _codes(fmt, code, row_code)
+    if magic != _STATE_MAGIC or codes is None:
         raise WireFormatError("not an ldptel sketch state (bad magic, format or dtype)")
     if mech != _code(params.mechanism) or (rows, cols) != shape:
         raise StateMismatchError(f"stored state {(rows, cols)} does not match {params.mechanism} {shape}")
-    dt = _DTYPES[code]
+    dt, row_dt = _DTYPES[codes[0]], _DTYPES[codes[1]]
     size = rows * cols
-    if len(data) - _STATE_HEADER.size != (size + nrows) * dt.itemsize:
+    if len(data) - _STATE_HEADER.size != size * dt.itemsize + nrows * row_dt.itemsize:
         raise WireFormatError("sketch state has the wrong length")
-    body = np.frombuffer(data, dtype=dt, offset=_STATE_HEADER.size)
-    return body[:size].reshape(shape), body[size:]
+    counts = np.frombuffer(data, dtype=dt, count=size, offset=_STATE_HEADER.size)
+    row_counts = np.frombuffer(data, dtype=row_dt, offset=_STATE_HEADER.size + size * dt.itemsize)
+    return counts.reshape(shape), row_counts
 
 
 STATE_HEADER_SIZE = _STATE_HEADER.size  # bytes before the counts of a serialized state
 
 
-def row_counts_span(header: bytes, params: ParamsBase) -> tuple[int, int, np.dtype[np.signedinteger]]:
+def row_counts_span(header: bytes, params: ParamsBase) -> tuple[int, int, np.dtype[np.integer]]:
     """Byte range [start, stop) and dtype of the row counts (their sum is n) in a serialized state that starts
     with ``header`` (its first :data:`STATE_HEADER_SIZE` bytes): n without reading the counts."""
     shape, nrows = state_shape(params)
-    magic, fmt, mech, code, rows, cols = _STATE_HEADER.unpack_from(header)
-    if magic != _STATE_MAGIC or fmt != 1 or code not in _DTYPES or mech != _code(params.mechanism) or (rows, cols) != shape:
+    magic, fmt, mech, code, row_code, rows, cols = _STATE_HEADER.unpack_from(header)
+    codes = _codes(fmt, code, row_code)
+    if magic != _STATE_MAGIC or codes is None or mech != _code(params.mechanism) or (rows, cols) != shape:
         raise WireFormatError("not an ldptel sketch state of these params (bad magic, format, dtype, mechanism or shape)")
-    dt = _DTYPES[code]
-    start = _STATE_HEADER.size + rows * cols * dt.itemsize
-    return start, start + nrows * dt.itemsize, dt
+    row_dt = _DTYPES[codes[1]]
+    start = _STATE_HEADER.size + rows * cols * _DTYPES[codes[0]].itemsize
+    return start, start + nrows * row_dt.itemsize, row_dt
 
 
 def z_value(confidence: float) -> float:

@@ -62,6 +62,39 @@ def dead_letters(metric: str, shard: int) -> str:
     return f"{PREFIX}{tag(metric, shard)}:dead"
 
 
+def sealed_tag(metric: str) -> str:
+    """The hash tag of a metric's sealed states (every sealed day and roll-up of the metric, all versions, in one
+    Redis Cluster slot, so sealing and roll-ups write them together in one MULTI/EXEC)."""
+    return f"{{{metric}:sealed}}"
+
+
+def sealed_state(metric: str, version: int, level: int, start_day: str) -> str:
+    """A sealed state (SketchState bytes summed over every shard): level 0 is one UTC day, level j ≥ 1 the
+    2**j days of the aligned block that starts on ``start_day`` (see :mod:`ldptel.storage.sealed`)."""
+    return f"{PREFIX}{sealed_tag(metric)}:state:{version}:{level}:{start_day}"
+
+
+def sealed_index(metric: str) -> str:
+    """Set of "<version>:<level>:<start day>" members naming the sealed states that exist."""
+    return f"{PREFIX}{sealed_tag(metric)}:index"
+
+
+def sealed_days(metric: str) -> str:
+    """Hash "<version>:<day>" → reports of that sealed day (kept after the day's state is dropped by retention)."""
+    return f"{PREFIX}{sealed_tag(metric)}:days"
+
+
+def sealed_marks(metric: str) -> str:
+    """Hash of the sealer's progress: "through" (every day up to it is sealed and its roll-ups are built) and
+    "dropped" (the daily and fine roll-up states of days up to it may be gone: retention)."""
+    return f"{PREFIX}{sealed_tag(metric)}:marks"
+
+
+def seal_lease(metric: str) -> str:
+    """Which worker seals this metric now (SET NX PX; not in the AOF, like the shard leases)."""
+    return f"{PREFIX}{sealed_tag(metric)}:lease"
+
+
 def rate(token_digest_prefix: str) -> str:
     """String: an app token's request-rate state (GCRA time, ms; in memory only, see ``ldptel.server.ratelimit``)."""
     return f"{PREFIX}rate:{token_digest_prefix}"

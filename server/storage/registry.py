@@ -39,6 +39,7 @@ __all__ = [
     "MAX_SHARDS",
     "Change",
     "ChangeKind",
+    "MAX_RETENTION_DAYS",
     "MetricRecord",
     "RegistryConflictError",
     "RegistryCorruptError",
@@ -54,6 +55,7 @@ __all__ = [
     "register_metric",
     "register_metrics",
     "retire_metric",
+    "set_retention",
     "spec_for",
 ]
 
@@ -107,6 +109,8 @@ class MetricRecord:
     shards: int
     versions: dict[int, MetricSpec] = field(hash=False)
     resharded: tuple[tuple[int, int], ...] = ()  # (earlier shard count, start of the UTC day it was replaced, s)
+    # days a sealed day's own state is kept before only roll-ups hold it (None: kept; see ldptel.storage.sealed)
+    retention_days: int | None = None
 
     @property
     def current(self) -> MetricSpec:
@@ -132,7 +136,8 @@ class MetricRecord:
             "shards": self.shards,
             "current": self.current.to_dict(),
             "versions": {str(v): spec.to_dict() for v, spec in sorted(self.versions.items())},
-        } | ({"resharded": [list(pair) for pair in self.resharded]} if self.resharded else {})
+        } | ({"resharded": [list(pair) for pair in self.resharded]} if self.resharded else {}) | (
+            {"retention_days": self.retention_days} if self.retention_days is not None else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -148,6 +153,7 @@ class MetricRecord:
                 shards=int(data["shards"]),
                 versions=versions,
                 resharded=tuple((int(count), int(until)) for count, until in data.get("resharded", ())),
+                retention_days=None if data.get("retention_days") is None else int(data["retention_days"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
@@ -353,6 +359,25 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
         # only the UTC day of the change is stored (no finer time: see ldptel.storage.append)
         replaced = _day_start(int(time.time()))
         return dataclasses.replace(old, shards=shards, resharded=(*old.resharded, (old.shards, replaced)))
+
+    return _update(r, name, change)
+
+
+MAX_RETENTION_DAYS = 36_500
+
+
+def set_retention(r: redis.Redis, name: str, days: int | None) -> MetricRecord:
+    """Keep each sealed day's own state of ``name`` for ``days`` days (None: forever); older days are then read
+    from roll-ups only (:mod:`ldptel.storage.sealed`). Idempotent; takes effect at the next seal pass."""
+    if days is not None:
+        check_int("retention_days", days, 0, MAX_RETENTION_DAYS)
+
+    def change(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        if old.retention_days == days:
+            return old
+        return dataclasses.replace(old, retention_days=days)
 
     return _update(r, name, change)
 

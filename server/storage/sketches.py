@@ -92,8 +92,13 @@ def sketch_index(r: redis_lib.Redis, metric: str, shards: int) -> dict[int, list
 
 
 def available_days(r: redis_lib.Redis, metric: str, shards: int, *, version: int) -> list[str]:
-    """Sorted UTC days that have a sketch of ``version`` in at least one shard."""
+    """Sorted UTC days with reports of ``version``: a sketch in at least one shard, or sealed
+    (:mod:`ldptel.storage.sealed`; also a sealed day whose own state retention dropped)."""
     days = {day for pairs in sketch_index(r, metric, shards).values() for v, day in pairs if v == version}
+    for member in r.hkeys(keys.sealed_days(metric)):  # read after the shards' index: see ldptel.storage.sealed
+        v, day = parse_index_member(member)
+        if v == version:
+            days.add(day)
     return sorted(days)
 
 

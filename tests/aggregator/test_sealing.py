@@ -1,0 +1,136 @@
+"""Sealing through the real pipeline (appender → fold worker → ``ldptel seal`` / ``aggregate --once --seal``): every
+estimator of every mechanism kind returns identical results before and after sealing, roll-ups and retention."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+import redis as redis_lib
+
+from ldptel.aggregator.discover import discover_metric
+from ldptel.aggregator.query import estimate_by_day, estimate_metric
+from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
+from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.registry import mechanism_names
+from ldptel.client.protocol.params import ParamsBase
+from ldptel.storage import keys, registry, sealed
+from ldptel.storage import sketches as store
+from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
+
+
+def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
+    from ldptel.client.mechanisms.daily_mean import DailyMeanParams
+    from ldptel.client.mechanisms.discovery import PemParams
+    from ldptel.client.mechanisms.hcms import HcmsParams
+    from ldptel.client.mechanisms.histogram import HistogramParams
+    from ldptel.client.mechanisms.mean import MeanParams
+    from ldptel.client.mechanisms.oue_cms import OueCmsParams
+
+    return {
+        "rr": (RrParams(epsilon=2.0), lambda i: i % 3 == 0),
+        "grr": (GrrParams(epsilon=2.0, domain=("a", "b", "c")), lambda i: "abc"[i % 3]),
+        "cms": (CmsParams(epsilon=4.0, k=16, m=64), lambda i: f"/p/{i * i % 7}"),
+        "hcms": (HcmsParams(epsilon=4.0, k=16, m=64), lambda i: f"/p/{i * i % 7}"),
+        "oue-cms": (OueCmsParams(epsilon=4.0, k=16, m=64), lambda i: f"/p/{i * i % 7}"),
+        "pem": (PemParams(epsilon=4.0, k=32, m=256, max_bytes=9, hash_seed=4), lambda i: f"w{i * i % 5}"),
+        "mean": (MeanParams(epsilon=2.0, lo=0, hi=100), lambda i: float(i * 7 % 100)),
+        "num-histogram": (HistogramParams(epsilon=4.0, edges=(0.0, 10.0, 50.0, 100.0)), lambda i: float(i * 7 % 100)),
+        "daily-mean": (DailyMeanParams(epsilon=1.0, lo=0, hi=3600), lambda i: float(i * 37 % 3600)),
+    }
+
+
+DAYS = ("2026-02-27", "2026-02-28", "2026-03-01", "2026-03-02", "2026-03-04")  # a gap, and a 2/4/8-day block edge
+CANDIDATES = [f"/p/{i}" for i in range(7)]
+
+
+def test_every_mechanism_kind_is_covered() -> None:
+    assert set(_kinds()) == set(mechanism_names())
+
+
+def _answers(r: redis_lib.Redis, name: str, params: ParamsBase) -> dict[str, Any]:
+    """Every estimate the metric gives over a few ranges (as the JSON the CLI and dashboard serve)."""
+    mechanism = mechanism_of(params)
+    out: dict[str, Any] = {}
+    ranges = [(None, None), (DAYS[1], DAYS[3]), (DAYS[2], DAYS[2])]
+    for lo, hi in ranges:
+        if mechanism.discovers:
+            out[f"discover {lo} {hi}"] = discover_metric(r, name, day_from=lo, day_to=hi).to_dict()
+        if mechanism.needs_candidates:
+            cands = CANDIDATES if not mechanism.discovers else [f"w{i}" for i in range(5)]
+            estimators = ("plain",) if mechanism.discovers else ("plain", "both")  # pem: no corrected estimator
+            for estimator in estimators:
+                out[f"{estimator} {lo} {hi}"] = estimate_metric(
+                    r, name, day_from=lo, day_to=hi, candidates=cands, estimator=estimator, postprocess="none").to_dict()
+            out[f"by-day {lo} {hi}"] = estimate_by_day(r, name, day_from=lo, day_to=hi, candidates=cands,
+                                                       estimator=estimators[-1]).to_dict()
+        else:
+            out[f"plain {lo} {hi}"] = estimate_metric(r, name, day_from=lo, day_to=hi).to_dict()
+            out[f"by-day {lo} {hi}"] = estimate_by_day(r, name, day_from=lo, day_to=hi).to_dict()
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(_kinds()))
+def test_estimates_are_identical_before_and_after_sealing(redis: redis_lib.Redis, rng: np.random.Generator, kind: str) -> None:
+    params, value = _kinds()[kind]
+    name = f"m-{kind}"
+    record = create(redis, MetricSpec(name=name, params=params), shards=3)  # type: ignore[arg-type]
+    for j, day in enumerate(DAYS):
+        append_reports(redis, record, [value(i + 31 * j) for i in range(240 + 40 * j)], rng, day=day, batch_size=60)
+    drain(redis)
+    before = _answers(redis, name, params)
+    report = sealed.seal_metric(redis, name, horizon_days=3)
+    assert report.days_sealed == len(DAYS) and report.shard_states_merged > len(DAYS) and report.rollups_built > 0
+    assert not any(store.sketch_index(redis, name, 3).values())  # read from sealed states only now
+    assert json.dumps(_answers(redis, name, params), sort_keys=True) == json.dumps(before, sort_keys=True)
+
+
+def test_ldptel_seal_and_aggregate_once_seal(redis: redis_lib.Redis, rng: np.random.Generator, env_url: str) -> None:
+    a = create(redis, MetricSpec(name="a", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    b = create(redis, MetricSpec(name="b", params=RrParams(epsilon=2.0)), shards=2)
+    for day in DAYS[:3]:
+        append_reports(redis, a, ["x", "y", "x"] * 30, rng, day=day)
+        append_reports(redis, b, [True, False] * 40, rng, day=day)
+    drain(redis)
+    want = estimate_metric(redis, "a").to_dict()
+    code, out, err = run_cli("seal", "--metric", "a")
+    assert code == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(x["metric"], x["days_sealed"]) for x in lines] == [("a", 3)]
+    assert estimate_metric(redis, "a").to_dict() == want
+    assert any(store.sketch_index(redis, "b", 2).values())  # only the metric asked for
+    code, out, err = run_cli("aggregate", "--once", "--seal")
+    assert code == 0, err
+    assert not any(store.sketch_index(redis, "b", 2).values())
+    assert sealed.read_view(redis, "b").days and redis.exists(keys.sealed_index("b"))
+    assert run_cli("aggregate", "--seal")[0] == 2  # --seal is for --once
+    assert run_cli("seal", "--metric", "nope")[0] == 2
+
+
+def test_retention_from_the_registry_and_by_day_says_when_a_period_is_coarser(
+    redis: redis_lib.Redis, rng: np.random.Generator, env_url: str,
+) -> None:
+    record = create(redis, MetricSpec(name="old", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    days = ["2026-01-05", "2026-01-06", "2026-01-20", "2026-02-10"]  # 01-05 … 01-20 in one 32-day block
+    for day in days:
+        append_reports(redis, record, ["x", "y", "y"] * 20, rng, day=day)
+    drain(redis)
+    whole = estimate_metric(redis, "old").to_dict()
+    registry.set_retention(redis, "old", 30)
+    assert registry.get_metric(redis, "old").retention_days == 30
+    code, out, err = run_cli("seal")
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0])["states_dropped"] > 0
+    assert estimate_metric(redis, "old").to_dict()["n"] == whole["n"]
+    one = estimate_metric(redis, "old", day_from="2026-01-06", day_to="2026-01-06")
+    assert one.days == ("2026-01-05", "2026-01-06", "2026-01-20") and "Coarser than a day" in one.note
+    daily = estimate_by_day(redis, "old")
+    assert [res.days for res in daily.results][0] == ("2026-01-05", "2026-01-06", "2026-01-20")
+    assert "Coarser than a day" in daily.results[0].note
+    assert daily.to_dict()["days"] == ["2025-12-26..2026-01-26", "2026-01-27..2026-02-27"]  # the roll-ups' spans
+    code, out, err = run_cli("estimate", "old", "--by-day", "--format", "csv")
+    assert code == 0, err
+    assert {row.split(",")[0] for row in out.splitlines()[1:]} == {"2025-12-26..2026-01-26", "2026-01-27..2026-02-27"}

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Sealed days and roll-ups (issue 26) against today's path, in one run (cms, k = 2048, m = 1024, 4 shards).
+
+Prints one JSON line per figure:
+
+* ``baseline_*``: today's path: every (shard, day) state kept as the fold leaves it, in the old int32 encoding,
+  a range read by summing shards × days (``--baseline-days``, default 90; the year is extrapolated ×365/90:
+  holding it would take ~12 GB of Redis). ``baseline_query_latency`` (estimate of ``--candidates`` values over
+  the range), ``baseline_fetch_sum``, ``baseline_series`` (a per-day series of the range: one fetch per day),
+  ``baseline_redis_bytes`` (INFO used_memory) and the year's extrapolation.
+* ``seal_per_day``: seconds to seal one day (sum its 4 shard states, write it, remove them) and build the roll-ups
+  it completes, over the baseline's days.
+* ``year_*``: a year sealed 30 days at a time as a worker would, with daily retention ``--retention`` (default 90):
+  ``year_query_latency`` (the whole year), ``year_fetch_sum``, ``series_90d`` (estimate_by_day of the last 90 days,
+  ``--series-candidates`` values, as the dashboard plots), ``year_redis_bytes``; each with its ratio to the
+  baseline measured above.
+* ``encoding``: bytes of a per-shard state, a sealed day and roll-ups in the narrowest width, against int32, and
+  zstd / lz4 (when installed) ratios and costs on them (on a real fold of privatized reports and on the seeded
+  sketches).
+
+Usage::
+
+    .venv/bin/python tests/bench/bench_sealed.py [--baseline-days 90] [--year-days 365] [--candidates 100000]
+
+Uses ``LDPTEL_REDIS_URL`` when set (the db is flushed!), else a private embedded server. Peak Redis memory is
+the baseline's (days × 4 × 8 MiB: 2.9 GB at 90 days). Not collected by pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import struct
+import sys
+import time
+
+import numpy as np
+import redis as redis_lib
+from seed_sketches import bench_redis, emit  # the script directory is on sys.path
+
+from ldptel.aggregator.query import estimate_by_day, estimate_metric
+from ldptel.client import CmsParams, MetricSpec, SketchState, fold, privatize_batch
+from ldptel.storage import keys, registry, sealed
+from ldptel.storage import sketches as store
+
+METRIC = "bench.sealed"
+SHARDS = 4
+FIRST = dt.date(2025, 1, 1)
+POOL = 12  # distinct seeded per-shard states (each 500,000 reports): days reuse them, Redis stores copies
+
+
+def _v1_bytes(state: SketchState) -> bytes:
+    """A state as today's main stores it (format 1: one int32 width for counts and row counts)."""
+    rows, cols = state.counts.shape
+    head = struct.pack("<4sBBBxII", b"LDPS", 1, 3, 1, rows, cols)  # cms is mechanism code 3
+    return head + state.counts.astype("<i4").tobytes() + state.row_counts.astype("<i4").tobytes()
+
+
+def _pool(params: CmsParams, seed: int) -> list[SketchState]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(POOL):
+        row_counts = rng.multinomial(500_000, np.full(params.k, 1 / params.k)).astype(np.int64)
+        counts = rng.binomial(row_counts[:, None], 0.12, size=(params.k, params.m)).astype(np.int64)
+        out.append(SketchState(params.mechanism, counts, row_counts))
+    return out
+
+
+def _day(i: int) -> str:
+    return (FIRST + dt.timedelta(days=i)).isoformat()
+
+
+def _seed(r: redis_lib.Redis, days: range, pool: list[bytes]) -> None:
+    for i in days:
+        pipe = r.pipeline(transaction=False)
+        for shard in range(SHARDS):
+            pipe.set(keys.sketch(METRIC, shard, 1, _day(i)), pool[(i * SHARDS + shard) % len(pool)])
+            pipe.sadd(keys.sketch_index(METRIC, shard), store.index_member(1, _day(i)))
+        pipe.execute()
+
+
+def _used(r: redis_lib.Redis) -> int:
+    return int(r.info("memory")["used_memory"])
+
+
+def _timed(fn, repeat: int):  # type: ignore[no-untyped-def]
+    best = float("inf")
+    out = None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--baseline-days", type=int, default=90)
+    ap.add_argument("--year-days", type=int, default=365)
+    ap.add_argument("--retention", type=int, default=90)
+    ap.add_argument("--candidates", type=int, default=100_000)
+    ap.add_argument("--series-candidates", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    params = CmsParams(epsilon=4.0, k=2048, m=1024)
+    candidates = [f"/page/{i}" for i in range(args.candidates)]
+    series_candidates = candidates[: args.series_candidates]
+    states = _pool(params, seed=3)
+    common = {"k": params.k, "m": params.m, "shards": SHARDS}
+
+    with bench_redis() as r:
+        # ------------------------------------------------------------------ today's path (int32, per shard)
+        registry.create_metric(r, MetricSpec(name=METRIC, params=params), shards=SHARDS)
+        empty = _used(r)
+        nb = args.baseline_days
+        _seed(r, range(nb), [_v1_bytes(s) for s in states])
+        base_bytes = _used(r) - empty
+        lo, hi = _day(0), _day(nb - 1)
+        pairs = [(s, 1, _day(i)) for s in range(SHARDS) for i in range(nb)]
+        base_fetch, _ = _timed(lambda: store.sum_sketches(r, METRIC, params=params, pairs=pairs), args.repeat)
+        base_query, res = _timed(lambda: estimate_metric(r, METRIC, day_from=lo, day_to=hi, candidates=candidates,
+                                                         postprocess="norm-sub"), args.repeat)
+        assert len(res.days) == nb
+        base_series, daily = _timed(lambda: estimate_by_day(r, METRIC, day_from=lo, day_to=hi,
+                                                            candidates=series_candidates), 1)
+        assert len(daily.results) == nb
+        emit(figure="baseline_fetch_sum", days=nb, seconds=round(base_fetch, 3), blobs=nb * SHARDS, **common)
+        emit(figure="baseline_query_latency", days=nb, seconds=round(base_query, 3), candidates=args.candidates, **common)
+        emit(figure="baseline_series", days=nb, seconds=round(base_series, 3), candidates=args.series_candidates, **common)
+        emit(figure="baseline_redis_bytes", days=nb, bytes=base_bytes, **common)
+        per_day = base_bytes / nb
+        emit(figure="baseline_year_extrapolated", days=args.year_days, bytes=round(per_day * args.year_days),
+             query_seconds=round(base_query * args.year_days / nb, 2), **common)
+
+        # ------------------------------------------------------------------ sealing those days
+        today = FIRST + dt.timedelta(days=nb + 5)
+        start = time.perf_counter()
+        rep = sealed.seal_metric(r, METRIC, horizon_days=3, today=today)
+        seal_s = time.perf_counter() - start
+        assert rep.days_sealed == nb
+        emit(figure="seal_per_day", days=nb, seconds_per_day=round(seal_s / nb, 3), rollups=rep.rollups_built,
+             seconds_total=round(seal_s, 2), **common)
+        sealed_query, res2 = _timed(lambda: estimate_metric(r, METRIC, day_from=lo, day_to=hi, candidates=candidates,
+                                                            postprocess="norm-sub"), args.repeat)
+        assert res2.to_dict() == res.to_dict()
+        emit(figure="sealed_query_latency", days=nb, seconds=round(sealed_query, 3), ratio=round(sealed_query / base_query, 3),
+             candidates=args.candidates, **common)
+        emit(figure="sealed_redis_bytes", days=nb, bytes=_used(r) - empty, ratio=round((_used(r) - empty) / base_bytes, 3),
+             **common)
+        r.flushdb()
+
+        # ------------------------------------------------------------------ a year, sealed as it goes
+        registry.create_metric(r, MetricSpec(name=METRIC, params=params), shards=SHARDS)
+        registry.set_retention(r, METRIC, args.retention)
+        empty = _used(r)
+        blobs = [s.to_bytes() for s in states]  # what the fold worker writes now (narrowest width)
+        seal_total = 0.0
+        ny = args.year_days
+        for chunk in range(0, ny, 30):
+            days = range(chunk, min(chunk + 30, ny))
+            _seed(r, days, blobs)
+            start = time.perf_counter()
+            sealed.seal_metric(r, METRIC, horizon_days=3, today=FIRST + dt.timedelta(days=days[-1] + 5),
+                               retention_days=args.retention)
+            seal_total += time.perf_counter() - start
+        emit(figure="year_seal_per_day", days=ny, seconds_per_day=round(seal_total / ny, 3), retention_days=args.retention,
+             **common)
+        year_bytes = _used(r) - empty
+        year_base = per_day * ny
+        emit(figure="year_redis_bytes", days=ny, bytes=year_bytes, baseline_bytes=round(year_base),
+             ratio=round(year_bytes / year_base, 4), retention_days=args.retention, **common)
+        lo, hi = _day(0), _day(ny - 1)
+        summed_s, summed = _timed(lambda: sealed.summed_state(r, METRIC, params=params, version=1, shards=SHARDS,
+                                                               day_from=lo, day_to=hi), args.repeat)
+        emit(figure="year_fetch_sum", days=ny, seconds=round(summed_s, 3), states=summed.states,
+             baseline_extrapolated=round(base_fetch * ny / nb, 2), ratio=round(summed_s / (base_fetch * ny / nb), 4),
+             **common)
+        year_q, yres = _timed(lambda: estimate_metric(r, METRIC, candidates=candidates, postprocess="norm-sub"), args.repeat)
+        emit(figure="year_query_latency", days=ny, seconds=round(year_q, 3), candidates=args.candidates,
+             first=yres.days[0], last=yres.days[-1], baseline_extrapolated=round(base_query * ny / nb, 2),
+             ratio=round(year_q / (base_query * ny / nb), 4), **common)
+        s_lo = _day(ny - 90)
+        series_s, series = _timed(lambda: estimate_by_day(r, METRIC, day_from=s_lo, day_to=hi,
+                                                          candidates=series_candidates), args.repeat)
+        emit(figure="series_90d", days=90, seconds=round(series_s, 3), results=len(series.results),
+             candidates=args.series_candidates, baseline_seconds=round(base_series * 90 / nb, 3),
+             ratio=round(series_s / (base_series * 90 / nb), 4), **common)
+
+        # ------------------------------------------------------------------ encoding and compression
+        view = sealed.read_view(r, METRIC)
+        samples = {"shard_day": blobs[0]}
+        for level in (0, 3, 6, 8):
+            member = max((m for m in view.index if m[1] == level), key=lambda m: m[2], default=None)
+            if member is not None:
+                raw = r.get(keys.sealed_state(METRIC, 1, level, sealed.day_name(member[2])))
+                assert raw is not None
+                samples[f"level{level}"] = raw
+    rng = np.random.default_rng(5)
+    real = fold(params, [privatize_batch([f"/page/{int(x)}" for x in rng.zipf(1.3, 50_000) % 5000], params, rng=rng)
+                         for _ in range(4)])  # 200,000 real privatized reports, one shard's day
+    samples["real_fold_200k"] = real.to_bytes()
+    int32 = params.k * params.m * 4
+    for name, blob in samples.items():
+        emit(figure="encoding", sample=name, bytes=len(blob), int32_bytes=int32, ratio=round(len(blob) / int32, 3), **common)
+        _compress(name, blob)
+    return 0
+
+
+def _compress(name: str, blob: bytes) -> None:
+    try:
+        import zstandard
+    except ModuleNotFoundError:
+        zstandard = None  # type: ignore[assignment]
+    try:
+        import lz4.frame as lz4f
+    except ModuleNotFoundError:
+        lz4f = None  # type: ignore[assignment]
+    codecs = []
+    if zstandard is not None:
+        for level in (1, 3, 9):
+            c, d = zstandard.ZstdCompressor(level=level), zstandard.ZstdDecompressor()
+            codecs.append((f"zstd-{level}", c.compress, d.decompress))
+    if lz4f is not None:
+        codecs.append(("lz4", lz4f.compress, lz4f.decompress))
+    for codec, comp, decomp in codecs:
+        start = time.perf_counter()
+        packed = comp(blob)
+        c_s = time.perf_counter() - start
+        start = time.perf_counter()
+        assert decomp(packed) == blob
+        d_s = time.perf_counter() - start
+        emit(figure="compression", sample=name, codec=codec, bytes=len(blob), packed=len(packed),
+             ratio=round(len(packed) / len(blob), 3), compress_mb_s=round(len(blob) / c_s / 1e6),
+             decompress_mb_s=round(len(blob) / d_s / 1e6))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
