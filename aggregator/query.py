@@ -41,6 +41,7 @@ import numpy as np
 import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.fleet import fleet_of
 from ldptel.aggregator.percentiles import check_percentiles
 from ldptel.aggregator.results import (
     ESTIMATOR_CHOICES,
@@ -59,6 +60,7 @@ from ldptel.client.mechanisms.base import Kind, Mechanism
 from ldptel.client.mechanisms.capabilities import candidate_role, proportion_label
 from ldptel.client.mechanisms.state import z_value
 from ldptel.client.protocol.params import ParamsBase
+from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
@@ -150,7 +152,11 @@ class Target:
     name: str
     record: MetricRecord
     version: int
-    params: ParamsBase
+    spec: MetricSpec
+
+    @property
+    def params(self) -> ParamsBase:
+        return self.spec.params
 
     @property
     def kind(self) -> Kind:
@@ -161,7 +167,7 @@ class Target:
         """Raises ``UnknownMetricError`` / ``UnknownVersionError`` (registry)."""
         record = registry.get_metric(r, name)
         version = record.current_version if version is None else version
-        return cls(name=name, record=record, version=version, params=registry.spec_for(record, version).params)
+        return cls(name=name, record=record, version=version, spec=registry.spec_for(record, version))
 
     def days(self, r: redis_lib.Redis, options: QueryOptions) -> list[str]:
         """The days in the asked range that have reports of the version; :class:`EmptyRangeError` when none has."""
@@ -262,7 +268,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         metric=name, version=target.version, mechanism=mechanism.name, days=tuple(days), shards=target.record.shards,
         estimate=est, postprocess=method, adjusted=adjusted, estimator=opts.estimator, corrected=corrected,
         corrected_adjusted=corrected_adjusted, note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
-        **derived,
+        fleet=fleet_of(target.spec, est, counts_rows=kind.counts), **derived,
     )
 
 
@@ -281,7 +287,8 @@ def _select(est: Estimate, keep: np.ndarray) -> Estimate:
 
 
 # ------------------------------------------------------------------------------------------ per day
-_SHARED_KEYS = ("metric", "version", "mechanism", "kind", "days", "shards", "confidence", "postprocess", "estimator", "rows")
+_SHARED_KEYS = ("metric", "version", "mechanism", "kind", "days", "shards", "confidence", "postprocess", "estimator", "rows",
+                "uncertainty", "uncertainty_meaning")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from ldptel.aggregator.discover import DiscoverResult
+    from ldptel.aggregator.fleet import Fleet
     from ldptel.aggregator.query import DailyResult
     from ldptel.aggregator.results import QueryResult
 
@@ -193,6 +194,8 @@ class Renderer:
         _title(first, out, days=first.days, n=first.n, per_day=False)
         self.head(result, out)
         _rows_table(first, first.rows(), out, front=())
+        if first.fleet is not None:
+            _write_fleet(first.fleet, out)
 
     def head(self, result: Any, out: TextIO) -> None:
         """Lines between the title and the rows (the note; a kind adds its own)."""
@@ -355,8 +358,20 @@ def _title(first: QueryResult, out: TextIO, *, days: Sequence[str], n: int, per_
     estimators = "" if not labelled else f" · {first.estimator} estimator" + ("s" if first.estimator == "both" else "")
     out.write(
         f"{first.metric} v{first.version} ({first.mechanism}) · {_span(days)} · n = {n:,} reports"
-        f"{' · per day' if per_day else ''} · {first.confidence:.0%} intervals{estimators}\n"
+        f"{' · per day' if per_day else ''} · {first.confidence:.0%} intervals{estimators} · stderr: {first.uncertainty}"
+        f"{' (json: also population)' if first.uncertainty == 'randomization' else ''}\n"
     )
+
+
+def _write_fleet(fleet: Fleet, out: TextIO) -> None:
+    """sample_rate < 1: the fleet-scaled counts (population uncertainty) and the amplified ε with whom it holds against."""
+    from ldptel.client.protocol.specs import AMPLIFIED_EPSILON_NOTE
+
+    out.write(f"\nfleet (sample_rate {fleet.sample_rate:g}: counts ÷ {fleet.sample_rate:g}, stderr adds the sampling; "
+              f"≈ {fleet.devices:,.0f} ± {fleet.devices_stderr:,.0f} devices) · population uncertainty\n")
+    table(["value", "estimate", "stderr", "ci_low", "ci_high"],
+          [[r["value"], r["estimate"], r["stderr"], r["ci_low"], r["ci_high"]] for r in fleet.rows()], out, left={0})
+    out.write(f"amplified ε {fleet.amplified_epsilon:.4g} (ε {fleet.epsilon:.4g} per report): {AMPLIFIED_EPSILON_NOTE}\n")
 
 
 def _rows_csv(first: QueryResult, rows: list[dict[str, Any]], out: TextIO, *, front: tuple[str, ...]) -> csv.DictWriter[str]:

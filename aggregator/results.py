@@ -20,12 +20,13 @@ estimator and rows, in that order; a kind only adds keys after them (never renam
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.fleet import Fleet
 from ldptel.aggregator.histogram_mean import HistogramMean, histogram_mean
 from ldptel.aggregator.percentiles import Percentile, bucket_edges
 from ldptel.aggregator.percentiles import percentiles as percentiles_of
@@ -36,6 +37,14 @@ from ldptel.client.protocol.params import ParamsBase
 
 EstimatorChoice = Literal["plain", "corrected", "both"]
 ESTIMATOR_CHOICES: tuple[EstimatorChoice, ...] = ("plain", "corrected", "both")
+RANDOMIZATION_MEANING = (
+    "randomization only: the spread over the privacy noise of the reports (and sketch collisions), given the devices "
+    "that reported"
+)
+POPULATION_MEANING = (
+    "population: the privacy noise plus the sampling of the reporting devices from the fleet, as a random sample of it"
+)
+Uncertainty = Literal["randomization", "population"]
 SUMMARY_LABELS = ("count", "mean", "sum")  # the statistics a numeric histogram's summary prints before its percentiles
 
 
@@ -86,6 +95,8 @@ class QueryResult:
     corrected: Estimate | None = None
     corrected_adjusted: np.ndarray | None = None
     note: str = ""
+    fleet: Fleet | None = None  # sample_rate < 1: the counts scaled to the fleet (:mod:`~ldptel.aggregator.fleet`)
+    uncertainty: Uncertainty = "randomization"  # what ``stderr`` and the intervals mean
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -137,7 +148,34 @@ class QueryResult:
         out.update(self.extra())
         if self.note:
             out["note"] = self.note
+        out["uncertainty"] = self.uncertainty
+        out["uncertainty_meaning"] = RANDOMIZATION_MEANING if self.uncertainty == "randomization" else POPULATION_MEANING
+        if self.counts and self.uncertainty == "randomization":
+            out["population"] = self.population()
+        if self.fleet is not None:
+            out["fleet"] = self.fleet.to_dict()
         return out
+
+    def as_population(self) -> QueryResult:
+        """The same result with population uncertainty in every stderr and interval (counts of values only)."""
+        raise InvalidParameterError(
+            "uncertainty", "randomization for numeric metrics (a mean's population test: ldptel test --mean)", self.mechanism,
+        )
+
+    def population(self) -> dict[str, Any]:
+        """The rows' stderr and interval with population uncertainty: the randomization variance plus the sampling
+        of the n reporting devices from the fleet (n·f(1 − f) for a count, f its share clipped to [0, 1])."""
+        n, z = self.n, self.estimate.z
+        rows = []
+        for est, _adjusted in self.estimates:
+            se = _population_stderr(est, n)
+            rows += [{"value": v, "estimator": est.estimator, "stderr": float(s), "ci_low": float(c - z * s),
+                      "ci_high": float(c + z * s)} for v, c, s in zip(est.labels, est.counts, se, strict=True)]
+        return {"meaning": POPULATION_MEANING, "rows": rows, **self.population_extra()}
+
+    def population_extra(self) -> dict[str, Any]:
+        """What this kind adds to :meth:`population`."""
+        return {}
 
     def extra(self) -> dict[str, Any]:
         """What this kind adds to :meth:`to_dict` after the shared keys."""
@@ -177,6 +215,26 @@ class FrequencyResult(QueryResult):
     def extra(self) -> dict[str, Any]:
         prop = self.proportion
         return {} if prop is None else {"proportion": prop.to_dict()}
+
+    def as_population(self) -> QueryResult:
+        if self.uncertainty == "population":
+            return self
+
+        def widen(est: Estimate) -> Estimate:
+            se = _population_stderr(est, self.n)
+            return Estimate(est.mechanism, est.labels, est.counts, se, est.n, est.confidence, est.estimator)
+
+        return replace(self, estimate=widen(self.estimate),
+                       corrected=None if self.corrected is None else widen(self.corrected), uncertainty="population")
+
+    def population_extra(self) -> dict[str, Any]:
+        prop = self.proportion
+        if prop is None:
+            return {}
+        n, z = self.n, self.estimate.z
+        share = min(max(prop.estimate, 0.0), 1.0)
+        se_p = float(np.sqrt(prop.stderr**2 + share * (1 - share) / n))
+        return {"proportion": {"stderr": se_p, "ci_low": prop.estimate - z * se_p, "ci_high": prop.estimate + z * se_p}}
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -233,6 +291,12 @@ class HistogramResult(QueryResult):
         rows += [{"value": f"p{pc.percentile:g}", "estimate": pc.estimate, "stderr": None, "ci_low": pc.ci_low,
                   "ci_high": pc.ci_high} for pc in self.percentiles]
         return rows
+
+
+def _population_stderr(est: Estimate, n: int) -> np.ndarray:
+    f = np.clip(est.counts / n, 0.0, 1.0)
+    out: np.ndarray = np.sqrt(est.stderr**2 + n * f * (1 - f))
+    return out
 
 
 _RESULT_TYPES: dict[str, type[QueryResult]] = {

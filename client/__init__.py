@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "BudgetExceededError": "ldptel.client.errors",
     "InvalidParameterError": "ldptel.client.errors",
+    "InvalidTextError": "ldptel.client.errors",
     "InvalidValueError": "ldptel.client.errors",
     "LdpError": "ldptel.client.errors",
     "WireFormatError": "ldptel.client.errors",
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
     )
     from ldptel.client.errors import (
         InvalidParameterError as InvalidParameterError,
+    )
+    from ldptel.client.errors import (
+        InvalidTextError as InvalidTextError,
     )
     from ldptel.client.errors import (
         InvalidValueError as InvalidValueError,

@@ -30,6 +30,13 @@ class InvalidValueError(LdpError, TypeError):
     """A value to privatize has the wrong type (sketches take str or bytes, rr takes bool, ...)."""
 
 
+class InvalidTextError(InvalidValueError, ValueError):
+    """A ``str`` value that is not valid Unicode text: it holds a lone surrogate code point (U+D800 to U+DFFF),
+    so it has no UTF-8 encoding to hash. Refused, never repaired
+    (:func:`ldptel.client.protocol.validate.lone_surrogate_at` states the rule). Also a ``ValueError``, which
+    is what the encoder raised before."""
+
+
 class UnknownValueError(LdpError, ValueError):
     """A value is outside the declared domain of a categorical (grr) metric."""
 

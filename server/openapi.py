@@ -154,6 +154,12 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "earlier shard counts: [count, start of the UTC day it was replaced, unix s] (ldptel metrics grow)",
                 "items": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
             },
+            "retention_days": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "days each sealed day keeps its own state before only 32-day roll-ups hold it "
+                "(absent: every day is kept; ldptel metrics retention)",
+            },
         },
         "additionalProperties": False,
     },

@@ -22,11 +22,12 @@ def wait_until(
     *,
     timeout: float = DEFAULT_TIMEOUT,
     interval: float = 0.02,
-    what: str = "a condition",
+    what: str | Callable[[], str] = "a condition",
     max_interval: float = 0.25,
 ) -> T:
     """Call ``condition`` until it returns a truthy value and return that value; ``AssertionError`` naming
-    ``what`` (and the last value) after ``timeout`` seconds. The poll interval starts at ``interval`` and
+    ``what`` (a text, or a function that makes it at the timeout: a log's tail) and the last value after
+    ``timeout`` seconds. The poll interval starts at ``interval`` and
     grows by half each time up to ``max_interval`` (cheap when it is quick, light on the machine when not)."""
     deadline = time.monotonic() + timeout
     pause = interval
@@ -35,6 +36,7 @@ def wait_until(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (last: {value!r})")
+            described = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {described} (last: {value!r})")
         time.sleep(pause)
         pause = min(pause * 1.5, max_interval)

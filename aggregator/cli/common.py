@@ -95,16 +95,44 @@ def _one_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+_TEXT_RULE = "UTF-8 text, without lone surrogates (such lines are refused, not repaired)"
+
+
 def read_text(path: str, *, what: str) -> str:
-    """A UTF-8 text file (``-``: standard input), without the byte-order mark some editors put first."""
+    """A UTF-8 text file (``-``: standard input), without the byte-order mark some editors put first. Bytes that
+    are not UTF-8 (or a text stream holding lone surrogates) are an error naming the line."""
     try:
         if path == "-":
-            raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+            if hasattr(sys.stdin, "buffer"):
+                raw = sys.stdin.buffer.read()
+            else:
+                text = sys.stdin.read()
+                check_texts(text.splitlines(), what=f"{what} {path}")
+                raw = text.encode("utf-8")
         else:
             raw = Path(path).read_bytes()
-        return raw.decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise UserError(f"cannot read {what} {path}: {exc}") from None
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - raw.rfind(b"\n", 0, exc.start)
+        raise UserError(f"{what} {path}, line {line}: not valid UTF-8 ({exc.reason} at byte {column}); expected "
+                        f"{_TEXT_RULE}") from None
+
+
+def check_texts(values: list[str], *, what: str, label: str = "line") -> None:
+    """A UserError naming the first of ``values`` (numbered from 1 as ``label``) that is not valid Unicode text
+    (a lone surrogate: it has no UTF-8 encoding to hash; ``ldptel.client.protocol.validate.lone_surrogate_at``)."""
+    from ldptel.client.protocol.validate import lone_surrogate_at
+
+    for number, value in enumerate(values, 1):
+        at = lone_surrogate_at(value)
+        if at is not None:
+            raise UserError(f"{what}, {label} {number}: a lone surrogate code point (U+D800-U+DFFF) at character "
+                            f"{at + 1}; expected {_TEXT_RULE}")
 
 
 def read_values(path: str, *, what: str) -> list[str]:

@@ -12,11 +12,13 @@ collision-corrected least squares over the candidates, or both); the output says
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import TextIO
 
 from ldptel.aggregator.cli.common import (
     EXIT_OK,
     UserError,
+    check_texts,
     comma_list,
     confidence,
     connected,
@@ -35,7 +37,8 @@ ESTIMATORS = ("plain", "corrected", "both")  # ldptel.aggregator.query.ESTIMATOR
 STDERR_MEANING = (
     "stderr: the spread of the estimated count over the randomness of the reports (privacy noise, and for "
     "sketches the row each report picked and the hash family's collisions), given the values of the devices "
-    "that reported; it does not include sampling those devices from a larger population. Intervals are "
+    "that reported; it does not include sampling those devices from a larger population (--uncertainty population "
+    "adds it: docs/inference.md). Intervals are "
     "estimate ± z·stderr. Numeric histograms: the mean assumes each value at its bucket's midpoint (it is "
     "unbiased for that midpoint mean, which is within midpoint_bound of the mean of the clipped values; the "
     "mean mechanism estimates the mean itself); percentile intervals come from inverting a test on the raw "
@@ -76,6 +79,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
                    help="numeric histogram metrics: print the buckets (estimate, stderr, interval, Norm-Sub "
                         "consistent counts) instead of the summary (count, mean, sum, percentiles)")
     p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars, percentiles marked (needs {install_hint('plot')})")
+    p.add_argument("--uncertainty", choices=("randomization", "population"), default="randomization",
+                   help="what stderr and the intervals cover: randomization (default: the privacy noise, given the "
+                        "devices that reported) | population (adds the sampling of those devices from the fleet; "
+                        "counts of rr, grr and sketches)")
     p.add_argument("--by-day", action="store_true",
                    help="one row per UTC day and value (each day estimated on its own; --top keeps the same values "
                         "every day, ranked by their estimate summed over the days)")
@@ -92,6 +99,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.candidates:
         candidates = read_values(args.candidates, what="candidates file")
     if args.candidate:
+        check_texts(list(args.candidate), what="--candidate", label="value")  # argv may hold surrogate escapes
         candidates = (candidates or []) + list(args.candidate)
     day_from, day_to = args.day_from, args.day_to
     if args.day:
@@ -110,9 +118,14 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             percentiles=list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
         )
         if args.by_day:
-            write_daily(estimate_by_day(r, args.metric, options), args.format, out)
+            daily = estimate_by_day(r, args.metric, options)
+            if args.uncertainty == "population":
+                daily = replace(daily, results=tuple(res.as_population() for res in daily.results))
+            write_daily(daily, args.format, out)
             return EXIT_OK
         result = estimate_metric(r, args.metric, options)
+        if args.uncertainty == "population":
+            result = result.as_population()
     if empty.written:
         return EXIT_OK
     if args.plot:

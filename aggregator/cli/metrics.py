@@ -13,7 +13,7 @@ import argparse
 import datetime
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli import metrics_file
 from ldptel.aggregator.cli.common import (
@@ -79,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     numeric.add_argument("--edges", type=comma_list, metavar="E0,E1,...", help="histogram: explicit bucket edges")
     numeric.add_argument("--encoding", help="histogram: auto (default) | grr | oue")
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
+    mcreate.add_argument("--sample-rate", type=float, default=1.0, metavar="BETA",
+                         help="secret sampling: each device takes part on a day with probability BETA in (0, 1], "
+                              "decided on the device (default 1: every device); estimates of counts scale by 1/BETA")
     mcreate.add_argument("--description", default="", help="metadata: what the metric measures")
     mcreate.add_argument("--owner", default="", help="metadata: who to ask about it (a team or an address)")
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
@@ -91,6 +94,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mgrow.add_argument("name", metavar="NAME")
     mgrow.add_argument("--shards", type=positive_int, required=True, help="the new shard count (larger)")
     mgrow.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mret = msub.add_parser("retention", parents=[common], help="how long sealed days keep their own state",
+                           description="Keep each sealed day's own state for DAYS days; older days are then read "
+                           "from 32-day roll-ups only (a per-day series shows 32-day periods there). Applied at the "
+                           "next seal pass (ldptel seal, or a following aggregate).")
+    mret.add_argument("name", metavar="NAME")
+    keep = mret.add_mutually_exclusive_group(required=True)
+    keep.add_argument("--days", type=int, metavar="DAYS", help="days a sealed day keeps its own state (0 or more)")
+    keep.add_argument("--forever", action="store_true", help="keep every day's state (the default of a new metric)")
+    mret.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -116,7 +128,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if action == "list":
             _write_records(registry.list_metrics(r), args.format, out)
         elif action == "show":
-            write_json(registry.get_metric(r, args.name).to_dict(), out)
+            write_json(with_sampling(registry.get_metric(r, args.name)), out)
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
@@ -128,6 +140,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 _write_records([rec], "table", out)
         elif action == "grow":
             _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out)
+        elif action == "retention":
+            rec = registry.set_retention(r, args.name, None if args.forever else args.days)
+            if args.format == "json":
+                write_json(rec.to_dict(), out)
+            else:
+                _write_records([rec], "table", out)
+                out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out)
         else:
@@ -140,19 +159,30 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO) -> 
     from ldptel.storage import registry
 
     metrics = metrics_file.load_metrics_file(path)
-    changes, missing = metrics_file.plan_file(registry.list_metrics(r), metrics)
+    records = registry.list_metrics(r)
+    changes, missing = metrics_file.plan_file(records, metrics)
+    retention = metrics_file.retention_changes(records, metrics)
+    lines = [f"~ {name}: retention_days {'forever' if before is None else before} → {after}" for name, before, after in retention]
     if action == "diff":
-        return EXIT_DIFFERS if metrics_file.write_diff(changes, missing, out) else EXIT_OK
+        differs = metrics_file.write_diff(changes, missing, out)
+        out.writelines(line + "\n" for line in lines)
+        return EXIT_DIFFERS if differs or lines else EXIT_OK
     if action == "apply":
         try:
             applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
         except registry.RegistryConflictError as exc:
             raise UserError(f"{exc}; nothing was changed") from None
         changes = [change for _, change in applied]
+        for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
+            registry.set_retention(r, name, after)
     if fmt == "json":
-        write_json(metrics_file.plan_document(changes, missing, applied=action == "apply"), out)
+        doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
+        if retention:
+            doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
+        write_json(doc, out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
+        out.writelines(line + "\n" for line in lines)
     return EXIT_OK
 
 
@@ -177,11 +207,25 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         name=args.name,
         params=params_from_dict({"mechanism": args.mechanism, "epsilon": args.epsilon, **given}),
         reports_per_day=args.reports_per_day,
+        sample_rate=args.sample_rate,
         description=args.description,
         owner=args.owner,
         expires=args.expires,
         notes=args.notes,
     )
+
+
+def with_sampling(record: MetricRecord) -> dict[str, Any]:
+    """The record's JSON, each version with ``sample_rate`` < 1 carrying its amplified ε and whom it holds against."""
+    from ldptel.client.protocol.specs import AMPLIFIED_EPSILON_NOTE
+
+    doc = record.to_dict()
+    for key, spec in [("current", record.current), *((f"versions.{v}", s) for v, s in record.versions.items())]:
+        if spec.sample_rate < 1.0:
+            target = doc["current"] if key == "current" else doc["versions"][key.split(".", 1)[1]]
+            target["amplified_epsilon"] = spec.amplified_epsilon
+            target["amplified_epsilon_note"] = AMPLIFIED_EPSILON_NOTE
+    return doc
 
 
 def _shape(record: MetricRecord) -> str:

@@ -8,12 +8,15 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     k = 2048
     m = 1024
     reports_per_day = 1            # device policy
+    sample_rate = 0.1              # secret sampling: the share of devices taking part each day (default 1)
     description = "emoji usage"    # metadata: description, owner, expires (a TOML date), notes
     owner = "growth@example.com"
     expires = 2027-06-30
     shards = 4                     # only when the metric is created
+    retention_days = 90            # days each sealed day keeps its own state (then 32-day roll-ups only;
+                                   #   left out: unchanged, new metrics keep every day; see ldptel.storage.sealed)
 
-Params and ``reports_per_day`` are the privatization: changing them is a new version, which devices see as a
+Params, ``reports_per_day`` and ``sample_rate`` are the privatization: changing them is a new version, which devices see as a
 new metric (see :func:`consequences`). Metadata is edited in place. The whole file is read and validated before
 anything is written, every error names its metric and field, and ``apply`` writes all the metrics in one Redis
 transaction (:func:`ldptel.storage.registry.register_metrics`): nothing is ever half-applied. Metrics in the
@@ -39,8 +42,9 @@ from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
 if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
-SPEC_KEYS = ("reports_per_day", *METADATA_FIELDS)  # a metric's keys besides its params and shards
-PRIVATIZATION_KEYS = ("reports_per_day",)  # besides the params: what a version fixes
+SPEC_KEYS = ("reports_per_day", "sample_rate", *METADATA_FIELDS)  # a metric's keys besides its params and shards
+RECORD_KEYS = ("shards", "retention_days")  # keys of the registry record, not of a version
+PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
 
@@ -50,6 +54,7 @@ class FileMetric:
 
     spec: MetricSpec
     shards: int | None
+    retention_days: int | None = None  # None: not in the file (the registry's value is left as it is)
 
 
 def load_metrics_file(path: str) -> list[FileMetric]:
@@ -80,11 +85,11 @@ def _file_metric(name: str, table: object) -> FileMetric:
         raise InvalidParameterError("metrics." + name, "a table of fields", table)
     mechanism = table.get("mechanism")
     if isinstance(mechanism, str) and mechanism in mechanism_names():
-        allowed = ["mechanism", *(f.name for f in dataclass_fields(get_mechanism(mechanism).params_type)), *SPEC_KEYS, "shards"]
+        allowed = ["mechanism", *(f.name for f in dataclass_fields(get_mechanism(mechanism).params_type)), *SPEC_KEYS, *RECORD_KEYS]
         for key in table:
             if key not in allowed:
                 raise InvalidParameterError(key, f"one of the keys of a {mechanism} metric {allowed}", table[key])
-    params = {key: value for key, value in table.items() if key not in SPEC_KEYS and key != "shards"}
+    params = {key: value for key, value in table.items() if key not in SPEC_KEYS and key not in RECORD_KEYS}
     fields: dict[str, Any] = {key: table[key] for key in SPEC_KEYS if key in table}
     expires = fields.get("expires")
     if isinstance(expires, datetime.date) and not isinstance(expires, datetime.datetime):
@@ -92,8 +97,23 @@ def _file_metric(name: str, table: object) -> FileMetric:
     shards = table.get("shards")
     if shards is not None:
         check_int("shards", shards, 1, 1 << 20)  # the registry enforces the real maximum
+    retention = table.get("retention_days")
+    if retention is not None:
+        check_int("retention_days", retention, 0, 36_500)
     spec = MetricSpec(name=name, params=params_from_dict(params), **fields)
-    return FileMetric(spec=spec, shards=shards)
+    return FileMetric(spec=spec, shards=shards, retention_days=retention)
+
+
+def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int | None, int]]:
+    """``(name, before, after)`` of every metric whose file sets a ``retention_days`` the registry does not have."""
+    by_name = {rec.name: rec for rec in records}
+    out = []
+    for item in metrics:
+        old = by_name.get(item.spec.name)
+        before = None if old is None else old.retention_days
+        if item.retention_days is not None and item.retention_days != before:
+            out.append((item.spec.name, before, item.retention_days))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- planning

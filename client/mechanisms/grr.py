@@ -25,7 +25,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError, UnknownValueError
+from ldptel.client.errors import (
+    EmptyStateError,
+    InvalidParameterError,
+    InvalidTextError,
+    InvalidValueError,
+    UnknownValueError,
+)
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.capabilities import Categorical, Labelled, Permanent
 from ldptel.client.mechanisms.state import Estimate, SketchState
@@ -47,7 +53,7 @@ from ldptel.client.protocol.rng import (
     int_below,
     uniform_below,
 )
-from ldptel.client.protocol.validate import check_int, check_number
+from ldptel.client.protocol.validate import check_int, check_number, lone_surrogate_at
 
 
 def recommend_mechanism(epsilon: float, d: int) -> str:
@@ -96,6 +102,9 @@ class GrrParams(ParamsBase):
         for label in domain:
             if not isinstance(label, str) or not 1 <= len(label) <= MAX_LABEL_CHARS:
                 raise InvalidParameterError("domain", f"labels that are strings of 1 to {MAX_LABEL_CHARS} characters", label)
+            if lone_surrogate_at(label) is not None:  # no UTF-8 encoding: refused, not repaired
+                raise InvalidParameterError("domain", "labels that are valid Unicode text (no lone surrogates)",
+                                            "a label with a lone surrogate")
         if len(set(domain)) != len(domain):
             raise InvalidParameterError("domain", "distinct labels", "a list with duplicates")
         object.__setattr__(self, "domain", domain)
@@ -196,6 +205,10 @@ def grr_code(value: object, params: GrrParams) -> int:
         raise InvalidValueError(f"grr values are labels (str), got {type(value).__name__}")
     code = _index(params.domain).get(value)
     if code is None:
+        at = lone_surrogate_at(value)
+        if at is not None:  # the protocol's text rule, the same error as for a sketch value
+            raise InvalidTextError(f"a str value must be valid Unicode text; this one has a lone surrogate code point "
+                                   f"(U+D800-U+DFFF) at index {at}: refused, not repaired")
         # The offending value is not echoed: error messages can end up in logs.
         raise UnknownValueError(f"a value is not in the metric's domain of {params.d} labels")
     return code

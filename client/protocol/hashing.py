@@ -2,7 +2,11 @@
 
 Version 1, the only one so far:
 
-* A value is bytes: ``str`` is encoded as UTF-8, ``bytes`` is taken as is; anything else is rejected.
+* A value is bytes: ``str`` is encoded as UTF-8, ``bytes`` is taken as is; anything else is rejected. A
+  ``str`` with a lone surrogate has no UTF-8 encoding and is refused with
+  :class:`~ldptel.client.errors.InvalidTextError`, never repaired (the rule:
+  :func:`ldptel.client.protocol.validate.lone_surrogate_at`). mmh3 is only ever given these bytes, never a
+  ``str`` (mmh3 5.3.1 crashes the interpreter on a ``str`` holding a lone surrogate).
 * Its 64-bit base hash is ``x = mmh3.hash64(value, seed)[0]`` (unsigned, x64 variant).
 * Row j has a multiplier ``a_j`` (odd) and an offset ``b_j``, two consecutive outputs of SplitMix64 seeded
   with ``seed ⊕ (version << 32)`` (``a_j`` = output 2j with the low bit set, ``b_j`` = output 2j+1).
@@ -22,17 +26,23 @@ from functools import lru_cache
 import mmh3
 import numpy as np
 
-from ldptel.client.errors import InvalidParameterError, InvalidValueError
-from ldptel.client.protocol.validate import check_int
+from ldptel.client.errors import InvalidParameterError, InvalidTextError, InvalidValueError
+from ldptel.client.protocol.validate import check_int, lone_surrogate_at
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
 
 def value_bytes(value: object) -> bytes:
-    """The bytes a sketch value hashes as: UTF-8 for ``str``, as is for ``bytes``."""
+    """The bytes a sketch value hashes as: UTF-8 for ``str``, as is for ``bytes``. A ``str`` with a lone
+    surrogate raises :class:`InvalidTextError` (its message holds the index, never the value)."""
     if isinstance(value, str):
-        return value.encode("utf-8")
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidTextError(
+                f"a str value must be valid Unicode text; this one has a lone surrogate code point (U+D800-U+DFFF) "
+                f"at index {exc.start}: refused, not repaired") from None
     if isinstance(value, bytes):
         return value
     raise InvalidValueError(f"sketch values must be str or bytes, got {type(value).__name__}")
@@ -80,11 +90,17 @@ class HashFamily:
         return int(mmh3.hash64(value_bytes(value), self.seed, signed=False)[0])
 
     def bases(self, values: Iterable[object]) -> np.ndarray:
-        """Base hashes of many values (one mmh3 call each), as uint64."""
+        """Base hashes of many values (one mmh3 call each), as uint64. A ``str`` with a lone surrogate raises
+        :class:`InvalidTextError` naming its position in ``values`` (from 1)."""
         seed = self.seed
-        return np.fromiter(
-            (mmh3.hash64(value_bytes(v), seed, signed=False)[0] for v in values), dtype=np.uint64
-        )
+        values = values if isinstance(values, Sequence) else list(values)
+        try:
+            return np.fromiter(
+                (mmh3.hash64(value_bytes(v), seed, signed=False)[0] for v in values), dtype=np.uint64
+            )
+        except InvalidTextError as exc:
+            position = next(i for i, v in enumerate(values, 1) if isinstance(v, str) and lone_surrogate_at(v) is not None)
+            raise InvalidTextError(f"value {position} of {len(values)}: {exc}") from None
 
     def hash_one(self, value: object, row: int) -> int:
         """h_row(value), with Python integers only (the client's path)."""

@@ -8,6 +8,7 @@ a :class:`MetricSpec`. Specs round-trip through JSON exactly (:meth:`MetricSpec.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -51,6 +52,25 @@ def params_from_dict(data: object) -> Params:
         raise InvalidParameterError("params", f"complete {mech} params ({exc})", sorted(kwargs)) from None
 
 
+# -------------------------------------------------------------------------------------- secret sampling
+AMPLIFIED_EPSILON_NOTE = (
+    "the amplified ε holds only against an observer of the aggregate or of shuffled reports who does not know "
+    "which devices were sampled; the ingest server sees who connects, so against it each report is ε-LDP"
+)
+
+
+def check_sample_rate(value: object) -> float:
+    """A metric's ``sample_rate`` β: a number in (0, 1] (1: every device takes part)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) <= 1.0:
+        raise InvalidParameterError("sample_rate", "a number in (0, 1] (the share of devices that take part each day)", value)
+    return float(value)
+
+
+def amplified_epsilon(epsilon: float, sample_rate: float) -> float:
+    """ln(1 + β(e^ε − 1)): privacy amplification by secret subsampling (Li, Qardaji, Su, ASIACCS 2012)."""
+    return math.log1p(sample_rate * math.expm1(epsilon))
+
+
 # -------------------------------------------------------------------------------------------- MetricSpec
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MetricSpec:
@@ -71,6 +91,7 @@ class MetricSpec:
     owner: str = ""
     expires: str | None = None
     notes: str = ""
+    sample_rate: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
@@ -83,6 +104,7 @@ class MetricSpec:
         check_text("notes", self.notes, MAX_NOTES_CHARS)
         if self.expires is not None:
             check_day(self.expires, what="expires")
+        object.__setattr__(self, "sample_rate", check_sample_rate(self.sample_rate))
 
     @property
     def mechanism(self) -> str:
@@ -98,8 +120,17 @@ class MetricSpec:
         return self.params.effective_epsilon * self.reports_per_day
 
     def same_privatization(self, other: MetricSpec) -> bool:
-        """Devices privatize and budget both alike: equal params and ``reports_per_day`` (metadata aside)."""
-        return self.params == other.params and self.reports_per_day == other.reports_per_day
+        """Devices privatize, budget and sample alike: equal params, ``reports_per_day`` and ``sample_rate``
+        (metadata aside)."""
+        return (self.params == other.params and self.reports_per_day == other.reports_per_day
+                and self.sample_rate == other.sample_rate)
+
+    @property
+    def amplified_epsilon(self) -> float:
+        """ln(1 + β(e^ε − 1)), β = ``sample_rate``: the ε of one report against an observer of the aggregate or
+        the shuffled reports who does not know which devices were sampled (:data:`AMPLIFIED_EPSILON_NOTE`);
+        against the ingest server, which sees who connects, each report is still ``effective_epsilon``-LDP."""
+        return amplified_epsilon(self.effective_epsilon, self.sample_rate)
 
     def expired(self, today: str) -> bool:
         """Past its ``expires`` day (``today`` is a UTC day ``YYYY-MM-DD``)."""
@@ -116,6 +147,7 @@ class MetricSpec:
             "expires": self.expires,
             "notes": self.notes,
             "effective_epsilon": self.effective_epsilon,
+            **({} if self.sample_rate == 1.0 else {"sample_rate": self.sample_rate}),  # older SDKs never see the key
         }
 
     def to_json(self) -> str:
@@ -125,7 +157,7 @@ class MetricSpec:
     def from_dict(cls, data: object) -> MetricSpec:
         if not isinstance(data, dict):
             raise InvalidParameterError("metric", "a JSON object", type(data).__name__)
-        allowed = {"name", "version", "params", "reports_per_day", *METADATA_FIELDS, "effective_epsilon"}
+        allowed = {"name", "version", "params", "reports_per_day", *METADATA_FIELDS, "effective_epsilon", "sample_rate"}
         for key in data:
             if key not in allowed:
                 raise InvalidParameterError(key, f"not set: a metric takes {sorted(allowed)}", data[key])
@@ -140,6 +172,7 @@ class MetricSpec:
             owner=data.get("owner", ""),
             expires=data.get("expires"),
             notes=data.get("notes", ""),
+            sample_rate=data.get("sample_rate", 1.0),
         )
 
     @classmethod

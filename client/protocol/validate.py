@@ -46,10 +46,34 @@ def check_choice(name: str, value: object, choices: Collection[str]) -> str:
     return value
 
 
+def lone_surrogate_at(text: str) -> int | None:
+    """The index of the first surrogate code point (U+D800 to U+DFFF) in ``text``, or None when there is none.
+
+    The protocol's rule for text (values, candidates, labels, spec fields): a string is a sequence of Unicode
+    scalar values, i.e. it has a UTF-8 encoding, and it is hashed, keyed and sent as exactly that encoding. A
+    Python ``str`` holding any surrogate code point (an unpaired half of a UTF-16 pair, as broken emoji
+    splitting, ``surrogateescape`` decoding or a JavaScript bridge produce; Python never pairs two of them
+    into one character) has no UTF-8 encoding and is **refused, never repaired**: no U+FFFD replacement, no
+    ``surrogatepass``/CESU-8/WTF-8 bytes, no dropping. In JavaScript the same strings are those for which
+    ``String.prototype.isWellFormed()`` is false (an unpaired surrogate code unit); a well-formed JS pair is
+    one supplementary character, which Python holds as one code point. Both SDKs refuse exactly the texts
+    that have no UTF-8 encoding.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return int(exc.start)
+    return None
+
+
 def check_text(name: str, value: object, max_chars: int) -> str:
-    """A ``str`` of at most ``max_chars`` characters."""
+    """A ``str`` of at most ``max_chars`` characters, valid Unicode (:func:`lone_surrogate_at`)."""
     if not isinstance(value, str) or len(value) > max_chars:
         raise InvalidParameterError(name, f"a string of at most {max_chars} characters", value)
+    at = lone_surrogate_at(value)
+    if at is not None:
+        raise InvalidParameterError(name, "valid Unicode text (no lone surrogate code points U+D800-U+DFFF)",
+                                    f"a string with a lone surrogate at index {at}")
     return value
 
 

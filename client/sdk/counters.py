@@ -30,6 +30,7 @@ class ReporterStats:
     retries: int
     clipped: int = 0  # numeric values queued after clipping to their metric's range (counted here only)
     dropped_too_old: int = 0  # in batches older than the retry horizon (dropped by the SDK or refused: 422)
+    not_sampled: int = 0  # report() calls on days this device does not take part in the metric (sample_rate)
 
 
 @dataclass(slots=True)
@@ -53,6 +54,7 @@ class Counters:
     no_spec: int = 0
     retries: int = 0
     clipped: int = 0
+    not_sampled: int = 0
 
     def settle(self, n: int, outcome: Literal["ack", "stale", "rejected", "too_old"]) -> None:
         """A batch of ``n`` reports left the disk: acknowledged, or dropped as stale, rejected or too old."""
@@ -81,4 +83,5 @@ class Counters:
             no_spec=self.no_spec,
             retries=self.retries,
             clipped=self.clipped,
+            not_sampled=self.not_sampled,
         )

@@ -21,6 +21,9 @@ What happens on ``report(metric, value)``
    :class:`~ldptel.client.sdk.policy.PrivacyPolicy` (per-report ε, daily ε, ε∞) is refused: status
    ``"policy_refused"`` with ``reason`` set, nothing privatized, queued or spent, and a
    :class:`~ldptel.client.sdk.policy.PolicyRefusal` to ``on_error`` once per metric version and reason.
+   A metric with ``sample_rate`` β < 1 then asks the device's secret per-day draw (:mod:`ldptel.client.sdk.sampling`):
+   a device that does not take part in the metric that day gets status ``"not_sampled"`` (nothing privatized,
+   queued, sent or spent; the decision is kept for the day).
    Then the privacy-budget ledger (:mod:`ldptel.client.sdk.ledger`) is checked: past the metric's daily policy the
    call returns status ``"budget_exceeded"`` **without privatizing or queueing anything** (no exception:
    the SDK never breaks the app's control flow for a policy decision). The budget day is the UTC day, but
@@ -115,6 +118,7 @@ from ldptel.client.protocol.wire import (
 from ldptel.client.sdk import ledger as _ledger
 from ldptel.client.sdk import memo
 from ldptel.client.sdk import queue as _queue
+from ldptel.client.sdk import sampling as _sampling
 from ldptel.client.sdk.counters import Counters, ReporterStats
 from ldptel.client.sdk.memo import load_or_create_secret, longitudinal_epsilon, privatize_for_device
 from ldptel.client.sdk.notify import Notifier, UploadError, log
@@ -136,7 +140,9 @@ __all__ = [
     "privatize_for_device",
 ]
 
-Status = Literal["queued", "budget_exceeded", "policy_refused", "queue_full", "no_spec", "storage_error", "closed"]
+Status = Literal[
+    "queued", "budget_exceeded", "policy_refused", "queue_full", "no_spec", "storage_error", "closed", "not_sampled",
+]
 
 
 # ------------------------------------------------------------------------------------------ the Reporter
@@ -336,6 +342,9 @@ class Reporter:
                 if stored is None:
                     counters.refused_budget += 1
                     return ReportResult("budget_exceeded", metric, spec.version)
+                if stored == "not_sampled":
+                    counters.not_sampled += 1
+                    return ReportResult("not_sampled", metric, spec.version)
                 if isinstance(stored, float):  # refused by the lifetime ledger: told outside the lock
                     over = stored
                 else:
@@ -420,16 +429,23 @@ class Reporter:
     # -------------------------------------------------------------------------------------- internals
     def _store(
         self, spec: MetricSpec, value: object, now: float, *, cost: _Cost, lifetime_cap: float
-    ) -> tuple[ReportBatch, bool] | float | None:
-        """One transaction: check the ledger, charge a new privatization's ε∞, privatize, queue, spend.
+    ) -> tuple[ReportBatch, bool] | float | Literal["not_sampled"] | None:
+        """One transaction: the sampling decision, check the ledger, charge a new privatization's ε∞, privatize,
+        queue, spend.
 
-        None when the daily budget refuses; the lifetime ε∞ it would reach when the lifetime ledger refuses.
+        None when the daily budget refuses; the lifetime ε∞ it would reach when the lifetime ledger refuses;
+        ``"not_sampled"`` when the device does not take part in the metric on the budget day (its draw is kept).
         The caller holds ``_state``. Every exception rolls the transaction back.
         """
         conn = self._db
         conn.execute("BEGIN IMMEDIATE")
         try:
             day, high, count, eps = _ledger.state(conn, spec.name, now)
+            if day > high:
+                _sampling.prune(conn, day)
+            if not _sampling.takes_part(conn, spec.name, day, spec.sample_rate):
+                conn.execute("COMMIT")  # the day's draw is kept: every report of the metric that day agrees
+                return "not_sampled"
             if not _ledger.allows(spec, count, eps, eps_one=cost.eps_one, daily=cost.daily):
                 conn.execute("ROLLBACK")
                 return None

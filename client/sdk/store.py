@@ -88,6 +88,12 @@ CREATE TABLE IF NOT EXISTS specs(             -- every spec version a report was
     json    TEXT NOT NULL,
     PRIMARY KEY(metric, version)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS sampling(          -- secret sampling: the device draw per metric and budget day
+    metric TEXT NOT NULL,
+    day    INTEGER NOT NULL,
+    draw   INTEGER NOT NULL,                  -- 53 CSPRNG bits, takes part iff draw < floor(sample_rate · 2^53)
+    PRIMARY KEY(metric, day)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS current_spec(      -- the version the server last called current
     metric  TEXT PRIMARY KEY,
     version INTEGER NOT NULL,

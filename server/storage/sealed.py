@@ -47,6 +47,7 @@ from __future__ import annotations
 import bisect
 import datetime as dt
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -406,7 +407,7 @@ def seal_metric(
     report = SealReport(metric=metric)
     today = today or dt.datetime.now(dt.UTC).date()
     lease = keys.seal_lease(metric)
-    token = f"{owner}:{time.time_ns()}"
+    token = f"{owner}:{uuid.uuid4().hex[:12]}"  # no time in Redis values (not even coordination ones)
     if r.eval(_CLAIM_LUA, 1, lease, token, _SEAL_LEASE_TTL_MS) is None:
         report.skipped = "another worker is sealing this metric"
         return report

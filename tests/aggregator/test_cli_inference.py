@@ -4,6 +4,7 @@ the uncertainty named in every output, and the errors a user can make."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -104,3 +105,34 @@ def test_chi_square_goodness_of_fit_and_independence(data: None) -> None:
 def test_bad_requests_exit_2_with_a_clear_error(data: None, argv: tuple[str, ...], message: str) -> None:
     code, out, err = run_cli("test", *argv)
     assert code == 2 and out == "" and message in err, err
+
+
+def test_estimate_prints_either_uncertainty_labelled(redis: redis_lib.Redis, data: None) -> None:
+    """``estimate --uncertainty population`` widens every stderr and interval by the sampling of the reporting
+    devices (the same variance as the tests' population kind), and says so in the title and the JSON."""
+    base = _estimate_json("dark", "--day", "2026-03-01")
+    pop = _estimate_json("dark", "--day", "2026-03-01", "--uncertainty", "population")
+    assert base["uncertainty"] == "randomization" and pop["uncertainty"] == "population" and "population" not in pop
+    assert pop["proportion"]["stderr"] == pytest.approx(base["population"]["proportion"]["stderr"])
+    res = estimate_metric(redis, "dark", day_from="2026-03-01", day_to="2026-03-01")
+    q = inf.share_of(inf.Group("g", registry.get_metric(redis, "dark").current.params, res.estimate), "true")
+    assert pop["proportion"]["stderr"] == pytest.approx(q.stderr("population"))
+    assert base["proportion"]["stderr"] == pytest.approx(q.stderr("randomization"))
+    for row, want in zip(pop["rows"], base["population"]["rows"], strict=True):
+        assert row["stderr"] == pytest.approx(want["stderr"]) and row["ci_low"] == pytest.approx(want["ci_low"])
+    code, out, err = run_cli("estimate", "dark", "--uncertainty", "population", "--by-day")
+    assert code == 0, err and "stderr: population" in out.splitlines()[0]
+    code, out, err = run_cli("metrics", "create", "load", "--mechanism", "mean", "--epsilon", "1", "--range", "0", "1")
+    assert code == 0, err
+    rng = np.random.default_rng(3)
+    append_reports(redis, registry.get_metric(redis, "load"), rng.random(100).tolist(), rng, day="2026-03-01")
+    drain(redis)
+    code, out, err = run_cli("estimate", "load", "--uncertainty", "population")
+    assert code == 2 and "ldptel test --mean" in err
+
+
+def _estimate_json(*argv: str) -> dict[str, Any]:
+    code, out, err = run_cli("estimate", *argv, "--format", "json")
+    assert code == 0, err
+    doc: dict[str, Any] = json.loads(out)
+    return doc

@@ -159,6 +159,10 @@ def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated
     show(page, f"{base}/metrics/dark_mode?day={DAYS[0]}")
     want = cli_json("estimate", "dark_mode", "--day", DAYS[0], "--format", "json")
     assert_shown(page.inner_text("[data-summary=proportion] .big"), want["proportion"]["estimate"], share=True)
+    # both uncertainties, labelled: the chart note names the table's (randomization), a card the population interval
+    assert "stderr: randomization" in page.inner_text("#estimates-note")
+    population = page.inner_text("[data-summary=population]")
+    assert "population" in population and "sampling of the reporting devices" in population
     for got, exp in zip(table_rows(page), want["rows"], strict=True):
         assert got["value"] == exp["value"]
         assert_shown(got["estimate"], exp["estimate"])

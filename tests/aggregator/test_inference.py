@@ -237,6 +237,23 @@ def test_monte_carlo_null_agrees_with_the_asymptotic_one() -> None:
     assert abs(mc.p_value - asym.p_value) <= 6 * se
 
 
+def test_monte_carlo_two_sample_and_independence_agree_with_the_asymptotic_ones() -> None:
+    """Two grr groups (n = 400, 500): the simulated nulls from the pooled shares give the asymptotic p-values
+    within their Monte Carlo error."""
+    rng = np.random.default_rng(40)
+    labels = np.array(GRR.domain, dtype=object)
+    a = groups(GRR, labels[rng.choice(5, 400, p=GRR_PI)].tolist(), 1, 41)[0]
+    b = groups(GRR, labels[rng.choice(5, 500, p=[0.3, 0.3, 0.2, 0.1, 0.1])].tolist(), 1, 42)[0]
+    pairs = [
+        (inf.two_sample(inf.share_of(a, "a"), inf.share_of(b, "a")),
+         inf.two_sample(inf.share_of(a, "a"), inf.share_of(b, "a"), method="monte-carlo", rng=np.random.default_rng(43))),
+        (inf.homogeneity([a, b]), inf.homogeneity([a, b], method="monte-carlo", rng=np.random.default_rng(44))),
+    ]
+    for asym, mc in pairs:
+        se = math.sqrt(asym.p_value * (1 - asym.p_value) / 999) + 1 / 999
+        assert abs(mc.p_value - asym.p_value) <= 6 * se, (asym.test, mc.p_value, asym.p_value)
+
+
 def test_monte_carlo_refuses_what_it_cannot_simulate() -> None:
     params = RrParams(epsilon=1.0)
     big = groups(params, np.ones(100_000, bool), 1, 28)[0]

@@ -134,3 +134,54 @@ def test_retention_from_the_registry_and_by_day_says_when_a_period_is_coarser(
     code, out, err = run_cli("estimate", "old", "--by-day", "--format", "csv")
     assert code == 0, err
     assert {row.split(",")[0] for row in out.splitlines()[1:]} == {"2025-12-26..2026-01-26", "2026-01-27..2026-02-27"}
+
+
+def test_retention_in_the_metrics_file_and_the_cli(redis: redis_lib.Redis, env_url: str, tmp_path: Any) -> None:
+    path = tmp_path / "metrics.toml"
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 1\nretention_days = 45\n')
+    code, out, err = run_cli("metrics", "plan", str(path))
+    assert code == 0, err
+    assert "~ a: retention_days forever → 45" in out and registry.list_metrics(redis) == []
+    code, out, err = run_cli("metrics", "apply", str(path))
+    assert code == 0, err
+    assert registry.get_metric(redis, "a").retention_days == 45
+    assert run_cli("metrics", "diff", str(path))[0] == 0  # applied: no difference left
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 1\nretention_days = 10\n')
+    code, out, _ = run_cli("metrics", "diff", str(path))
+    assert code == 1 and "retention_days 45 → 10" in out
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 1\nretention_days = -1\n')
+    code, _, err = run_cli("metrics", "apply", str(path))
+    assert code == 2 and "retention_days" in err
+    assert registry.get_metric(redis, "a").retention_days == 45  # nothing written
+    code, out, err = run_cli("metrics", "retention", "a", "--days", "7", "--format", "json")
+    assert code == 0 and json.loads(out)["retention_days"] == 7, err
+    code, out, err = run_cli("metrics", "retention", "a", "--forever")
+    assert code == 0 and "retention_days: forever" in out, err
+    assert registry.get_metric(redis, "a").retention_days is None
+    assert run_cli("metrics", "retention", "a", "--days", "-3")[0] == 2
+    assert run_cli("metrics", "retention", "nope", "--days", "3")[0] == 2
+
+
+def test_a_following_worker_seals_in_its_loop(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    import threading
+
+    from ldptel.aggregator.worker import Worker, WorkerConfig
+    from tests.wait import wait_until
+
+    record = create(redis, MetricSpec(name="live", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    ingested = [append_reports(redis, record, ["x", "y"] * 30, rng, day=day) for day in DAYS[:2]]
+    worker = Worker(redis, WorkerConfig(seal_seconds=0.2, checkpoint_seconds=0.05, block_seconds=0.1, rescan_seconds=0.2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        view = wait_until(lambda: (v := sealed.read_view(redis, "live")).days and len(v.days) == 2 and v,
+                          what="the worker to seal both days")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert view and view.days == {(1, sealed.day_number(d)): ing.n for d, ing in zip(DAYS[:2], ingested, strict=True)}
+    assert not any(store.sketch_index(redis, "live", 2).values())
+    want = ingested[0].expected_state()
+    want.add_inplace(ingested[1].expected_state())
+    got = sealed.summed_state(redis, "live", params=record.current.params, version=1, shards=2)
+    assert got.state.equals(want) and got.days == DAYS[:2]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 import urllib.request
 
 import numpy as np
@@ -15,6 +14,7 @@ from ldptel.storage.embedded import EmbeddedRedis
 from tests.aggregator.agg_helpers import append_reports, create, ldptel, ldptel_popen
 from tests.faults.stack import free_port
 from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -25,18 +25,15 @@ def _scrape(port: int) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(r"^(\w+(?:\{[^}]*\})?) (\S+)$", text, re.M)}
 
 
-def _until(port: int, condition, what: str, timeout: float = 30) -> dict[str, float]:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
+def _until(port: int, condition, what: str, timeout: float = 60) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    def scraped() -> dict[str, float] | None:
         try:
             got = _scrape(port)
-            if condition(got):
-                return got
         except OSError:
-            got = {}
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}: {got}")
-        time.sleep(0.1)
+            return None
+        return got if condition(got) else None
+
+    return wait_until(scraped, timeout=timeout, what=what)  # type: ignore[no-any-return]
 
 
 def test_aggregate_metrics_port_exports_folds_commits_lag_and_errors(tmp_path, rng: np.random.Generator) -> None:  # type: ignore[no-untyped-def]

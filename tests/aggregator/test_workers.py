@@ -20,6 +20,7 @@ from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
 from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
+from tests.wait import wait_until
 
 
 def _total(r: redis_lib.Redis, name: str) -> store.SketchState:  # type: ignore[name-defined]
@@ -34,10 +35,7 @@ def _lag(r: redis_lib.Redis, name: str, shards: int) -> int:
 
 
 def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
+    wait_until(predicate, timeout=max(timeout, 60), what=what, interval=0.005)
 
 
 @pytest.mark.slow

@@ -12,7 +12,8 @@ Prints one JSON line per figure:
   it completes, over the baseline's days.
 * ``year_*``: a year sealed 30 days at a time as a worker would, with daily retention ``--retention`` (default 90):
   ``year_query_latency`` (the whole year), ``year_fetch_sum``, ``series_90d`` (estimate_by_day of the last 90 days,
-  ``--series-candidates`` values, as the dashboard plots), ``year_redis_bytes``; each with its ratio to the
+  ``--series-candidates`` values, as the dashboard plots), ``year_redis_bytes``, ``year_estimate_only`` (the estimate
+  of the candidates on the summed state, which no storage change affects); each with its ratio to the
   baseline measured above.
 * ``encoding``: bytes of a per-shard state, a sealed day and roll-ups in the narrowest width, against int32, and
   zstd / lz4 (when installed) ratios and costs on them (on a real fold of privatized reports and on the seeded
@@ -39,7 +40,7 @@ import redis as redis_lib
 from seed_sketches import bench_redis, emit  # the script directory is on sys.path
 
 from ldptel.aggregator.query import estimate_by_day, estimate_metric
-from ldptel.client import CmsParams, MetricSpec, SketchState, fold, privatize_batch
+from ldptel.client import CmsParams, MetricSpec, SketchState, estimate, fold, privatize_batch
 from ldptel.storage import keys, registry, sealed
 from ldptel.storage import sketches as store
 
@@ -54,6 +55,13 @@ def _v1_bytes(state: SketchState) -> bytes:
     rows, cols = state.counts.shape
     head = struct.pack("<4sBBBxII", b"LDPS", 1, 3, 1, rows, cols)  # cms is mechanism code 3
     return head + state.counts.astype("<i4").tobytes() + state.row_counts.astype("<i4").tobytes()
+
+
+def _v1_bytes_checked(state: SketchState) -> bytes:
+    """What main's to_bytes did: the int32-or-int64 range check (min and max of both arrays), then int32."""
+    for a in (state.counts, state.row_counts):
+        assert int(a.min()) >= -(1 << 31) and int(a.max()) < 1 << 31
+    return _v1_bytes(state)
 
 
 def _pool(params: CmsParams, seed: int) -> list[SketchState]:
@@ -179,6 +187,8 @@ def main() -> int:
         emit(figure="year_query_latency", days=ny, seconds=round(year_q, 3), candidates=args.candidates,
              first=yres.days[0], last=yres.days[-1], baseline_extrapolated=round(base_query * ny / nb, 2),
              ratio=round(year_q / (base_query * ny / nb), 4), **common)
+        est_s, _ = _timed(lambda: estimate(params, summed.state, candidates=candidates), args.repeat)
+        emit(figure="year_estimate_only", days=ny, seconds=round(est_s, 3), candidates=args.candidates, **common)
         s_lo = _day(ny - 90)
         series_s, series = _timed(lambda: estimate_by_day(r, METRIC, day_from=s_lo, day_to=hi,
                                                           candidates=series_candidates), args.repeat)
@@ -200,6 +210,11 @@ def main() -> int:
                          for _ in range(4)])  # 200,000 real privatized reports, one shard's day
     samples["real_fold_200k"] = real.to_bytes()
     int32 = params.k * params.m * 4
+    # the one change on the fold path: a commit serializes its dirty states in the narrowest width
+    old_s, _ = _timed(lambda: _v1_bytes_checked(real), 5)
+    new_s, _ = _timed(real.to_bytes, 5)
+    emit(figure="commit_encode", old_int32_s=round(old_s, 4), narrow_s=round(new_s, 4), ratio=round(new_s / old_s, 3),
+         **common)
     for name, blob in samples.items():
         emit(figure="encoding", sample=name, bytes=len(blob), int32_bytes=int32, ratio=round(len(blob) / int32, 3), **common)
         _compress(name, blob)

@@ -9,15 +9,15 @@ until every node reports ``cluster_state:ok``. Nodes are stopped by pid; data di
 from __future__ import annotations
 
 import subprocess
-import time
 from types import TracebackType
 
 import redis
 
 from ldptel.storage.embedded import EmbeddedRedis, find_cli_binary
+from tests.wait import wait_until
 
 NODE_TIMEOUT_MS = 1000  # cluster-node-timeout: how long a silent primary takes to be failed over
-START_TIMEOUT = 30.0
+START_TIMEOUT = 60.0
 
 
 class LocalCluster:
@@ -61,13 +61,8 @@ class LocalCluster:
 
     def wait_ok(self, *, timeout: float = START_TIMEOUT) -> None:
         """Until every running node says ``cluster_state:ok`` and knows all its primaries."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if all(self._ok(node) for node in self.nodes if node.running):
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError("the local cluster did not reach cluster_state:ok")
-            time.sleep(0.1)
+        wait_until(lambda: all(self._ok(node) for node in self.nodes if node.running), timeout=timeout,
+                   what="every node of the local cluster to say cluster_state:ok")
 
     def _ok(self, node: EmbeddedRedis) -> bool:
         client = node.client()

@@ -14,7 +14,6 @@ import runpy
 import shlex
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from ldptel.aggregator.cli.common import read_values
 from ldptel.aggregator.cli.metrics_file import load_metrics_file
 from ldptel.client.mechanisms import Sketch, mechanism_of
 from ldptel.storage.embedded import find_server_binary
+from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -203,15 +203,14 @@ def test_redis_conf_runs_outside_a_container_with_dir_on_the_command_line(tmp_pa
         )  # fmt: skip
     try:
         client = redis.Redis(port=port, socket_connect_timeout=1)
-        deadline = time.monotonic() + 20
-        while True:
+        def answers() -> bool:
+            assert proc.poll() is None, log.read_text()
             try:
-                client.ping()
-                break
+                return bool(client.ping())
             except redis.ConnectionError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(log.read_text()) from None
-                time.sleep(0.05)
+                return False
+
+        wait_until(answers, what=lambda: f"redis-server to answer: {log.read_text()}")
         assert client.config_get("dir")["dir"] == str(tmp_path)
         assert client.config_get("appendonly")["appendonly"] == "yes"
         assert client.config_get("appendfsync")["appendfsync"] == "always"

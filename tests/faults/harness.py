@@ -50,6 +50,7 @@ from tests.faults.slow import create_metric
 from tests.faults.stack import DEPLOY, ROOT, free_port, worker_pids
 from tests.server.srv_helpers import OCTET, fill_to_maxmemory, lift_maxmemory
 from tests.server.test_server_http import APP_TOKEN, _env, _stop, _wait_http
+from tests.wait import wait_until
 
 __all__ = ["CLUSTER_RESTART_SCENARIOS", "CLUSTER_SCENARIOS", "NODE_DOWN_SCENARIOS", "SCENARIOS", "FaultRun"]
 
@@ -187,13 +188,14 @@ class FaultRun:
     def _wait_aggregators(self, timeout: float = 60) -> None:
         """Until every aggregator process heartbeats (it reached Redis and runs its loop)."""
         r = self.client()
+
+        def started() -> bool:
+            for worker_id, proc in self.aggregators.items():
+                assert proc.poll() is None, (self.tmp / f"{worker_id}.log").read_text()[-2000:]
+            return {m.decode() for m in r.zrange(keys.aggregators(), 0, -1)} >= set(self.aggregators)
+
         try:
-            deadline = time.monotonic() + timeout
-            while {m.decode() for m in r.zrange(keys.aggregators(), 0, -1)} < set(self.aggregators):
-                for worker_id, proc in self.aggregators.items():
-                    assert proc.poll() is None, (self.tmp / f"{worker_id}.log").read_text()[-2000:]
-                assert time.monotonic() < deadline, "the aggregators never started"
-                time.sleep(0.05)
+            wait_until(started, timeout=timeout, what="every aggregator to heartbeat")
         finally:
             r.close()
 
@@ -372,11 +374,10 @@ class FaultRun:
     def _wait_primaries(self, running: int, timeout: float = 60) -> None:
         """Until ``running`` running nodes are primaries and the cluster says ok on every running node."""
         assert self.cluster is not None
-        deadline = time.monotonic() + timeout
-        while len(self.cluster.primary_nodes()) != running:
-            assert time.monotonic() < deadline, "no replica took over"
-            time.sleep(0.05)
-        self.cluster.wait_ok(timeout=timeout)
+        cluster = self.cluster
+        wait_until(lambda: len(cluster.primary_nodes()) == running, timeout=timeout, what="a replica to take over",
+                   max_interval=0.05)
+        cluster.wait_ok(timeout=timeout)
 
     def _inject_primary_failover(self) -> float:
         """kill -9 the primary of a shard under load; its replica takes over (readiness and acks come back); then
@@ -389,10 +390,9 @@ class FaultRun:
         promoted = time.monotonic()
         victim.start()
         self.cluster.wait_ok(timeout=60)
-        deadline = time.monotonic() + 60
-        while self.cluster.role(victim) != "slave":
-            assert time.monotonic() < deadline, "the old primary did not rejoin as a replica"
-            time.sleep(0.05)
+        cluster = self.cluster
+        wait_until(lambda: cluster.role(victim) == "slave", what="the old primary to rejoin as a replica",
+                   max_interval=0.05)
         rejoined = time.monotonic()
         self.extra = {"failover_s": round(promoted - killed, 3), "rejoined_s": round(rejoined - killed, 3)}
         return rejoined - killed + self._wait_ack_after(rejoined)
@@ -450,9 +450,9 @@ class FaultRun:
         victim = worker_pids(self.gunicorn.pid)[0]
         os.kill(victim, signal.SIGKILL)
         killed = time.monotonic()
-        deadline = killed + 30
-        while (len(pids := worker_pids(self.gunicorn.pid)) < 2 or victim in pids) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        master = self.gunicorn.pid
+        wait_until(lambda: len(pids := worker_pids(master)) >= 2 and victim not in pids,
+                   what="gunicorn to replace the killed worker", max_interval=0.02)
         return max(self._wait_ack_after(killed), time.monotonic() - killed)
 
     def _inject_gunicorn_master_kill9(self) -> float:
@@ -479,41 +479,38 @@ class FaultRun:
 
     def _lease_holder(self) -> str:
         r = self.client()
+
+        def holder() -> str | None:
+            for metric in (RAW.name, SDK.name):
+                for shard in range(SHARDS):
+                    owner = r.get(keys.lease(metric, shard))
+                    if owner is not None and owner.decode() in self.aggregators:
+                        return str(owner.decode())
+            return None
+
         try:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                for metric in (RAW.name, SDK.name):
-                    for shard in range(SHARDS):
-                        owner = r.get(keys.lease(metric, shard))
-                        if owner is not None and owner.decode() in self.aggregators:
-                            return owner.decode()
-                time.sleep(0.05)
+            return wait_until(holder, what="an aggregator to hold a lease")
         finally:
             r.close()
-        raise AssertionError("no aggregator holds a lease")
 
-    def _wait_leases_without(self, victim: str, timeout: float = 30) -> float:
+    def _wait_leases_without(self, victim: str, timeout: float = 60) -> float:
         """Monotonic time at which every shard is leased by a live worker other than ``victim``."""
         r = self.client()
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                owners = [r.get(keys.lease(m, s)) for m in (RAW.name, SDK.name) for s in range(SHARDS)]
-                if all(o is not None and o.decode() != victim for o in owners):
-                    return time.monotonic()
-                time.sleep(0.02)
+
+        def taken() -> float | None:
+            owners = [r.get(keys.lease(m, s)) for m in (RAW.name, SDK.name) for s in range(SHARDS)]
+            return time.monotonic() if all(o is not None and o.decode() != victim for o in owners) else None
+
+        try:  # polled every 20 ms: the time returned is a recovery figure
+            return wait_until(taken, timeout=timeout, what=f"the shards of {victim} to be taken over",
+                              max_interval=0.02)
         finally:
             r.close()
-        raise AssertionError(f"the shards of {victim} were never taken over")
 
-    def _wait_ack_after(self, t: float, timeout: float = 30) -> float:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            first = self.acks.first_after(t)
-            if first is not None:
-                return first - t
-            time.sleep(0.01)
-        raise AssertionError("no acknowledgement after the fault")
+    def _wait_ack_after(self, t: float, timeout: float = 60) -> float:
+        first = wait_until(lambda: self.acks.first_after(t), timeout=timeout,
+                           what="an acknowledgement after the fault")
+        return first - t
 
     # ------------------------------------------------------------------------------------ drain, audit
     def drain_and_audit(self) -> dict[str, Any]:
@@ -532,15 +529,9 @@ class FaultRun:
         finally:
             r.close()
 
-    def _wait_folded(self, r: redis_lib.Redis, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            lags = [shard_lag(r, m, s)
-                    for m in (RAW.name, SDK.name) for s in range(SHARDS)]
-            if all(lag == 0 for lag in lags):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the aggregators did not catch up: lags {lags}")
+    def _wait_folded(self, r: redis_lib.Redis, timeout: float = 90) -> None:
+        wait_until(lambda: [lag for m in (RAW.name, SDK.name) for s in range(SHARDS) if (lag := shard_lag(r, m, s)) != 0] == [],
+                   timeout=timeout, what="the aggregators to catch up (lag 0 on every shard)")
 
     def _audit(self, r: redis_lib.Redis) -> dict[str, Any]:
         entries: dict[str, dict[bytes, list[ReportBatch]]] = {RAW.name: {}, SDK.name: {}}

@@ -15,6 +15,7 @@ import pytest
 from ldptel.storage.embedded import EmbeddedRedis
 from tests.faults.slow import slow_clients
 from tests.faults.stack import gunicorn, worker_pids
+from tests.wait import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +43,8 @@ def _alive(pid: int) -> bool:
 def test_workers_of_a_killed_master_free_the_port_promptly(tmp_path: Path) -> None:
     with EmbeddedRedis(data_dir=tmp_path / "redis") as redis_server, \
             gunicorn(redis_server.url, tmp_path / "gunicorn.log", workers=2) as (port, master):
-        deadline = time.monotonic() + 20
-        while len(workers := worker_pids(master.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        workers = wait_until(lambda: pids if len(pids := worker_pids(master.pid)) == 2 else None,
+                             what="both gunicorn workers")
         assert len(workers) == 2
         time.sleep(0.5)  # both workers are past post_worker_init
         try:

@@ -11,6 +11,7 @@ import pytest
 import redis as redis_lib
 
 from ldptel.storage.embedded import EmbeddedRedis, EmbeddedRedisError, find_server_binary
+from tests.wait import wait_until
 
 
 def _alive(pid: int) -> bool:
@@ -70,12 +71,7 @@ def test_no_server_left_when_the_owner_is_killed(tmp_path: Path) -> None:
     proc.stdout.close()
     assert proc.stdin is not None
     proc.stdin.close()
-    import time
-
-    deadline = time.monotonic() + 10
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _alive(pid)
+    wait_until(lambda: not _alive(pid), what="the server to exit with its parent")
     with pytest.raises(redis_lib.ConnectionError):
         redis_lib.Redis(port=port, socket_connect_timeout=0.5).ping()
 

@@ -23,6 +23,7 @@ from ldptel.client.protocol.wire import decode_header
 from ldptel.storage.embedded import EmbeddedRedis
 from tests.server.schema_check import check_response
 from tests.server.srv_helpers import OCTET, cms_spec, make_batch, stream_entries
+from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_TOKEN = "http-app-token-0123456789abcdef"
@@ -67,17 +68,17 @@ class Http:
         self.conn.close()
 
 
-def _wait_http(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_http(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60) -> None:
+    def listening() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"server exited: {log.read_text()[-2000:]}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"server did not listen: {log.read_text()[-2000:]}")
+            return False
+
+    wait_until(listening, timeout=timeout, what=lambda: f"the server to listen: {log.read_text()[-2000:]}")
 
 
 def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
@@ -212,12 +213,8 @@ def test_redis_killed_and_restarted_mid_run(gunicorn_server) -> None:  # type: i
     assert len(stored) - len(set(acked)) <= 2  # at most the batches in flight when we stopped
 
 
-def _wait_for(condition, what: str, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+def _wait_for(condition, what: str, timeout: float = 60) -> None:  # type: ignore[no-untyped-def]
+    wait_until(condition, timeout=timeout, what=what)
 
 
 def _redis_url_in(log: Path) -> str:

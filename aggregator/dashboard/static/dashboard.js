@@ -174,6 +174,13 @@ function summaryCards(doc, kind) {
     box.append(statCard(spec.title, spec.fmt(val.estimate), interval(spec.fmt, val), key));
   }
   if (!kind.counts) for (const r of doc.rows) box.append(statCard(r.value, fmtCount(r.estimate), `${interval(fmtCount, r)} · stderr ${fmtCount(r.stderr)}`, r.value));
+  // Both uncertainties, labelled: the proportion's population interval, and the fleet when devices are sampled.
+  const pop = doc.population && doc.population.proportion;
+  if (pop && doc.proportion) box.append(statCard("share of true · population", fmtShare(doc.proportion.estimate),
+    `${pct(doc)}% interval ${fmtShare(pop.ci_low)} – ${fmtShare(pop.ci_high)} · adds the sampling of the reporting devices from the fleet`, "population"));
+  if (doc.fleet) box.append(statCard(`fleet · sample rate ${doc.fleet.sample_rate}`, fmtInt(doc.fleet.devices),
+    `devices ± ${fmtInt(doc.fleet.devices_stderr)} · counts ÷ ${doc.fleet.sample_rate} (population uncertainty) · amplified ε ` +
+    `${fmtEps(doc.fleet.amplified_epsilon)}: ${doc.fleet.amplified_epsilon_note}`, "fleet"));
   if (doc.discovery) {
     const d = doc.discovery;
     box.append(statCard("values found", fmtInt(d.found), `at ≥ ${d.threshold_stderr.toFixed(2)} stderr` +
@@ -325,9 +332,12 @@ function seriesChart(doc, scale, what, offset = 0) {
   }
   const values = [...byValue.keys()].slice(0, SERIES_MAX);
   if (!values.length) return nothing("No per-day rows with an estimate and an interval to draw.");
-  const day0 = Date.parse(doc.days[0]), dayMs = 86400000;
-  const span = Math.round((Date.parse(doc.days[doc.days.length - 1]) - day0) / dayMs);
-  const idx = (d) => Math.round((Date.parse(d) - day0) / dayMs);
+  // a "first..last" day is a period coarser than a day (past the metric's retention): drawn at its first day
+  const start = (d) => Date.parse(String(d).split("..")[0]), end = (d) => Date.parse(String(d).split("..").pop());
+  const coarse = doc.days.filter((d) => String(d).includes("..")).length;
+  const day0 = start(doc.days[0]), dayMs = 86400000;
+  const span = Math.round((end(doc.days[doc.days.length - 1]) - day0) / dayMs);
+  const idx = (d) => Math.round((start(d) - day0) / dayMs);
   const y = (r, k) => (share ? r[k] / r.n : r[k]);
   const f = share ? fmtShare : fmtCount;
   const all = values.flatMap((v) => byValue.get(v));
@@ -382,7 +392,8 @@ function seriesChart(doc, scale, what, offset = 0) {
   const hidden = byValue.size - values.length;
   document.getElementById("series-note").textContent =
     `${what || (share ? "share of each day's reports" : "estimated count")} with ${pct(doc)}% interval bands${what ? "" : `, ${chosen} estimator`}` +
-    (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "");
+    (hidden > 0 ? ` · ${values.length} of ${byValue.size} values (set top to choose)` : "") +
+    (coarse ? ` · ${coarse} point(s) coarser than a day: 32-day periods past the metric's retention, drawn at their first day` : "");
   return node;
 }
 
@@ -539,7 +550,8 @@ async function metricPage() {
         document.getElementById("estimates-chart").replaceChildren(shown.chart(doc));
         document.getElementById("estimates-title").textContent = shown.title;
         document.getElementById("estimates-note").textContent =
-          `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ` + shown.note(doc);
+          `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ` + shown.note(doc) +
+          ` · stderr: ${doc.uncertainty || "randomization"} (${doc.uncertainty_meaning || "given the devices that reported"})`;
         document.getElementById("estimates-json").href = estimateLink;
       }
       if (doc.percentiles) {
