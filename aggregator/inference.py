@@ -467,7 +467,7 @@ def goodness_of_fit(
     Wald χ² = (f̂ − π₀)ᵀ Σ₀⁺ (f̂ − π₀), Σ₀ the covariance of the estimated shares at π₀ (mechanism, plus the
     multinomial sampling of the devices for ``population``), df = rank Σ₀ (d − 1 for grr, d for an OUE
     histogram, whose bucket estimates do not sum to n exactly). Effect: Cohen's w = √Σ(π − π₀)²/π₀ (the plug-in
-    minus its noise bias), with simultaneous intervals (Bonferroni over the labels) on each label's difference
+    minus its noise bias) with its interval (:func:`_w_interval`), and simultaneous intervals (Bonferroni over the labels) on each label's difference
     in ``details``; power for a stated w in the direction of the observed difference.
     """
     _check("two-sided", uncertainty, method, alpha, confidence)
@@ -492,7 +492,8 @@ def goodness_of_fit(
     var_hat = np.diag(cov_hat)
     raw = float(np.sum((f - pi0) ** 2 / pi0))
     w_hat = math.sqrt(max(raw - float(np.sum(var_hat / pi0)), 0.0))
-    eff = Effect("Cohen's w (bias-corrected; per-label differences in details)", w_hat, None, None, confidence)
+    eff = Effect("Cohen's w (bias-corrected; per-label differences in details)", w_hat,
+                 *_w_interval(w_stat, df, raw, confidence), confidence)
     details = _label_details(group.estimate.labels, f - pi0, var_hat, confidence, "difference from the null share")
     power = _chi2_power_for(effect, raw, w_stat, df, alpha)
     return TestResult(
@@ -559,7 +560,8 @@ def homogeneity(
         var_dev = sum((float(gi == hi) - h.n / total) ** 2 * np.diag(hat_covs[hi]) for hi, h in enumerate(groups))
         bias += g.n / total * float(np.sum(var_dev / safe))
     w_hat = math.sqrt(max(raw - bias, 0.0))
-    eff = Effect("Cohen's w (bias-corrected; per-label differences in details)", w_hat, None, None, confidence)
+    eff = Effect("Cohen's w (bias-corrected; per-label differences in details)", w_hat,
+                 *_w_interval(w_stat, df, raw, confidence), confidence)
     details: list[dict[str, Any]] = []
     for gi in range(1, len(groups)):
         var = np.diag(hat_covs[gi]) + np.diag(hat_covs[0])
@@ -574,6 +576,20 @@ def homogeneity(
         alpha=alpha, effect=eff, power=power, details=tuple(details),
         method=_method_text(method, "Wald χ² of the differences, covariance at the pooled shares", simulations),
     )
+
+
+def _w_interval(w_stat: float, df: int, raw_w2: float, confidence: float) -> tuple[float | None, float | None]:
+    """Cohen's w interval by inverting the noncentral χ² in its noncentrality λ (λ = W·w²/ŵ²_plug-in: the
+    direction of the difference taken as observed): the λ whose distribution puts W at its (1 ± level)/2 quantiles."""
+    from scipy.special import chndtr, chndtrinc
+
+    if raw_w2 <= 0 or w_stat <= 0:
+        return None, None
+    tail = (1 - confidence) / 2
+    hi = float(chndtrinc(w_stat, df, tail))
+    lo = float(chndtrinc(w_stat, df, 1 - tail)) if float(chndtr(w_stat, df, 0.0)) > 1 - tail else 0.0
+    per_w2 = w_stat / raw_w2
+    return math.sqrt(max(lo, 0.0) / per_w2), math.sqrt(max(hi, 0.0) / per_w2)
 
 
 def _chi2_power_for(effect: float | None, raw_w2: float, w_stat: float, df: int, alpha: float) -> Power:

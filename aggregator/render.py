@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from ldptel.aggregator.discover import DiscoverResult
     from ldptel.aggregator.fleet import Fleet
+    from ldptel.aggregator.percentiles import Percentile
     from ldptel.aggregator.query import DailyResult
     from ldptel.aggregator.results import QueryResult
 
@@ -272,7 +273,7 @@ class HistogramRenderer(Renderer):
     def csv(self, result: Any, out: TextIO) -> None:
         writer = _rows_csv(result, result.rows(), out, front=())
         for pc in result.percentiles:  # a row per asked percentile, "p50", ...
-            writer.writerow({"value": f"p{pc.percentile:g}", "estimate": repr(pc.estimate),
+            writer.writerow({"value": f"p{pc.percentile:g}", "estimate": "" if pc.shown is None else repr(pc.shown),
                              "ci_low": repr(pc.ci_low), "ci_high": repr(pc.ci_high)})
 
     def table(self, result: Any, out: TextIO) -> None:
@@ -280,7 +281,9 @@ class HistogramRenderer(Renderer):
         if result.percentiles:
             out.write("\n")
             table(["percentile", "estimate", "ci_low", "ci_high"],
-                  [[f"p{pc.percentile:g}", pc.estimate, pc.ci_low, pc.ci_high] for pc in result.percentiles], out)
+                  [[f"p{pc.percentile:g}", "" if pc.shown is None else pc.shown, pc.ci_low, pc.ci_high]
+                   for pc in result.percentiles], out)
+            unresolved_note(result.percentiles, out)
 
     def summary(self, result: Any, fmt: str, out: TextIO) -> None:
         rows = result.summary_rows()
@@ -296,12 +299,15 @@ class HistogramRenderer(Renderer):
             out.write(f"{result.note}\n")
         cols = ("estimate", "stderr", "ci_low", "ci_high")
         table(["value", *cols], [[row["value"], *("" if row[c] is None else row[c] for c in cols)] for row in rows], out)
+        unresolved_note(result.percentiles, out)
         if result.mean is not None:
             out.write(MIDPOINT_NOTE.format(bound=fmt_num(result.mean.midpoint_bound)) + "\n")
 
     def mark(self, result: Any, ax: Axes, count: int) -> None:
         if len(result.edges) == count + 1:  # each percentile where it falls inside its bar
             for pc in result.percentiles:
+                if not pc.resolved:  # no point to mark: the interval spans too much of the range
+                    continue
                 at = float(np.interp(pc.estimate, result.edges, np.arange(count + 1) - 0.5))
                 ax.axvline(at, color=MARKER_COLOR, linestyle="--", linewidth=1)
                 ax.text(at, 0.97 * ax.get_ylim()[1], f" p{pc.percentile:g}", color=MARKER_COLOR, ha="left", va="top",
@@ -361,6 +367,15 @@ def _title(first: QueryResult, out: TextIO, *, days: Sequence[str], n: int, per_
         f"{' · per day' if per_day else ''} · {first.confidence:.0%} intervals{estimators} · stderr: {first.uncertainty}"
         f"{' (json: also population)' if first.uncertainty == 'randomization' else ''}\n"
     )
+
+
+def unresolved_note(levels: Sequence[Percentile], out: TextIO) -> None:
+    """One line per percentile whose interval is too wide for a point (:mod:`~ldptel.aggregator.percentiles`)."""
+    from ldptel.aggregator.percentiles import MAX_SPAN, UNRESOLVED_NOTE
+
+    for pc in levels:
+        if not pc.resolved:
+            out.write(f"p{pc.percentile:g} {UNRESOLVED_NOTE.format(share=MAX_SPAN)} (interval spans {pc.buckets} buckets)\n")
 
 
 def _write_fleet(fleet: Fleet, out: TextIO) -> None:

@@ -288,7 +288,7 @@ class HistogramResult(QueryResult):
                  (n * m.estimate, n * m.stderr, n * m.ci_low, n * m.ci_high))  # count, mean, sum
         rows: list[dict[str, Any]] = [{"value": label, "estimate": est, "stderr": se, "ci_low": lo, "ci_high": hi}
                                       for label, (est, se, lo, hi) in zip(SUMMARY_LABELS, stats, strict=True)]
-        rows += [{"value": f"p{pc.percentile:g}", "estimate": pc.estimate, "stderr": None, "ci_low": pc.ci_low,
+        rows += [{"value": f"p{pc.percentile:g}", "estimate": pc.shown, "stderr": None, "ci_low": pc.ci_low,
                   "ci_high": pc.ci_high} for pc in self.percentiles]
         return rows
 

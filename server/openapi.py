@@ -56,6 +56,12 @@ _ERROR_CODES = [
 _NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 _REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": MAX_REPORTS_PER_DAY}
 _DESCRIPTION = {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS}
+_SAMPLE_RATE = {
+    "type": "number", "minimum": 0, "maximum": 1,
+    "description": "secret sampling, in (0, 1] (0 is refused): each device takes part on a UTC day with this probability, "
+    "decided on the device "
+    "(absent: 1, every device); a change makes a new version",
+}
 # Metadata: edited in place, never a new version (only params and reports_per_day make one).
 _METADATA = {
     "description": _DESCRIPTION,
@@ -114,6 +120,7 @@ _SCHEMAS: dict[str, Any] = {
             "version": {"type": "integer", "minimum": 1},
             "params": {"$ref": "#/components/schemas/Params"},
             "reports_per_day": {"type": "integer", "minimum": 1},
+            "sample_rate": _SAMPLE_RATE,
             **_METADATA,
             "effective_epsilon": {"type": "number"},
         },
@@ -126,6 +133,7 @@ _SCHEMAS: dict[str, Any] = {
             "name": _NAME,
             "params": {"$ref": "#/components/schemas/Params"},
             "reports_per_day": _REPORTS_PER_DAY,
+            "sample_rate": _SAMPLE_RATE,
             **_METADATA,
             "shards": {
                 "type": "integer",

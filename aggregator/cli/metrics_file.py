@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli.common import UserError, read_text
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import Permanent, get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.mechanisms.longitudinal import longitudinal_note
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
 from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
@@ -162,16 +163,18 @@ def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
     if old.params == new.params:
         lines.append("the params are unchanged, so devices keep their permanent randomization and the day's memo "
                      "(both are keyed by the privatization, not the version)")
-    elif any(isinstance(mech, Permanent) for mech in (old_mech, new_mech)):
+    elif old_mech.permanent_channel(old.params) is not None or new_mech.permanent_channel(new.params) is not None:
         a, b = old_mech.longitudinal_epsilon(old.params), new_mech.longitudinal_epsilon(new.params)
         lines.append(
             f"devices start a new permanent randomization: a value reported under both v{old.version} and "
             f"v{new.version} is protected by ε∞ {a:.3g} + {b:.3g} = {a + b:.3g} instead of {a:.3g}; each device "
             f"charges it to its lifetime ledger and refuses the new version if the sum passes its policy's ε∞ "
-            f"(default {DEFAULT_MAX_LONGITUDINAL_EPSILON:g})"
+            f"(default {DEFAULT_MAX_LONGITUDINAL_EPSILON:g}); that covers the level of a value, not when it changes"
         )
     else:
         lines.append("sketch reports are memoized per privatization and day; the day's budget is per metric name, so the switch does not reopen it")
+    if new_mech.permanent_channel(new.params) is not None:
+        lines.append(longitudinal_note(new.params))
     lines.append(
         f"reports devices queued under v{old.version} are refused (409) and dropped, their budget spent; "
         f"`ldptel estimate` shows v{new.version} (--version {old.version} for the old sketches)"
@@ -196,6 +199,8 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
         head = f"{SYMBOLS[change.kind]} {spec.name}"
         if change.kind == "create":
             out.write(f"{head}: create v1 ({spec.mechanism}, ε {spec.params.epsilon:g}, {spec.reports_per_day} reports/day)\n")
+            if mechanism_of(spec.params).permanent_channel(spec.params) is not None:
+                out.write(f"    {longitudinal_note(spec.params)}\n")
         elif change.kind == "unchanged":
             out.write(f"{head}: unchanged (v{spec.version})\n")
         elif change.kind in ("metadata", "reactivate"):

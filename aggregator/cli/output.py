@@ -32,6 +32,7 @@ from ldptel.aggregator.render import (
     plot_result,
     save_figure,
     table,
+    unresolved_note,
     write_daily,
     write_json,
     write_result,
@@ -68,5 +69,5 @@ def no_data_as_empty(fmt: str, out: TextIO, err: TextIO) -> Iterator[NoData]:
 __all__ = [
     "DAILY_COLUMNS", "ESTIMATE_COLOR", "ESTIMATOR_COLUMN", "LABEL_WIDTH", "MARKER_COLOR", "MIDPOINT_NOTE", "RESULT_COLUMNS",
     "RESULT_FORMATS", "NoData", "display_width", "finite", "fmt_num", "interval_bars", "json_text", "new_figure",
-    "no_data_as_empty", "plot_labels", "plot_result", "save_figure", "table", "write_daily", "write_json", "write_result",
+    "no_data_as_empty", "plot_labels", "plot_result", "save_figure", "table", "unresolved_note", "write_daily", "write_json", "write_result",
 ]

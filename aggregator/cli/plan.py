@@ -21,6 +21,8 @@ from ldptel.aggregator.plan import (
     plan_mean,
 )
 from ldptel.client.errors import LdpError
+from ldptel.client.mechanisms import get_mechanism
+from ldptel.client.mechanisms.longitudinal import longitudinal_note
 
 NAME = "plan"
 EXTRA = "aggregator"
@@ -200,4 +202,11 @@ def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
               [[r.mechanism, r.shape, f"{r.epsilon:g}", f"{r.effective_epsilon:.4f}", str(r.bits_per_report),
                 f"{r.worst_var_t:.4f}", f"{r.mean_error:.4g}", f"{n * r.mean_error:.4g}",
                 "-" if r.reports_needed is None else f"{r.reports_needed:,}"] for r in rows], out, left=(0, 1))
+        for r in rows:  # a permanent randomized response protects the level, not the change times: say so
+            mech = get_mechanism(r.mechanism)
+            if "lo" in mech.params_schema()[1]:
+                make: Any = mech.params_type  # a numeric mechanism's params: epsilon, lo, hi
+                params = make(epsilon=r.epsilon, lo=lo, hi=hi)
+                if mech.permanent_channel(params) is not None:
+                    out.write(f"{r.mechanism} at ε {r.epsilon:g}: {longitudinal_note(params)}\n")
     return EXIT_OK

@@ -12,6 +12,7 @@ from ldptel.aggregator.cli.status import shard_status
 from ldptel.aggregator.defaults import DISCOVER_TOP
 from ldptel.aggregator.query import candidate_role, estimator_choices
 from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.longitudinal import longitudinal_note
 from ldptel.storage import registry, sealed
 from ldptel.storage import sketches as store
 from ldptel.storage.registry import MetricRecord
@@ -60,6 +61,8 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         "mechanism": mechanism.name,
         "epsilon": spec.params.epsilon,
         "effective_epsilon": spec.effective_epsilon,
+        "daily_epsilon": spec.daily_epsilon,
+        "longitudinal": longitudinal_note(spec.params),  # what repeated reports of one device disclose
         "shape": mechanism.shape(spec.params),
         "reports_per_day": spec.reports_per_day,
         "shards": record.shards,

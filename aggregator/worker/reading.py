@@ -39,6 +39,10 @@ from ldptel.storage.streamread import StreamReader
 
 __all__ = ["ENTRY_FIELDS", "BufferPool", "Read", "Reader", "UndecodableEntryError", "forget_prefetch"]
 
+class SealedDayError(LdpError):
+    """A stream entry of a day that is already sealed (it goes to the dead letters, see ldptel.storage.sealed)."""
+
+
 Decoded = tuple[int, str, ReportBatch] | str  # (version, day, batch), or why the entry goes to the dead letters
 Merged = dict[tuple[int, str], list[ReportBatch]]  # per (version, day)
 ENTRY_FIELDS = (b"d", b"v", b"n", b"b")  # a stream entry's fields: UTC day, version, report count, batch bytes
@@ -158,10 +162,15 @@ class Reader:
         decoded: list[Decoded] = []
         groups: Merged = defaultdict(list)
         kept: list[tuple[bytes, dict[bytes, bytes]]] = []
+        through = self._specs.sealed_through(sh.metric)
         with self._reads.read(sh.stream, cursor, count=self._batch, block_ms=block_ms) as entries:
             for eid, fields in entries:
                 try:
                     version, day, batch = self._decode(sh.metric, fields)
+                    if through is not None and day <= through:  # never folded into a day that is sealed
+                        raise SealedDayError(
+                            f"day {day} is already sealed (through {through}): the entry arrived after the retry "
+                            "horizon and the fold; kept here, not counted")
                 except (LdpError, ValueError, KeyError) as exc:
                     decoded.append(f"{type(exc).__name__}: {exc}")
                     kept.append((eid, {k: bytes(v) for k, v in fields.items()}))  # for its dead letter

@@ -12,11 +12,12 @@ import time
 import redis as redis_lib
 
 from ldptel.client.protocol.specs import MetricSpec, Params
-from ldptel.storage import registry
+from ldptel.storage import keys, registry
 
 __all__ = ["MetricSpecs"]
 
 _RELOAD_SECONDS = 1.0  # an unknown version reloads its metric at most this often
+_SEALED_SECONDS = 2.0  # how long a metric's sealed-through day is reused before it is read again
 
 
 class MetricSpecs:
@@ -27,6 +28,7 @@ class MetricSpecs:
         self._specs: dict[str, dict[int, MetricSpec]] = {}
         self._refreshed: dict[str, float] = {}
         self._shard_counts: dict[str, int] = {}
+        self._sealed: dict[str, tuple[float, str | None]] = {}
 
     def params(self, metric: str, version: int) -> Params:
         """The params of one metric version (``UnknownVersionError`` if the registry has no such version)."""
@@ -45,6 +47,17 @@ class MetricSpecs:
             self._load(metric)
             shards = self._shard_counts.get(metric, 0)
         return shards
+
+    def sealed_through(self, metric: str) -> str | None:
+        """The last UTC day of ``metric`` that is sealed (:mod:`ldptel.storage.sealed`), None if none; read at most
+        every ``_SEALED_SECONDS``. An entry of such a day arrived after every bound sealing relies on."""
+        now = time.monotonic()
+        cached = self._sealed.get(metric)
+        if cached is None or now - cached[0] > _SEALED_SECONDS:
+            raw = self.r.hget(keys.sealed_marks(metric), "through")
+            cached = (now, None if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw)))
+            self._sealed[metric] = cached
+        return cached[1]
 
     def forget_shards(self) -> None:
         """Read every shard count from the registry again on next use (a rescan of every metric)."""

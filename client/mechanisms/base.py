@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, WireFormatError
+from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.protocol.params import ParamsBase
@@ -126,8 +127,15 @@ class Mechanism(ABC, Generic[P, B]):
         return None
 
     def longitudinal_epsilon(self, params: P) -> float:
-        """ε of any number of reports of one value (permanent: per privatization, ever; memoized: per day)."""
+        """ε of any number of reports of one value (permanent: per privatization, ever, for the level: see
+        :mod:`~ldptel.client.mechanisms.longitudinal`; memoized: per day)."""
         return params.effective_epsilon
+
+    def permanent_channel(self, params: P) -> PermanentChannel | None:
+        """The permanent randomized response's two stages (a :class:`~ldptel.client.mechanisms.capabilities.Permanent`
+        mechanism's; None for any other): what
+        :mod:`~ldptel.client.mechanisms.longitudinal` bounds and charges."""
+        return None
 
     # ------------------------------------------------------------------------------------- server half
     @abstractmethod

@@ -9,15 +9,23 @@ privatization, c), derived from the device secret, then fresh IRR noise; togethe
 probability T_f/2^B, so one report is 1BitMean at ε_eff = ln((2^B − T_f)/T_f) and the estimator is the
 ``onebit`` one of :mod:`ldptel.client.mechanisms.mean` (same state, same debias).
 
-Longitudinal guarantee (ldp-math-2 §3.2–3.3): a device's reports depend on its values only through c, and
-c's two memo entries are each ε∞ = ln((1 − f₁)/f₁) (f₁ the PRR flip, rr's split), so every report of the
-metric's privatization that a device ever sends, whatever its values, is together 2·ε∞-LDP (≈ 3.3 at ε = 1);
-:meth:`DailyMean.longitudinal_epsilon` reports that 2·ε∞. A constant value costs ε∞ in total however often
-it is reported. Not protected: *when* c changes (a device whose value crosses its own threshold switches
-memo entries; fresh IRR noise blurs single days only). A version that changes the privatization (the SDK's lifetime
-ledger charges it) or a new device secret starts new memos (another 2·ε∞). The daily budget (the SDK's ledger) still charges ε_eff per report. The price: a
-one-bit report, so variance ≥ 1 − t² from the rounding; for one-off reports :mod:`~ldptel.client.mechanisms.mean`'s
-dhm is more accurate.
+Longitudinal guarantee (ldp-math-2 §3.2–3.3, :mod:`~ldptel.client.mechanisms.longitudinal`): a device's
+reports depend on its values only through c, and c's two memo entries are each ε∞ = ln((1 − f₁)/f₁) (f₁ the
+PRR flip, rr's split). That protects the *level*, not the *change times*:
+
+* a constant value costs ε∞ in total however often it is reported; two histories that change c at the same
+  times are together within 2·ε∞ (≈ 3.3 at ε = 1), which :meth:`DailyMean.longitudinal_epsilon` reports and
+  the SDK's lifetime ledger charges per privatization;
+* *when* c changes is not covered by that: a device whose value crosses its own threshold switches memo
+  entries, and the collector sees the switch better the more reports it has on each side. What holds for any
+  two histories is ε_irr = ln((1 − f₂)/f₂) per report whose c differs (f₂ the IRR flip; 1.66 at ε = 1): 15
+  days at lo then 15 at hi against 30 at lo is exactly 24.5-LDP at ε = 1, not 2·ε∞. So one report costs ε_irr
+  given the others, and the daily budget charges ε_irr per report (:func:`~ldptel.client.mechanisms.longitudinal.report_charge`):
+  a changing value is protected day by day like any fresh-noise metric.
+
+A version that changes the privatization (the SDK's lifetime ledger charges it) or a new device secret starts
+new memos (another 2·ε∞). The price of the memo: a one-bit report, so variance ≥ 1 − t² from the rounding;
+for one-off reports :mod:`~ldptel.client.mechanisms.mean`'s dhm is more accurate.
 
 Without a device secret (:meth:`DailyMean.privatize`, :meth:`DailyMean.privatize_batch`: simulations) α is
 drawn fresh per report, which is exactly the onebit coin.
@@ -34,8 +42,9 @@ import numpy as np
 
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.capabilities import Permanent, Summary
+from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.mean import MEAN, VALUE_BITS, MeanBatch, MeanParams, number_of
-from ldptel.client.mechanisms.rr import RrParams, privatize_rr, rr_split
+from ldptel.client.mechanisms.rr import RrParams, privatize_rr, rr_channel, rr_split
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, ParamsBase
@@ -123,8 +132,14 @@ class DailyMean(Permanent[DailyMeanParams, DailyMeanBatch], Summary[DailyMeanPar
         return DailyMeanBatch(n=1, bits=out.bits)
 
     def longitudinal_epsilon(self, params: DailyMeanParams) -> float:
-        """2·ε∞: every report of the privatization a device ever sends, whatever its values (two memo entries)."""
+        """2·ε∞, the level: every report of the privatization a device ever sends, for histories that change
+        its rounded bit at the same times (two memo entries). Change times cost ε_irr per report (module docs)."""
         return 2.0 * rr_split(params.rr).epsilon_inf
+
+    def permanent_channel(self, params: DailyMeanParams) -> PermanentChannel:
+        """rr's channel on c; the label is the quantized value u, rounded with the device's α."""
+        onebit = params.onebit
+        return rr_channel(params.rr, lambda value: int(onebit.quantize(np.array([number_of(value)]))[0]), VALUE_BITS)
 
     def state_shape(self, params: DailyMeanParams) -> tuple[tuple[int, int], int]:
         return MEAN.state_shape(params.onebit)

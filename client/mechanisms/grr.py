@@ -34,6 +34,7 @@ from ldptel.client.errors import (
 )
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.capabilities import Categorical, Labelled, Permanent
+from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import (
@@ -292,6 +293,13 @@ class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch], Categor
 
     def longitudinal_epsilon(self, params: GrrParams) -> float:
         return grr_split(params).epsilon_inf
+
+    def permanent_channel(self, params: GrrParams) -> PermanentChannel:
+        split = grr_split(params)
+        return PermanentChannel(
+            d=split.d, prr_keep=Fraction(split.prr_threshold, 1 << split.bits),
+            irr_keep=Fraction(split.irr_num, split.irr_den), label=lambda value: grr_code(value, params),
+        )
 
     def state_shape(self, params: GrrParams) -> tuple[tuple[int, int], int]:
         """counts[0, v]: reports of label v; row_counts[0]: the number of reports."""

@@ -24,7 +24,7 @@ the PRR), ≈ 1.66·ε₁ at ε₁ = 1. ``tests/client/test_memo.py`` proves the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -34,6 +34,7 @@ import numpy as np
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.capabilities import Binary, Categorical, Permanent
+from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import (
@@ -151,6 +152,15 @@ def rr_split(params: RrParams) -> RrSplit:
     return RrSplit(bits=bits, threshold=t, prr_threshold=t1)
 
 
+def rr_channel(params: RrParams, label: Callable[[object], int], rounding_bits: int = 0) -> PermanentChannel:
+    """rr's PRR and IRR as keep probabilities over the two labels (:mod:`~ldptel.client.mechanisms.longitudinal`)."""
+    split = rr_split(params)
+    return PermanentChannel(
+        d=2, prr_keep=1 - Fraction(split.prr_threshold, 1 << split.bits),
+        irr_keep=1 - Fraction(split.irr_num, split.irr_den), label=label, rounding_bits=rounding_bits,
+    )
+
+
 def rr_value_bytes(value: object) -> bytes:
     if not isinstance(value, (bool, np.bool_)):
         raise InvalidValueError(f"rr values must be bool, got {type(value).__name__}")
@@ -224,6 +234,9 @@ class Rr(Permanent[RrParams, RrBatch], Binary[RrParams, RrBatch], Categorical[Rr
 
     def longitudinal_epsilon(self, params: RrParams) -> float:
         return rr_split(params).epsilon_inf
+
+    def permanent_channel(self, params: RrParams) -> PermanentChannel:
+        return rr_channel(params, lambda value: int(rr_value_bytes(value) == b"\x01"))
 
     def state_shape(self, params: RrParams) -> tuple[tuple[int, int], int]:
         """counts[0, 0]: the number of reported 1s; row_counts[0]: the number of reports."""

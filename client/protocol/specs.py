@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.mechanisms.registry import get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_day, check_int, check_text
@@ -77,7 +78,8 @@ class MetricSpec:
     """A named, versioned metric: mechanism params plus the device reporting policy.
 
     ``reports_per_day`` is how many reports one device may send per UTC day; its daily privacy spend is
-    ``effective_epsilon × reports_per_day`` (:attr:`daily_epsilon`). The privatization (``params`` and
+    ``report_charge × reports_per_day`` (:attr:`daily_epsilon`), where the charge of one report is its
+    effective ε, or more under a permanent randomized response (:attr:`report_charge`). The privatization (``params`` and
     ``reports_per_day``) is fixed per ``version``: changing it is a new version, and sketches are kept per
     version and never mixed. The metadata (:data:`METADATA_FIELDS`: ``description``, ``owner``, ``expires``,
     a UTC day after which the metric is listed as expired, and ``notes``) is edited in place.
@@ -115,9 +117,16 @@ class MetricSpec:
         return self.params.effective_epsilon
 
     @property
+    def report_charge(self) -> float:
+        """ε one report costs given every other report of its device: the effective ε, or ε_irr under a
+        permanent randomized response (:func:`~ldptel.client.mechanisms.longitudinal.report_charge`)."""
+        return report_charge(self.params)
+
+    @property
     def daily_epsilon(self) -> float:
-        """Privacy spent by a device that uses its whole daily policy."""
-        return self.params.effective_epsilon * self.reports_per_day
+        """Privacy spent by a device that uses its whole daily policy: ``reports_per_day`` × :attr:`report_charge`,
+        whatever the values (the reports of one day together, given every other report of the device)."""
+        return self.report_charge * self.reports_per_day
 
     def same_privatization(self, other: MetricSpec) -> bool:
         """Devices privatize, budget and sample alike: equal params, ``reports_per_day`` and ``sample_rate``

@@ -1,9 +1,12 @@
 """The durable privacy-budget ledger: spend per metric and UTC day, immune to a clock that moves backwards.
 
-Policy: a metric allows ``reports_per_day`` reports per UTC day, and the spend of a report is the effective ε
-of the spec it was privatized with. A report is allowed when, for the budget day,
+Policy: a metric allows ``reports_per_day`` reports per UTC day, and the spend of a report is what it costs
+given every other report of the device (:attr:`~ldptel.client.protocol.specs.MetricSpec.report_charge`): the
+effective ε of the spec it was privatized with, or ε_irr (more) under a permanent randomized response, whose
+memo lets the collector compare reports (:mod:`ldptel.client.mechanisms.longitudinal`). A report is allowed
+when, for the budget day,
 
-    count + 1 ≤ reports_per_day   and   ε_spent + ε_eff ≤ reports_per_day · ε_eff   (= spec.daily_epsilon)
+    count + 1 ≤ reports_per_day   and   ε_spent + charge ≤ reports_per_day · charge   (= spec.daily_epsilon)
 
 (both checked against the current spec, so a spec change within a day cannot overspend). The budget is per
 metric *name*: a new version does not reopen the day. Every report counts, memoized repeats included (a
@@ -14,7 +17,9 @@ Lifetime (ε∞). A metric with a permanent randomized response (rr, grr) gives 
 *privatization* (mechanism and params, :func:`~ldptel.client.protocol.keyed.privatization_fingerprint`),
 shared by every version that privatizes alike. Each privatization the metric ever used is recorded once
 with its ε∞ (table ``lifetime``, never pruned); all reports ever of one value are together ε-LDP with
-ε = the sum of those ε∞ (independent PRRs compose). The sum is per metric, so it bounds every value, also one
+ε = the sum of those ε∞ (independent PRRs compose). This is the *level*: it covers a value that stays the
+same (daily-mean: histories whose rounded bit changes at the same times, 2·ε∞), not the times a value
+changes, which the daily charge above covers (ε_irr per report, :mod:`ldptel.client.mechanisms.longitudinal`). The sum is per metric, so it bounds every value, also one
 never reported under some of them. :func:`charge_lifetime` refuses a new privatization that would take it
 past the cap (the Reporter's policy ε∞ for a served spec).
 
@@ -75,7 +80,7 @@ def allows(
     spec: MetricSpec, count: int, epsilon: float, *, eps_one: float | None = None, daily: float | None = None
 ) -> bool:
     """True when one more report of ``spec`` fits the day's policy (``eps_one``/``daily``: precomputed ε)."""
-    eps = spec.effective_epsilon if eps_one is None else eps_one
+    eps = spec.report_charge if eps_one is None else eps_one
     if count + 1 > spec.reports_per_day:
         return False
     cap = spec.daily_epsilon if daily is None else daily
@@ -119,6 +124,7 @@ def remaining(conn: sqlite3.Connection, spec: MetricSpec, now: float) -> int:
     day = budget_day(conn, now)
     count, eps = spent(conn, spec.name, day)
     left = 0
-    while allows(spec, count + left, eps + left * spec.effective_epsilon) and left < spec.reports_per_day:
+    charge = spec.report_charge
+    while allows(spec, count + left, eps + left * charge, eps_one=charge) and left < spec.reports_per_day:
         left += 1
     return left

@@ -12,17 +12,21 @@ server can simply average the noise away. Each mechanism says how its repeated v
   version, so versions that only change metadata share it. A version that changes the privatization starts
   fresh PRRs: the device's lifetime ledger (:func:`~ldptel.client.sdk.ledger.charge_lifetime`) adds its ε∞,
   so all reports ever of one value are together (Σ ε∞ over the metric's privatizations)-LDP, and the
-  Reporter refuses a served privatization that would take that sum past its policy's ε∞. A device whose
-  value changes leaks each distinct value's PRR; a new device secret starts fresh PRRs (the bound then
-  restarts); the daily budget still caps how many reports leave the device.
+  Reporter refuses a served privatization that would take that sum past its policy's ε∞. That is the level
+  of a value, not the times it changes: a device whose value changes switches PRRs, and the collector sees the
+  switch the better the more reports it has on each side. Any two value histories are together ε_irr-LDP
+  per report that differs (ε_irr of the instantaneous noise, more than one report's ε; exact bounds in
+  :mod:`ldptel.client.mechanisms.longitudinal`), so the daily budget charges ε_irr per report and a
+  changing value is protected day by day. A new device secret starts fresh PRRs (the bound then restarts).
   daily-mean (numbers reported daily) rounds the value to one bit with a permanent per-device offset (α-point
-  rounding, Ding et al. 2017) and sends that bit through rr's PRR: every report of one privatization, whatever
-  the values, is together 2·ε∞-LDP (:mod:`ldptel.client.mechanisms.daily_mean`).
+  rounding, Ding et al. 2017) and sends that bit through rr's PRR: histories whose rounded bit changes at the
+  same times are together 2·ε∞-LDP; change times cost ε_irr per report (:mod:`ldptel.client.mechanisms.daily_mean`).
 * a daily memo (the sketches): the first report of a value on a budget day is privatized normally and stored
   (as its privatized payload, keyed by :func:`~ldptel.client.protocol.keyed.memo_key`, HMAC-SHA256 of
   (secret, metric, privatization fingerprint, day, value), never the value); later reports of that value on the same day resend
   the same payload. Within a day, any number of reports of one value leak ε; over D days a value reported
-  daily leaks at most D·ε (the budget renews daily, as Apple's does; Tang et al.). Memo rows of earlier days
+  daily leaks at most D·ε (the budget renews daily, as Apple's does; Tang et al.). Which of one day's
+  reports repeat a value is not hidden (a resent payload equals the first). Memo rows of earlier days
   are deleted at the day change.
 
 The device secret is 32 bytes from the OS CSPRNG, generated once per storage directory, stored beside the

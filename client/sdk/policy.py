@@ -15,10 +15,12 @@ The three bounds and their defaults:
     (emoji, Safari; "Learning with Privacy at Scale", 2017) and of this project's recommended sketch
     configurations: one report shifts anyone's odds by at most e⁴ ≈ 55×.
 ``max_daily_epsilon`` = 8
-    ε one metric may spend per UTC day (``reports_per_day`` × effective ε, what the ledger enforces). 8 is
+    ε one metric may spend per UTC day (``reports_per_day`` × the per-report charge, what the ledger
+    enforces: the effective ε, or ε_irr under a permanent randomized response; the spec's ``daily_epsilon``). 8 is
     Apple's largest published daily budget for one use case (QuickType: two donations of ε = 4).
 ``max_longitudinal_epsilon`` = 8
-    The lifetime bound ε∞ for one value of a metric with a permanent randomized response (rr, grr): the sum
+    The lifetime bound ε∞ for the level of one value of a metric with a permanent randomized response (rr,
+    grr, daily-mean; change times are charged daily instead, :mod:`ldptel.client.mechanisms.longitudinal`): the sum
     of ε∞ over every distinct privatization (:func:`~ldptel.client.protocol.keyed.privatization_fingerprint`)
     the device ever used for the metric (:mod:`ldptel.client.sdk.ledger`). Equal to one day's budget: all
     reports ever of one value disclose no more than one day of reports may; that allows a first

@@ -48,10 +48,16 @@ Privacy guarantees (per device, per metric)
   ln(p₁(d − 1)/(1 − p₁)) (grr), f₁/p₁ the permanent stage; about 1.66·ε₁ at ε₁ = 1. See
   :func:`longitudinal_epsilon`. Every privatization a metric used is charged once in the lifetime ledger
   (:func:`~ldptel.client.sdk.ledger.charge_lifetime`): all reports ever of one value are together
-  (Σ ε∞)-LDP, and a served spec that would take that sum past the policy's ε∞ is refused.
-* cms, oue-cms, hcms: all reports of one value on one budget day are together ε₁-LDP (memoized); the
-  budget renews daily, so over D days a value costs at most D·ε₁.
-* Per budget day at most ``reports_per_day`` reports and ``daily_epsilon`` are spent per metric.
+  (Σ ε∞)-LDP, and a served spec that would take that sum past the policy's ε∞ is refused. daily-mean: the
+  same for its α-rounded bit, 2·ε∞ for histories that change it at the same times. This is the level: the
+  times a value changes are not covered by ε∞; any two histories are together ε_irr-LDP per report that
+  differs (ε_irr ≈ 1.66·ε₁ at ε₁ = 1), what each report is charged against the daily budget
+  (:mod:`ldptel.client.mechanisms.longitudinal`).
+* the other mechanisms: all reports of one value on one budget day are together ε₁-LDP (memoized); the
+  budget renews daily, so over D days a value costs at most D·ε₁. Which of a day's reports repeat a value
+  is not hidden.
+* Per budget day at most ``reports_per_day`` reports and ``daily_epsilon`` (``reports_per_day`` × the
+  per-report charge, ε₁ or ε_irr) are spent per metric, whatever the values.
 * Whatever the server serves, a served spec is used only within the app's
   :class:`~ldptel.client.sdk.policy.PrivacyPolicy` (defaults: ε ≤ 4 per report, ≤ 8 per metric and day,
   ε∞ ≤ 8; the reasons are in :mod:`ldptel.client.sdk.policy`).
@@ -150,7 +156,7 @@ Status = Literal[
 class _Cost:
     """A spec's effective ε per report and per day, and why the policy refuses it (None: it does not)."""
 
-    eps_one: float
+    eps_one: float  # what the daily ledger charges per report (spec.report_charge)
     daily: float
     refusal: str | None
     fingerprint: bytes  # privatization_fingerprint(spec.params)
@@ -499,8 +505,8 @@ class Reporter:
         key = (spec.name, spec.version, id(spec))
         cached = self._costs.get(key)
         if cached is None:
-            eps_one, daily, eps_inf = spec.effective_epsilon, spec.daily_epsilon, longitudinal_epsilon(spec)
-            refusal = self._policy.refusal(report=eps_one, daily=daily, longitudinal=eps_inf)
+            eps_one, daily, eps_inf = spec.report_charge, spec.daily_epsilon, longitudinal_epsilon(spec)
+            refusal = self._policy.refusal(report=spec.effective_epsilon, daily=daily, longitudinal=eps_inf)
             cached = self._costs[key] = _Cost(
                 eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
                 lifetime=eps_inf if isinstance(mechanism_of(spec.params), Permanent) else None)

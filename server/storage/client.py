@@ -22,13 +22,15 @@ readiness).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
+from redis._parsers import CommandsParser
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import ClusterNode, NodesManager, RedisCluster
 from redis.exceptions import AskError, ClusterDownError, MovedError, RedisClusterException, TryAgainError
 from redis.retry import Retry
 
@@ -165,14 +167,73 @@ def connect(url: str | RedisUrl, *, cluster_retries: int | None = None, **option
     options.pop("retry", None)  # the cluster client retries and re-routes on its own
     if cluster_retries is not None:
         options["retry"] = Retry(ExponentialWithJitterBackoff(base=0.01, cap=1.0), cluster_retries)
-    cluster = RedisCluster(
+    settings: dict[str, Any] = dict(
         startup_nodes=[ClusterNode(host, port) for host, port in target.seeds],  # type: ignore[no-untyped-call]
         ssl=target.tls,
         username=target.username,
         password=target.password,
         **options,
     )
+    try:
+        cluster: RedisCluster = RedisCluster(**settings)
+    except (RedisClusterException, redis.RedisError):
+        # No seed answers now (the whole cluster is down or not up yet): a client that asks for the slot map at
+        # its first command instead, so a service can start and answer 503 until the cluster is reachable.
+        cluster = _LateCluster(**settings)
     return cast(redis.Redis, cluster)  # the same command API (see the module docstring)
+
+
+class _LateCluster(RedisCluster):
+    """A ``RedisCluster`` made while no seed node answered: redis-py's constructor asks for the slot map and the
+    command table at once and raises when it cannot. Here both are asked for again before each command until
+    they are had (a command meanwhile raises :class:`ClusterUnavailableError`, a ``redis.ConnectionError``:
+    503 for the ingest, a retry for a follow worker). The raw connection stack asks for the slot map itself."""
+
+    def __init__(self, **settings: Any) -> None:
+        self._late = False
+        nodes_init, parser_init = NodesManager.initialize, CommandsParser.initialize
+
+        def tolerant(original: Any) -> Any:
+            def call(obj: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return original(obj, *args, **kwargs)
+                except (RedisClusterException, redis.RedisError):
+                    self._late = True
+                    return None
+            return call
+
+        with _CONSTRUCTION_LOCK:  # redis-py's two start-up calls tolerate an unreachable cluster, this once
+            NodesManager.initialize = tolerant(nodes_init)  # type: ignore[method-assign]
+            CommandsParser.initialize = tolerant(parser_init)  # type: ignore[method-assign]
+            try:
+                super().__init__(**settings)
+            finally:
+                NodesManager.initialize = nodes_init  # type: ignore[method-assign]
+                CommandsParser.initialize = parser_init  # type: ignore[method-assign]
+
+    def _catch_up(self) -> None:
+        if "commands_parser" not in vars(self):  # still in the constructor (its COMMAND call): not yet
+            raise ClusterUnavailableError("the Redis Cluster is not reachable yet")
+        try:
+            self.nodes_manager.initialize()
+            self._late = False
+            self.commands_parser.initialize(self)  # type: ignore[no-untyped-call]
+        except (RedisClusterException, redis.RedisError) as exc:
+            self._late = True
+            raise ClusterUnavailableError(f"the Redis Cluster is not reachable yet: {exc}") from None
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._late:
+            self._catch_up()
+        return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        if self._late:
+            self._catch_up()
+        return super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+
+
+_CONSTRUCTION_LOCK = threading.Lock()
 
 
 def is_cluster(r: redis.Redis) -> bool:

@@ -90,6 +90,12 @@ def sealed_marks(metric: str) -> str:
     return f"{PREFIX}{sealed_tag(metric)}:marks"
 
 
+def sealed_sources(metric: str) -> str:
+    """Hash "<version>:<day>:<shard>" → SHA-1 of the shard state summed into that sealed day: a shard state is
+    removed only while it is still exactly that one (see :mod:`ldptel.storage.sealed`)."""
+    return f"{PREFIX}{sealed_tag(metric)}:sources"
+
+
 def seal_lease(metric: str) -> str:
     """Which worker seals this metric now (SET NX PX; not in the AOF, like the shard leases)."""
     return f"{PREFIX}{sealed_tag(metric)}:lease"

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import hashlib
 import time
 import uuid
 from collections.abc import Iterable
@@ -351,6 +352,8 @@ class SealReport:
     dropped: str | None = None
     seconds: float = 0.0
     skipped: str | None = None  # why nothing was done (another worker holds the metric's seal lease)
+    # "<version>:<day>:<shard>" of shard states written after their day was sealed: kept, not counted (see _seal_day)
+    late_states: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -430,7 +433,7 @@ def seal_metric(
             if d > limit:
                 continue
             params = registry.spec_for(record, version).params
-            if _seal_day(r, metric, version, d, shards, params, sealed_index):
+            if _seal_day(r, metric, version, d, shards, params, sealed_index, report):
                 report.days_sealed += 1
                 report.shard_states_merged += len(shards)
         view = read_view(r, metric)
@@ -460,8 +463,15 @@ def seal_metric(
 
 def _sum_keys(r: redis_lib.Redis, names: Iterable[str], params: Params) -> tuple[SketchState, list[str]]:
     """Sum of the named blobs and the names that were missing."""
+    total, missing, _digests = _sum_blobs(r, names, params)
+    return total, missing
+
+
+def _sum_blobs(r: redis_lib.Redis, names: Iterable[str], params: Params) -> tuple[SketchState, list[str], list[str]]:
+    """Sum of the named blobs, the names that were missing, and the SHA-1 (hex) of each blob found, in order."""
     total = SketchState.empty(params)
     missing: list[str] = []
+    digests: list[str] = []
     names = list(names)
     for lo in range(0, len(names), _GET_CHUNK):
         chunk = names[lo : lo + _GET_CHUNK]
@@ -476,18 +486,42 @@ def _sum_keys(r: redis_lib.Redis, names: Iterable[str], params: Params) -> tuple
                 total.add_bytes(raw, params)
             except (LdpError, ValueError) as exc:
                 raise StoreError(f"sketch {name} is unreadable: {exc}") from None
-    return total, missing
+            digests.append(hashlib.sha1(raw, usedforsecurity=False).hexdigest())
+    return total, missing, digests
+
+
+# Remove a shard state summed into a sealed day, only if it is still byte for byte the state that was summed
+# (its SHA-1 was recorded with the sealed day). KEYS: the shard state, the shard's index; ARGV: SHA-1, member.
+_REMOVE_SUMMED_LUA = """
+local blob = redis.call('GET', KEYS[1])
+if not blob then
+  redis.call('SREM', KEYS[2], ARGV[2])
+  return 1
+end
+if redis.sha1hex(blob) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], ARGV[2])
+return 1
+"""
 
 
 def _seal_day(r: redis_lib.Redis, metric: str, version: int, d: int, shards: list[int], params: Params,
-              sealed_index: set[tuple[int, int, int]]) -> bool:
-    """Seal (version, day d) from its per-shard states, then remove them; True if this call sealed it."""
+              sealed_index: set[tuple[int, int, int]], report: SealReport) -> bool:
+    """Seal (version, day d) from its per-shard states, then remove them; True if this call sealed it.
+
+    A shard state is removed only while it is exactly the state that was summed (its SHA-1 is recorded with the
+    sealed day, in the same transaction). One that differs was written after the day was sealed (a fold of an
+    entry that arrived past every bound, e.g. an ingest clock days off): it is kept, counted in the report's
+    ``late_states`` and logged by the worker, never summed twice nor deleted unseen.
+    """
     day = day_name(d)
     index_key = keys.sealed_index(metric)
+    sources_key = keys.sealed_sources(metric)
     member = _member(version, 0, d)
     sealed_now = False
     if (version, 0, d) not in sealed_index:
-        total, missing = _sum_keys(r, [keys.sketch(metric, s, version, day) for s in shards], params)
+        names = [keys.sketch(metric, s, version, day) for s in shards]
+        total, missing, digests = _sum_blobs(r, names, params)
         with r.pipeline(transaction=True) as pipe:
             pipe.watch(index_key)  # type: ignore[no-untyped-call]
             if pipe.sismember(index_key, member):  # another sealer (or a run before a crash) sealed it
@@ -500,6 +534,7 @@ def _seal_day(r: redis_lib.Redis, metric: str, version: int, d: int, shards: lis
                 pipe.set(_key(metric, version, 0, d), total.to_bytes())
                 pipe.sadd(index_key, member)
                 pipe.hset(keys.sealed_days(metric), f"{version}:{day}", total.n)
+                pipe.hset(sources_key, mapping={f"{version}:{day}:{s}": h for s, h in zip(shards, digests, strict=True)})
                 try:
                     pipe.execute()
                     sealed_now = True
@@ -507,11 +542,14 @@ def _seal_day(r: redis_lib.Redis, metric: str, version: int, d: int, shards: lis
                     if not r.sismember(index_key, member):
                         raise StoreError(f"sealing {metric!r} v{version} {day} raced an unknown writer") from None
         sealed_index.add((version, 0, d))
-    for s in shards:  # only now: the sealed state exists, readers prefer it
-        pipe = r.pipeline(transaction=True)
-        pipe.delete(keys.sketch(metric, s, version, day))
-        pipe.srem(keys.sketch_index(metric, s), store.index_member(version, day))
-        pipe.execute()
+    recorded = r.hmget(sources_key, [f"{version}:{day}:{s}" for s in shards])
+    for s, digest in zip(shards, recorded, strict=True):  # only now: the sealed state exists, readers prefer it
+        removed = 0
+        if digest is not None:
+            removed = int(r.eval(_REMOVE_SUMMED_LUA, 2, keys.sketch(metric, s, version, day),
+                                 keys.sketch_index(metric, s), _text(digest), store.index_member(version, day)))
+        if not removed:
+            report.late_states.append(f"{version}:{day}:{s}")
     return sealed_now
 
 

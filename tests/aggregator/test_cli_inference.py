@@ -136,3 +136,34 @@ def _estimate_json(*argv: str) -> dict[str, Any]:
     assert code == 0, err
     doc: dict[str, Any] = json.loads(out)
     return doc
+
+
+def test_versions_sketch_candidates_and_a_histogram_mean(redis: redis_lib.Redis, data: None, rng: np.random.Generator) -> None:
+    """Version 2 (another ε) against version 1 over the same day; a sketch's candidates as a corrected family;
+    a numeric histogram's mean."""
+    code, _, err = run_cli("metrics", "create", "dark", "--mechanism", "rr", "--epsilon", "1")
+    assert code == 0, err
+    dark = registry.get_metric(redis, "dark")
+    assert dark.current_version == 2
+    append_reports(redis, dark, (rng.random(3000) < 0.3).tolist(), rng, day="2026-03-01", version=2)
+    for args in (("emoji", "--mechanism", "oue-cms", "--epsilon", "4", "--k", "16", "--m", "256"),
+                 ("load", "--mechanism", "num-histogram", "--epsilon", "2", "--range", "0", "100", "--buckets", "8")):
+        code, _, err = run_cli("metrics", "create", *args)
+        assert code == 0, err
+    emoji = np.array(["a", "b", "c", "d"], dtype=object)[rng.choice(4, 3000, p=[0.4, 0.3, 0.2, 0.1])]
+    append_reports(redis, registry.get_metric(redis, "emoji"), emoji.tolist(), rng, day="2026-03-01")
+    append_reports(redis, registry.get_metric(redis, "load"), rng.uniform(0, 100, 3000).tolist(), rng, day="2026-03-01")
+    drain(redis)
+    doc = _json("dark", "--version", "2", "--vs-version", "1", "--day", "2026-03-01")
+    (t,) = doc["tests"]  # type: ignore[misc]
+    assert [g["version"] for g in doc["groups"]] == [2, 1] and t["test"] == "two-sample"  # type: ignore[index]
+    se = (t["effect"]["ci_high"] - t["effect"]["ci_low"]) / (2 * 1.959963984540054)
+    assert abs(t["effect"]["estimate"]) <= 6 * se  # both versions: share 0.3
+    doc = _json("emoji", "--day", "2026-03-01", "--value", "a", "--value", "d", "--equals", "0.25")
+    tests = doc["tests"]
+    assert [t["reject"] for t in tests] == [True, True] and "Holm" in tests[0]["correction"]  # type: ignore[index]
+    doc = _json("load", "--mean", "--day", "2026-03-01", "--equals", "50", "--effect", "5")
+    (t,) = doc["tests"]  # type: ignore[misc]
+    assert t["hypothesis"].endswith("mean = 50") and 0 < t["power"]["power"] <= 1
+    se = (t["effect"]["ci_high"] - t["effect"]["ci_low"]) / (2 * 1.959963984540054)
+    assert abs(t["effect"]["estimate"]) <= 6 * se  # uniform on [0, 100]: midpoint mean 50

@@ -139,3 +139,31 @@ def test_plot_draws_the_histogram_with_percentile_markers(numeric: np.ndarray, t
     assert path.stat().st_size > 10_000
     code, _, err = run_cli("estimate", "load_ms", "--plot", str(tmp_path / "mean.png"))
     assert code == 0, err
+
+
+def test_a_percentile_the_data_cannot_resolve_is_shown_as_an_interval_without_a_point(
+    redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
+) -> None:
+    """Issue 24 §3: 200 reports at ε = 1 over 32 buckets cannot locate p99 (its interval spans nearly the
+    whole range), so no output prints a number for it: the table and summary leave it blank and say why,
+    JSON has ``estimate`` null with ``resolved`` false and a note, CSV leaves the cell empty."""
+    monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
+    code, _, err = run_cli("metrics", "create", "tiny_hist", "--mechanism", "num-histogram", "--epsilon", "1",
+                           "--range", "0", "10000", "--buckets", "32", "--scale", "log")
+    assert code == 0, err
+    append_reports(redis, registry.get_metric(redis, "tiny_hist"), rng.lognormal(math.log(300), 1.0, 200).tolist(), rng,
+                   day="2026-03-01")
+    drain(redis)
+    code, out, err = run_cli("estimate", "tiny_hist", "--format", "json")
+    assert code == 0, err
+    p99 = json.loads(out)["percentiles"][-1]
+    assert p99["estimate"] is None and p99["resolved"] is False and "unresolved" in p99["note"]
+    assert p99["ci_high"] / max(p99["ci_low"], 10.0) > 10
+    for flags in ([], ["--histogram", "--percentiles", "50,99"]):
+        code, out, err = run_cli("estimate", "tiny_hist", *flags)
+        assert code == 0, err
+        assert "p99 unresolved: its interval spans more than 25% of the buckets" in out
+        row = next(line.split() for line in out.splitlines() if line.startswith("p99"))
+        assert len(row) == 3  # p99, ci_low, ci_high: no point between the label and the interval
+    code, out, err = run_cli("estimate", "tiny_hist", "--format", "csv")
+    assert next(r for r in csv.DictReader(io.StringIO(out)) if r["value"] == "p99")["estimate"] == ""

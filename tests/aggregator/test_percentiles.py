@@ -91,3 +91,63 @@ def test_percentile_intervals_cover_short() -> None:
     p = HistogramParams(epsilon=4, edges=bucket_edges(0, 1000, 32, scale="log"))
     covered = _coverage(p, _population(20_000), 200, seed=9)
     assert covered.mean(axis=0).min() >= 0.95 - 6 * math.sqrt(0.95 * 0.05 / 200)
+
+
+def test_the_interval_fails_only_if_the_test_at_the_percentiles_own_edge_rejects() -> None:
+    """Regression (issue 24 §3): 99% of the devices at 10 and 1% at the top, so F(e) = 0.99 exactly at every
+    edge between: a test of F(e) ≥ 0.99 there rejects with probability α/2 each, and the earlier rule (lower
+    end = the *largest* edge rejecting it) failed whenever any of them did. Now only the edge at the
+    percentile itself matters: coverage ≥ 0.95 − 6·se over 300 repetitions (the old rule: 0.84)."""
+    p = HistogramParams(epsilon=1, edges=bucket_edges(0, 1000, 32, scale="log"))
+    values = np.concatenate([np.full(19_800, 10.0), np.full(200, 1000.0)])
+    reps = 300
+    rng = np.random.default_rng(99)
+    covered = []
+    for _ in range(reps):
+        (pc,) = percentiles(p, estimate(p, fold(p, [privatize_batch(values, p, rng=rng)])), [99])
+        covered.append(pc.ci_low <= 10.0 <= pc.ci_high)
+    floor = 0.95 - 6 * math.sqrt(0.95 * 0.05 / reps)
+    assert np.mean(covered) >= floor, (np.mean(covered), floor)
+
+
+def _file_sizes(name: str, n: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    raw = rng.lognormal(math.log(20_000), 1.5, n) if name == "lognormal" else 2_000 * (rng.pareto(1.1, n) + 1)
+    return np.clip(raw, 0, 1e6)
+
+
+@pytest.mark.slow
+def test_percentile_points_are_nearly_unbiased_and_unresolved_ones_are_withheld() -> None:
+    """Issue 24 §3 goal: log-normal (median 20 kB, σ 1.5) and Pareto(1.1, x_m 2 kB) file sizes clipped to
+    [0, 1 MB], n = 50,000, 32 log buckets, ε ∈ {1, 2, 4}, 100 privatizations each.
+
+    * |median(estimate / truth) − 1| ≤ 0.25 for p50, p90, p99 wherever the percentile is resolved in most
+      repetitions (the issue's band; the bench measures 0.97–1.02 there). Where it is not (Pareto's p99 at
+      ε ≤ 2: the interval spans most of the range, and the point, 0.9–1.3× over seeds, is noise) the row
+      carries no point (``estimate`` None) and says why — the issue's "say so instead of printing a number";
+    * p50 is always resolved; Pareto's p99 at ε = 1 is not in most repetitions;
+    * pooled interval coverage ≥ 0.95 − 6·se (1,800 intervals)."""
+    covered = []
+    for name in ("lognormal", "pareto"):
+        values = _file_sizes(name, 50_000)
+        truth = np.array([float(np.sort(values)[math.ceil(q / 100 * values.size) - 1]) for q in LEVELS])
+        for eps in (1.0, 2.0, 4.0):
+            p = HistogramParams(epsilon=eps, edges=bucket_edges(0, 1e6, 32, scale="log"))
+            rng = np.random.default_rng([24, int(eps), len(name)])
+            points, resolved = [], []
+            for _ in range(100):
+                got = percentiles(p, estimate(p, fold(p, [privatize_batch(values, p, rng=rng)])), LEVELS)
+                points.append([pc.estimate for pc in got])
+                resolved.append([pc.resolved for pc in got])
+                covered += [pc.ci_low <= t <= pc.ci_high for pc, t in zip(got, truth, strict=True)]
+                for pc in got:
+                    assert (pc.row()["estimate"] is None) == (not pc.resolved)
+                    assert pc.resolved or "unresolved" in pc.row()["note"]
+            ratio = np.median(np.array(points) / truth, axis=0)
+            share = np.mean(resolved, axis=0)
+            assert np.all((np.abs(ratio - 1) <= 0.25) | (share < 0.5)), (name, eps, ratio, share)
+            assert share[0] == 1.0, (name, eps, share)
+            if name == "pareto" and eps == 1.0:
+                assert share[2] < 0.5, share
+    cov = np.array(covered)
+    assert cov.mean() >= 0.95 - 6 * math.sqrt(0.95 * 0.05 / cov.size), (cov.mean(), cov.size)

@@ -3,6 +3,7 @@ estimator of every mechanism kind returns identical results before and after sea
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
 from typing import Any
@@ -185,3 +186,38 @@ def test_a_following_worker_seals_in_its_loop(redis: redis_lib.Redis, rng: np.ra
     want.add_inplace(ingested[1].expected_state())
     got = sealed.summed_state(redis, "live", params=record.current.params, version=1, shards=2)
     assert got.state.equals(want) and got.days == DAYS[:2]
+
+
+def test_the_dashboard_list_shows_sealed_days_and_their_reports(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    from ldptel.aggregator.dashboard.overview import metric_list
+
+    record = create(redis, MetricSpec(name="d", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=3)
+    for j, day in enumerate(DAYS):
+        append_reports(redis, record, ["x", "y"] * (20 + j), rng, day=day, batch_size=10)
+    drain(redis)
+    before = metric_list(redis)[0]
+    sealed.seal_metric(redis, "d", horizon_days=3, today=dt.date(2026, 3, 8))  # seals all but 03-04
+    assert any(store.sketch_index(redis, "d", 3).values())  # one day still per shard: both kinds in the list
+    after = metric_list(redis)[0]
+    assert after["days_by_version"] == before["days_by_version"] == {"1": list(DAYS)}
+    assert after["reports_by_day"] == before["reports_by_day"]
+
+
+def test_an_entry_of_a_sealed_day_goes_to_the_dead_letters_whole_not_into_the_day(
+    redis: redis_lib.Redis, rng: np.random.Generator,
+) -> None:
+    record = create(redis, MetricSpec(name="late", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    for day in DAYS[:2]:
+        append_reports(redis, record, ["x", "y"] * 30, rng, day=day)
+    drain(redis)
+    sealed.seal_metric(redis, "late", horizon_days=3)
+    want = estimate_metric(redis, "late").to_dict()
+    # an ingest whose clock is days behind would stamp a past day (nothing else can: append.lua, module docs)
+    late = append_reports(redis, record, ["x"] * 40, rng, day=DAYS[0], batch_size=20)
+    stats = drain(redis)
+    assert stats.dead == len(late.batches) and stats.reports == 0
+    letters = [fields for s in range(2) for _, fields in redis.xrange(keys.dead_letters("late", s))]
+    assert len(letters) == len(late.batches)
+    assert all(b"already sealed" in f[b"error"] and f[b"d"] == DAYS[0].encode() and f[b"b"] for f in letters)
+    assert estimate_metric(redis, "late").to_dict() == want
+    assert sealed.seal_metric(redis, "late", horizon_days=3).late_states == []

@@ -75,12 +75,14 @@ def test_epsilon_cap_holds_when_the_spec_changes_within_a_day(tmp_path) -> None:
     high = MetricSpec(name="m", params=RrParams(epsilon=3.0), reports_per_day=2, version=2)
     clock = FakeClock()
     rep = _reporter(tmp_path, clock, low)
-    assert [rep.report("m", True).status for _ in range(3)] == ["queued"] * 3  # spent ≈ 3.0 of 4.0
+    assert [rep.report("m", True).status for _ in range(3)] == ["queued"] * 3  # spent 3 charges of 4
     rep.close(timeout=0)
-    rep = _reporter(tmp_path, clock, high)  # daily ε 6.0, 3 already spent, count limit 2 already passed
+    rep = _reporter(tmp_path, clock, high)  # daily ε 2 charges, count limit 2 already passed
     assert rep.report("m", True).status == "budget_exceeded"
     rep.close(timeout=0)
-    assert allows(high, 1, 3.0 - 1e-12) is True and allows(high, 1, 3.5) is False
+    charge = high.report_charge  # rr: ε_irr of the permanent randomized response's fresh noise (> 3.0)
+    assert high.daily_epsilon == pytest.approx(2 * charge) and charge > high.effective_epsilon
+    assert allows(high, 1, charge - 1e-12) is True and allows(high, 1, charge + 0.5) is False
 
 
 def test_invalid_values_raise_and_spend_nothing(tmp_path) -> None:

@@ -161,3 +161,19 @@ def test_blobs_are_stored_in_the_narrowest_width(redis: redis_lib.Redis,
 
     assert int(state.counts.max()) >= 256  # a 128-day roll-up: wider than a day, still only as wide as needed
     assert len(blob) == 16 + size * width(state.counts) + PARAMS.k * width(state.row_counts)
+
+
+def test_a_shard_state_written_after_its_day_was_sealed_is_kept_not_deleted_or_summed(
+    redis: redis_lib.Redis, metric: tuple[str, dict[tuple[int, str], SketchState], list[str]], rng: np.random.Generator,
+) -> None:
+    name, states, days = metric
+    sealed.seal_metric(redis, name, horizon_days=3, today=TODAY)
+    before = sealed.summed_state(redis, name, params=PARAMS, version=1, shards=SHARDS)
+    late = _write(redis, name, [days[3]], rng)  # as a fold of an entry that arrived days late would leave it
+    assert late
+    report = sealed.seal_metric(redis, name, horizon_days=3, today=TODAY)
+    assert sorted(report.late_states) == sorted(f"1:{days[3]}:{shard}" for shard, _ in late)
+    for (shard, day), state in late.items():  # still there, for an operator to see (the worker logs an error)
+        raw = redis.get(keys.sketch(name, shard, 1, day))
+        assert raw is not None and SketchState.from_bytes(raw, PARAMS).equals(state)
+    assert sealed.summed_state(redis, name, params=PARAMS, version=1, shards=SHARDS).state.equals(before.state)

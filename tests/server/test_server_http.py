@@ -81,11 +81,13 @@ def _wait_http(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
     wait_until(listening, timeout=timeout, what=lambda: f"the server to listen: {log.read_text()[-2000:]}")
 
 
-def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+    """Signal ``proc`` and wait for it (``timeout`` catches a hang, not slowness: on a loaded shared disk the
+    embedded Redis's final AOF fsync alone has taken several seconds); then SIGKILL."""
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)

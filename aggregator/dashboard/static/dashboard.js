@@ -481,6 +481,7 @@ async function metricPage() {
     item("reports/device/day", String(info.reports_per_day)), item("status", info.status),
     item("lag", info.lag === null ? "?" : fmtInt(info.lag)));
   if (info.description) meta.append(el("span", { text: info.description }));
+  if (info.longitudinal) meta.append(el("span", { class: "small", dataset: { meta: "longitudinal" }, text: info.longitudinal }));
   const versionSelect = form.elements.version;
   for (const v of info.versions.slice().reverse()) versionSelect.append(el("option", { value: String(v), text: `v${v}${v === info.version ? " (current)" : ""}` }));
   const field = (key) => form.elements[key].closest("label");

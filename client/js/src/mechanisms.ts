@@ -150,10 +150,14 @@ function grrReport(code: number, keepThreshold: number, bits: number, d: number,
   return other + (other >= code ? 1 : 0);
 }
 
+let scratch = new Uint8Array(4096);
+
 /** One report of a unary row (cms, oue-cms, pem): Python's `unary_report`. */
 function unaryReport(p: UnaryParams, rowBound: number, hotOf: (row: number) => number, rng: RandomSource): Report {
   const nb = p.m / 8;
-  const raw = new Uint8Array(9 + p.probBits * nb);
+  const size = 9 + p.probBits * nb;
+  if (scratch.length < size) scratch = new Uint8Array(size);
+  const raw = scratch.subarray(0, size); // reused: the random planes never outlive this call
   rng.fill(raw);
   const j = intBelow(rng, rowBound, le32(raw, 4), le32(raw, 0));
   const hot = hotOf(j);
@@ -162,6 +166,7 @@ function unaryReport(p: UnaryParams, rowBound: number, hotOf: (row: number) => n
   const at = hot >> 3;
   if (p.fairHotBit) y[at] = (raw[8] ?? 0) & 1 ? (y[at] ?? 0) | mask : (y[at] ?? 0) & ~mask;
   else y[at] = (y[at] ?? 0) ^ mask;
+  raw.fill(0);
   return { row: j, bits: y };
 }
 

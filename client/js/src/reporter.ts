@@ -17,7 +17,20 @@ import { columns, clips, packReport, privatize, privatizePermanent, unpackReport
 import { PrivacyPolicy, type PrivacyPolicyOptions } from "./policy.js";
 import { defaultRandom, randomBytes, uniformFloat, type RandomSource } from "./random.js";
 import { specFromBody, specFromDict, type MetricSpec } from "./spec.js";
-import { applyOp, applyOps, cloneState, emptyState, pendingCount, refusal, type Op, type ReportOp, type State, type StoredBatch } from "./state.js";
+import {
+  advanceDay,
+  applyOp,
+  applyOps,
+  cloneState,
+  emptyState,
+  pendingCount,
+  refusal,
+  type Op,
+  type ReportOp,
+  type SampleOp,
+  type State,
+  type StoredBatch,
+} from "./state.js";
 import type { Store } from "./store.js";
 import {
   BATCH_AGE_HEADER,
@@ -40,7 +53,8 @@ export type Status =
   | "no_spec"
   | "invalid_value"
   | "storage_error"
-  | "closed";
+  | "closed"
+  | "not_sampled";
 
 export interface ReportResult {
   status: Status;
@@ -81,6 +95,7 @@ export interface ReporterStats {
   /** Reports dropped at commit because another tab/process had spent the budget meanwhile. */
   droppedBudgetAtCommit: number;
   invalidValue: number;
+  notSampled: number;
   noSpec: number;
   retries: number;
   clipped: number;
@@ -157,7 +172,7 @@ type Cost = { refusal: string | null };
 
 export class Reporter {
   private live: State;
-  private pending: ReportOp[] = [];
+  private pending: (ReportOp | SampleOp)[] = [];
   private specOps: Op[] = [];
   private commitTimer: ReturnType<typeof setTimeout> | null = null;
   private cycleTimer: ReturnType<typeof setTimeout> | null = null;
@@ -183,6 +198,7 @@ export class Reporter {
     droppedTooOld: 0,
     droppedBudgetAtCommit: 0,
     invalidValue: 0,
+    notSampled: 0,
     noSpec: 0,
     retries: 0,
     clipped: 0,
@@ -306,6 +322,10 @@ export class Reporter {
     const now = this.now();
     const day = Math.max(utcDay(now), this.live.highDay);
     const key = valueKey(value, spec.params); // InvalidValueError before anything is spent
+    if (!this.takesPart(metric, day, spec.sampleRate)) {
+      this.counters.notSampled += 1;
+      return { status: "not_sampled", metric, version: spec.version };
+    }
     const op: ReportOp = {
       kind: "report",
       metric,
@@ -350,6 +370,30 @@ export class Reporter {
     this.scheduleCommit();
     if (this.live.reports.length >= this.batchSize) this.schedule(this.commitDelay);
     return { status: "queued", metric, version: spec.version, report, memoized };
+  }
+
+  /**
+   * Secret sampling (the Python SDK's rule, `ldptel.client.sdk.sampling`): the first report of a metric on a
+   * budget day draws U = 53 CSPRNG bits (8 bytes little-endian >> 11) and keeps it for the day; the device
+   * takes part iff U < floor(β·2^53). β = 1 draws nothing.
+   */
+  private takesPart(metric: string, day: number, rate: number): boolean {
+    if (rate >= 1) return true;
+    advanceDay(this.live, day);
+    const prior = this.live.sampling?.[metric];
+    let draw: number;
+    if (prior && prior.day === day) draw = prior.draw;
+    else {
+      const b = randomBytes(8, this.rng);
+      const lo = (b[0] ?? 0) | ((b[1] ?? 0) << 8) | ((b[2] ?? 0) << 16) | ((b[3] ?? 0) * 16777216);
+      const hi = (b[4] ?? 0) | ((b[5] ?? 0) << 8) | ((b[6] ?? 0) << 16) | ((b[7] ?? 0) * 16777216);
+      draw = (hi >>> 0) * 2097152 + Math.floor((lo >>> 0) / 2048); // (hi·2^32 + lo) >> 11, exact below 2^53
+      const op: SampleOp = { kind: "sample", metric, day, draw };
+      applyOp(this.live, op);
+      this.pending.push(op);
+      this.scheduleCommit();
+    }
+    return draw < Math.floor(rate * 2 ** 53);
   }
 
   /** Upload everything queued now; true when nothing is left unacknowledged within `timeoutMs`. */
@@ -443,7 +487,7 @@ export class Reporter {
       this.counters.queued -= result.dropped;
       this.rebase(state);
     } catch (e) {
-      this.pending = [...(ops.filter((o) => o.kind === "report") as ReportOp[]), ...this.pending];
+      this.pending = [...(ops.filter((o) => o.kind !== "spec") as (ReportOp | SampleOp)[]), ...this.pending];
       this.specOps = [...ops.filter((o) => o.kind === "spec"), ...this.specOps];
       this.tell(new UploadError(`could not store reports in ${this.store.where}: ${String(e)}`, "storage_error"));
       throw e;

@@ -20,11 +20,13 @@ export interface MetricSpec {
   permanent: boolean;
   /** SHA-256 privatization fingerprint (keys the PRR, the memo and the lifetime ledger). */
   fingerprint: Uint8Array;
+  /** β: the share of devices that take part each day (secret sampling; 1: all). */
+  sampleRate: number;
   /** The spec's JSON (what is cached on the device). */
   json: Record<string, unknown>;
 }
 
-const ALLOWED = ["name", "version", "params", "reports_per_day", "description", "owner", "expires", "notes", "effective_epsilon"];
+const ALLOWED = ["name", "version", "params", "reports_per_day", "description", "owner", "expires", "notes", "effective_epsilon", "sample_rate"];
 
 /** A spec from its JSON form, fully validated (a hostile server's spec throws InvalidParameterError). */
 export function specFromDict(data: unknown): MetricSpec {
@@ -43,8 +45,13 @@ export function specFromDict(data: unknown): MetricSpec {
   if (typeof rpd !== "number" || !Number.isInteger(rpd) || rpd < 1 || rpd > MAX_REPORTS_PER_DAY) {
     throw new InvalidParameterError("reports_per_day", `an integer in [1, ${MAX_REPORTS_PER_DAY}]`, rpd);
   }
+  const rate = obj.sample_rate ?? 1.0;
+  if (typeof rate !== "number" || !(rate > 0 && rate <= 1)) {
+    throw new InvalidParameterError("sample_rate", "a number in (0, 1] (the share of devices that take part each day)", rate);
+  }
   const params = paramsFromDict(obj.params);
   return {
+    sampleRate: rate,
     name,
     version,
     reportsPerDay: rpd,

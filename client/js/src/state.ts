@@ -49,10 +49,12 @@ export interface State {
   current: Record<string, { version: number; fetched: number }>;
   reports: QueuedReport[];
   batches: StoredBatch[];
+  /** Secret sampling: metric → the device's 53-bit draw for the budget day (ldptel.client.sdk.sampling). */
+  sampling?: Record<string, { day: number; draw: number }>;
 }
 
 export function emptyState(secret: Uint8Array): State {
-  return { v: 1, secret, highDay: -(2 ** 52), ledger: {}, lifetime: {}, memo: {}, specs: {}, current: {}, reports: [], batches: [] };
+  return { v: 1, secret, highDay: -(2 ** 52), ledger: {}, lifetime: {}, memo: {}, specs: {}, current: {}, reports: [], batches: [], sampling: {} };
 }
 
 const EPS_SLACK = 1e-9;
@@ -81,7 +83,15 @@ export interface SpecOp {
   fetched: number;
 }
 
-export type Op = ReportOp | SpecOp;
+/** The day's sampling draw of a metric (the first one stored for the day wins). */
+export interface SampleOp {
+  kind: "sample";
+  metric: string;
+  day: number;
+  draw: number;
+}
+
+export type Op = ReportOp | SpecOp | SampleOp;
 
 /** Why a report op is refused by `s` (null: allowed). */
 export function refusal(s: State, op: ReportOp): "budget" | "lifetime" | null {
@@ -105,10 +115,18 @@ export function advanceDay(s: State, day: number): void {
   if (day <= s.highDay) return;
   s.highDay = day;
   for (const [key, entry] of Object.entries(s.memo)) if (entry.day < day) delete s.memo[key];
+  for (const [metric, entry] of Object.entries(s.sampling ?? {})) if (entry.day < day) delete (s.sampling ?? {})[metric];
 }
 
 /** Apply one op to `s` in place; for a report, what happened to it. */
 export function applyOp(s: State, op: Op): "queued" | "memo_replaced" | "budget" | "lifetime" | null {
+  if (op.kind === "sample") {
+    advanceDay(s, op.day);
+    const sampling = (s.sampling ??= {});
+    const prior = sampling[op.metric];
+    if (!prior || prior.day !== op.day) sampling[op.metric] = { day: op.day, draw: op.draw };
+    return null;
+  }
   if (op.kind === "spec") {
     s.specs[`${op.metric}/${op.version}`] = op.json;
     if (op.current) s.current[op.metric] = { version: op.version, fetched: op.fetched };
@@ -172,6 +190,7 @@ export function cloneState(s: State): State {
     current: Object.fromEntries(Object.entries(s.current).map(([k, r]) => [k, { ...r }])),
     reports: s.reports.slice(),
     batches: s.batches.slice(),
+    sampling: Object.fromEntries(Object.entries(s.sampling ?? {}).map(([k, r]) => [k, { ...r }])),
   };
 }
 

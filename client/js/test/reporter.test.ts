@@ -235,3 +235,35 @@ test("two writers of one namespace cannot overspend: the commit re-checks the du
     }
   });
 });
+
+test("secret sampling (sample_rate β): U = 53 CSPRNG bits kept per metric and day; takes part iff U < floor(β·2^53)", async () => {
+  await withServer(async (s) => {
+    const { ReplayRandom } = await import("../src/random.js");
+    const spec = { ...CMS, reports_per_day: 10, sample_rate: 0.25 };
+    // the draw's bytes: U = 0x3FF…F >> 11 decides; U just below floor(0.25·2^53) = 2^51 takes part
+    const below = new Uint8Array(8);
+    new DataView(below.buffer).setBigUint64(0, ((1n << 51n) - 1n) << 11n, true);
+    const at = new Uint8Array(8);
+    new DataView(at.buffer).setBigUint64(0, (1n << 51n) << 11n, true);
+    for (const [bytes, want] of [[below, "queued"], [at, "not_sampled"]] as const) {
+      const secret = new Uint8Array(32);
+      const rng = new ReplayRandom(new Uint8Array([...secret, ...bytes, ...new Uint8Array(4096)]));
+      const rep = await Reporter.open(opts(s, { specs: [spec], rng }));
+      assert.equal(rep.report("pages", "a").status, want);
+      assert.equal(rep.report("pages", "b").status, want); // the day's draw is kept
+      if (want === "not_sampled") assert.equal(rep.budgetRemaining("pages"), 10); // nothing spent
+      await rep.close(1);
+    }
+    // over many devices the share that takes part is β (binomial, z = 6)
+    const n = 2000;
+    let part = 0;
+    for (let i = 0; i < n; i++) {
+      const rep = await Reporter.open(opts(s, { specs: [spec] }));
+      if (rep.report("pages", "x").status === "queued") part += 1;
+      await rep.close(1);
+    }
+    assert.ok(Math.abs(part / n - 0.25) <= 6 * Math.sqrt((0.25 * 0.75) / n), `${part} of ${n}`);
+    const bad = { ...CMS, sample_rate: 1.5 };
+    await assert.rejects(Reporter.open(opts(s, { specs: [bad] })), /sample_rate must be a number in \(0, 1\]/);
+  });
+});
