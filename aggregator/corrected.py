@@ -50,6 +50,15 @@ with R̂ for n: f̂_o = m/(m−1)·(Σ_j y'_{j,h_j(o)} − R̂/m). y' is the lea
 the noise off the candidates' columns, so its noise along o's cells is (1 − γ) of the original: the variance
 is (m/(m−1))² times the bracket above *times* (1 − γ), plus the same residual collision term.
 
+Full dictionaries (``screen=True``). The fit refuses more than MAX_GAMMA·k(m−1) candidates (16,320 at
+256 × 256): beyond that the design nears singular. With screening, a list longer than that is first ranked by
+the plain estimates; the :data:`SCREEN_GAMMA`·k(m−1) largest are fitted by least squares and every other
+candidate is estimated by deflation, as ``outside`` values (with their own stderr), in the order asked. The
+screen uses the same reports, so the split is data-dependent: a value fitted because its plain estimate was
+lucky keeps that noise (as any plain estimate does), and a small value screened out is estimated from a
+residual its own noise helped place below the cut — the heavy values, the ones collision correction is for,
+are far above the cut and unaffected. :func:`screen_size` says how many are fitted.
+
 scipy is imported when a corrected estimate is asked for, never at import time (it is a dependency of the
 ``aggregator`` extra only).
 """
@@ -77,6 +86,7 @@ if TYPE_CHECKING:
     from scipy.sparse.linalg import LinearOperator  # type: ignore[import-untyped]  # scipy has no type information
 
 MAX_GAMMA = 0.25  # |C| ≤ MAX_GAMMA·k(m−1): beyond it the fit nears singular, iterations gain little, variance grows
+SCREEN_GAMMA = 0.125  # screening fits the SCREEN_GAMMA·k(m−1) largest plain estimates (variance × 1/(1 − γ) = 1.14)
 TOLERANCE = 0.01  # RMS solver error ≤ TOLERANCE × the median randomization stderr (see solve())
 SPECTRUM_MARGIN = 1.2
 HEAVY = 128  # the warm start deflates the collisions of at most this many values ...
@@ -231,6 +241,7 @@ def corrected_estimate(
     confidence: float = 0.95,
     plain: Estimate | None = None,
     tol: float = TOLERANCE,
+    screen: bool = False,
 ) -> Estimate:
     """Collision-corrected counts of ``candidates`` (least squares over them), then of ``outside`` (deflation).
 
@@ -239,6 +250,8 @@ def corrected_estimate(
     which its stderr includes. Returns an :class:`Estimate` with ``estimator="corrected"`` whose labels are
     ``candidates`` then ``outside``. ``plain``: the plain estimate of the same state and candidates, when the
     caller has it (it starts the solver and gives each candidate's cell sums S_c; computed otherwise).
+    ``screen``: more candidates than MAX_GAMMA·k(m−1) are allowed; the largest plain estimates are fitted and
+    the rest deflated (module docstring). Without it such a list is refused.
     """
     mech = mechanism_of(params)
     if not isinstance(mech, SketchMechanism) or not isinstance(params, SketchParams):
@@ -251,9 +264,13 @@ def corrected_estimate(
         raise InvalidParameterError("outside", "a list of str or bytes values", outside)
     k, m = params.k, params.m
     unique = list(dict.fromkeys(candidates))
+    if screen and len(unique) > MAX_GAMMA * k * (m - 1):
+        return _screened(params, state, unique, list(candidates), extra, confidence=confidence, plain=plain, tol=tol)
     if len(unique) > MAX_GAMMA * k * (m - 1):
         raise InvalidParameterError(
-            "candidates", f"at most {math.floor(MAX_GAMMA * k * (m - 1)):,} values for k={k}, m={m} (|C| ≤ {MAX_GAMMA}·k(m−1))", f"{len(unique):,}"
+            "candidates", f"at most {math.floor(MAX_GAMMA * k * (m - 1)):,} values for k={k}, m={m} (|C| ≤ {MAX_GAMMA}·k(m−1)), "
+            "or screen=True (ldptel estimate --estimator corrected screens a longer list: the largest plain estimates "
+            "fitted, the rest deflated)", f"{len(unique):,}"
         )
     cells = mech.cells(params, state)
     n = cells.n
@@ -308,4 +325,45 @@ def corrected_estimate(
     return Estimate(params.mechanism, labels, counts[order], np.sqrt(variances[order]), n, confidence, "corrected")
 
 
-__all__ = ["MAX_GAMMA", "Design", "Fit", "corrected_estimate", "solve"]
+def fit_limit(params: SketchParams) -> int:
+    """The most candidates the least-squares fit takes without screening: MAX_GAMMA·k(m−1)."""
+    return math.floor(MAX_GAMMA * params.k * (params.m - 1))
+
+
+def screen_size(params: SketchParams) -> int:
+    """How many of a screened list's candidates are fitted: SCREEN_GAMMA·k(m−1) (at least 1)."""
+    return max(1, math.floor(SCREEN_GAMMA * params.k * (params.m - 1)))
+
+
+def _screened(
+    params: ParamsBase,
+    state: SketchState,
+    unique: list[object],
+    asked: list[object],
+    extra: Sequence[object],
+    *,
+    confidence: float,
+    plain: Estimate | None,
+    tol: float,
+) -> Estimate:
+    """A candidate list over the fit's limit: fit the largest plain estimates, deflate the rest (module docstring)."""
+    assert isinstance(params, SketchParams)
+    labels = labels_of(unique)
+    if plain is None or plain.labels != labels or plain.n != state.n or plain.mechanism != params.mechanism:
+        plain = mechanism_of(params).estimate(params, state, candidates=unique, confidence=confidence)
+    keep = screen_size(params)
+    order = np.argsort(-plain.counts, kind="stable")
+    fitted = sorted(order[:keep].tolist())
+    rest = sorted(order[keep:].tolist())
+    fit_values = [unique[i] for i in fitted]
+    rest_values = [unique[i] for i in rest]
+    sub = Estimate(plain.mechanism, labels_of(fit_values), plain.counts[fitted], plain.stderr[fitted], plain.n, confidence)
+    out = corrected_estimate(params, state, candidates=fit_values, outside=[*rest_values, *extra],
+                             confidence=confidence, plain=sub, tol=tol)
+    position = {v: i for i, v in enumerate([*fit_values, *rest_values])}
+    index = np.array([position[v] for v in asked] + list(range(len(unique), len(unique) + len(extra))), dtype=np.int64)
+    return Estimate(params.mechanism, labels_of(asked + list(extra)), out.counts[index], out.stderr[index], out.n,
+                    confidence, "corrected")
+
+
+__all__ = ["MAX_GAMMA", "SCREEN_GAMMA", "Design", "Fit", "corrected_estimate", "fit_limit", "screen_size", "solve"]

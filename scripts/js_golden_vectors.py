@@ -32,6 +32,7 @@ import mmh3
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.histogram import bucket_edges
+from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.protocol.hashing import HashFamily, value_bytes
 from ldptel.client.protocol.keyed import memo_key, privatization_fingerprint, prr_stream
 from ldptel.client.protocol.specs import params_from_dict
@@ -173,6 +174,7 @@ def param_vectors(rnd: random.Random) -> list[dict[str, Any]]:
                 "params": params.to_dict(),
                 "effective_epsilon": params.effective_epsilon,
                 "longitudinal_epsilon": m.longitudinal_epsilon(params),
+                "report_charge": report_charge(params),
                 "fingerprint": privatization_fingerprint(params).hex(),
                 "thresholds": thresholds(params),
             })

@@ -2,7 +2,9 @@
 
 ``GET /v1/metrics`` and ``GET /v1/metrics/<name>`` (app or admin token) list and read registry records;
 ``POST /v1/metrics`` (admin) creates a metric or a new version of it when the privatization changes (201), or
-else updates the current version's metadata in place, reactivates it, or leaves it unchanged (200), and ``POST /v1/metrics/<name>/retire`` (admin) stops a metric's ingest. The registry itself
+else updates the current version's metadata in place, reactivates it, or leaves it unchanged (200), and ``POST /v1/metrics/<name>/retire`` (admin) stops a metric's ingest. A spec beyond the default device
+``PrivacyPolicy`` is refused (422 ``above_default_policy``, naming the limit and the allowed value; nothing
+written) unless the body says ``"allow_above_default_policy": true``. The registry itself
 (versions, shard counts, concurrent changes) is :mod:`ldptel.storage.registry`.
 """
 
@@ -22,8 +24,10 @@ from ldptel.server.errors import ApiError, fail, json_response
 from ldptel.server.state import cached_record, current_state
 from ldptel.storage.registry import (
     MAX_SHARDS,
+    AboveDefaultPolicyError,
     RegistryConflictError,
     UnknownMetricError,
+    check_default_policy,
     list_metrics,
     register_metric,
     retire_metric,
@@ -62,15 +66,22 @@ def post_metric() -> Response:
     shards = data.pop("shards", None)
     data.pop("version", None)  # assigned by the registry
     data.pop("effective_epsilon", None)  # derived
+    allow = data.pop("allow_above_default_policy", False)
     state = current_state()
     try:
         if null_shards:
             check_int("shards", None, 1, MAX_SHARDS)
+        if not isinstance(allow, bool):
+            raise InvalidParameterError("allow_above_default_policy", "true or false", allow)
         spec = MetricSpec.from_dict(data)
+        check_default_policy(state.redis, [spec], allow=allow)
         record, change = register_metric(state.redis, spec, shards=shards, default_shards=state.config.shards)
         state.recent.pop(spec.name, None)
     except InvalidParameterError as exc:
         _invalid_spec(exc)
+    except AboveDefaultPolicyError as exc:
+        fail(422, "above_default_policy", str(exc), metric=exc.metric, parameter=exc.limit,
+             allowed=f"at most {exc.allowed:.4g}", received=f"{exc.value:.4g}")
     except RegistryConflictError as exc:
         raise ApiError(409, "registry_conflict", str(exc)) from None
     log.info("metric %s: version %d (%s)", record.name, record.current_version, change.kind)

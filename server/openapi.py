@@ -42,6 +42,7 @@ _ERROR_CODES = [
     "too_many_reports",
     "invalid_batch_age",
     "batch_too_old",
+    "above_default_policy",
     "unsupported_media_type",
     "rate_limited",
     "redis_unavailable",
@@ -144,6 +145,10 @@ _SCHEMAS: dict[str, Any] = {
             },
             "version": {"description": "ignored: the registry assigns versions (so a fetched spec can be posted back)"},
             "effective_epsilon": {"description": "ignored: derived from params"},
+            "allow_above_default_policy": {
+                "type": "boolean",
+                "description": "register a spec beyond the default device PrivacyPolicy (else 422 above_default_policy)",
+            },
         },
         "additionalProperties": False,
     },
@@ -283,6 +288,8 @@ _PATHS: dict[str, Any] = {
                 "201": _json("created, or a new version became current (the privatization changed)", "MetricRecord"),
                 "400": _error("malformed JSON or invalid spec"),
                 "409": _error("the change conflicts with the existing metric (e.g. its shard count)"),
+                "422": _error("above_default_policy: devices with the default PrivacyPolicy would refuse the spec "
+                              "(parameter: the limit, allowed, received); set allow_above_default_policy to register it anyway"),
                 "413": _error("body too large"),
                 "415": _error("not application/json"),
                 **_AUTH_ERRORS,

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import signal
+import threading
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -22,7 +23,7 @@ from ldptel.aggregator.cli.common import EXIT_OK, SOCKET_TIMEOUT, UserError, con
 from ldptel.aggregator.cli.output import write_json
 
 if TYPE_CHECKING:
-    from ldptel.aggregator.worker import Worker
+    from ldptel.aggregator.worker import Worker, WorkerConfig, WorkerStats
 
 NAME = "aggregate"
 EXTRA = "aggregator"
@@ -145,11 +146,7 @@ def _serve_metrics(worker: Worker, host: str, port: int) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    import redis
-
-    from ldptel.aggregator.worker import Worker, WorkerConfig
-    from ldptel.storage import registry
-    from ldptel.storage.connection import refused_write
+    from ldptel.aggregator.worker import WorkerConfig
 
     tty = err.isatty() if args.progress is None else args.progress
     _setup_logging(args.log_level or ("warning" if tty else "info"), err)
@@ -160,27 +157,22 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         config = WorkerConfig(metrics=tuple(args.metric or ()), once=args.once, seal_after_once=args.seal, **given)
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    with connected(args.redis_url, socket_timeout=max(SOCKET_TIMEOUT, config.block_seconds + 10)) as r:
-        worker = Worker(r, config)
-        for name in config.metrics:
-            registry.get_metric(r, name)  # unknown metric: a user error before any lease is taken
-        if args.metrics_port is not None:
-            _serve_metrics(worker, args.metrics_host, args.metrics_port)
+    # SIGTERM/SIGINT stop the worker cleanly from the start: one that arrives while it still connects (a
+    # supervisor stopping it right after starting it) makes it stop before its first step, exit status 0.
+    stopping: list[Worker] = []
+    requested = threading.Event()
 
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            worker.stop()
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        requested.set()
+        for running in stopping:
+            running.stop()
 
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            stats = worker.run(on_progress=_Progress(err) if tty else None)
-        except redis.ResponseError as exc:
-            reason = refused_write(exc)
-            if reason is None:
-                raise
-            raise UserError(f"Redis refuses writes, nothing more can be folded: {reason}") from None
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stats = _fold(args, config, err, tty=tty, stopping=stopping, requested=requested)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if tty:
         err.write("\n")
     if args.once:
@@ -190,3 +182,30 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 f"{len(stats.unclaimed)} shard(s) not folded ({', '.join(stats.unclaimed)}): other workers still "
                 f"held their leases after waiting for them to expire (a live worker folds them; else retry)")
     return EXIT_OK
+
+
+def _fold(args: argparse.Namespace, config: WorkerConfig, err: TextIO, *, tty: bool, stopping: list[Worker],
+          requested: threading.Event) -> WorkerStats:
+    """Connect, check the metrics, run the worker (stopped at once if a signal came while connecting)."""
+    import redis
+
+    from ldptel.aggregator.worker import Worker
+    from ldptel.storage import registry
+    from ldptel.storage.connection import refused_write
+
+    with connected(args.redis_url, socket_timeout=max(SOCKET_TIMEOUT, config.block_seconds + 10)) as r:
+        worker = Worker(r, config)
+        stopping.append(worker)
+        if requested.is_set():
+            worker.stop()
+        for name in config.metrics:
+            registry.get_metric(r, name)  # unknown metric: a user error before any lease is taken
+        if args.metrics_port is not None:
+            _serve_metrics(worker, args.metrics_host, args.metrics_port)
+        try:
+            return worker.run(on_progress=_Progress(err) if tty else None)
+        except redis.ResponseError as exc:
+            reason = refused_write(exc)
+            if reason is None:
+                raise
+            raise UserError(f"Redis refuses writes, nothing more can be folded: {reason}") from None

@@ -87,6 +87,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
     mcreate.add_argument("--notes", default="", help="metadata: free text")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
+    mcreate.add_argument("--allow-above-default-policy", action="store_true",
+                         help="register a spec beyond the default device PrivacyPolicy (ε 4 per report, 8 per day, "
+                         "ε∞ 8): only for fleets whose apps set a wider policy; without it such a spec is refused")
     mcreate.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mgrow = msub.add_parser("grow", parents=[common], help="raise a metric's shard count (spread it over more shards)",
                             description="Raise the shard count: new batches spread over more streams (on a Redis "
@@ -117,6 +120,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         if action != "diff":
             mfile.add_argument("--format", choices=RECORD_FORMATS, default="table",
                                help="json: per metric the change, versions, changed fields and consequences")
+            mfile.add_argument("--allow-above-default-policy", action="store_true",
+                               help="allow every metric of the file beyond the default device PrivacyPolicy "
+                               "(one metric: allow_above_default_policy = true in its table)")
     met.set_defaults(func=run)
 
 
@@ -132,7 +138,9 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
-            rec, change = registry.register_metric(r, spec_from_args(args), shards=args.shards)
+            spec = spec_from_args(args)
+            registry.check_default_policy(r, [spec], allow=args.allow_above_default_policy)
+            rec, change = registry.register_metric(r, spec, shards=args.shards)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
                 write_json(rec.to_dict(), out)
@@ -150,15 +158,20 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out)
         else:
-            return _run_file(r, action, args.file, args.format if action != "diff" else "table", out)
+            return _run_file(r, action, args.file, args.format if action != "diff" else "table", out,
+                             allow=getattr(args, "allow_above_default_policy", False))
     return EXIT_OK
 
 
-def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO) -> int:
-    """``plan``/``diff``/``apply`` FILE: validate the whole file, compare it with the registry, maybe write."""
+def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, allow: bool = False) -> int:
+    """``plan``/``diff``/``apply`` FILE: validate the whole file, compare it with the registry, maybe write.
+    ``plan`` and ``apply`` refuse a metric beyond the default device policy unless it (or ``allow``) allows it."""
     from ldptel.storage import registry
 
     metrics = metrics_file.load_metrics_file(path)
+    if action != "diff":
+        registry.check_default_policy(r, [item.spec for item in metrics],
+                                      allow=allow or {item.spec.name for item in metrics if item.allow_above_default_policy})
     records = registry.list_metrics(r)
     changes, missing = metrics_file.plan_file(records, metrics)
     retention = metrics_file.retention_changes(records, metrics)
@@ -239,16 +252,25 @@ def _status(record: MetricRecord, today: str) -> str:
     return "expired" if record.active and record.current.expired(today) else record.status
 
 
+def _above_policy(record: MetricRecord) -> str | None:
+    """Why devices with the default PrivacyPolicy refuse the current version (None: they accept it)."""
+    from ldptel.storage.registry import default_policy_refusal
+
+    found = default_policy_refusal(record.current)
+    return None if found is None else found[0].replace("the device policy", "the default device policy")
+
+
 def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> None:
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     if fmt == "json":
-        write_json([{**rec.to_dict(), "expired": rec.current.expired(today)} for rec in records], out)
+        write_json([{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
+                    for rec in records], out)
         return
     if not records:
         out.write("no metrics registered (create one: ldptel metrics create NAME --mechanism ... --epsilon ...)\n")
         return
     rows = [
-        [rec.name, _status(rec, today), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
+        [rec.name, _status(rec, today) + ("" if _above_policy(rec) is None else " (above default policy)"), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
          _shape(rec), rec.current.reports_per_day, rec.shards, rec.current.expires or "", rec.current.owner]
         for rec in records
     ]

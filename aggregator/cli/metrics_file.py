@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
 SPEC_KEYS = ("reports_per_day", "sample_rate", *METADATA_FIELDS)  # a metric's keys besides its params and shards
-RECORD_KEYS = ("shards", "retention_days")  # keys of the registry record, not of a version
+RECORD_KEYS = ("shards", "retention_days", "allow_above_default_policy")  # keys of the record or the file, not of a version
 PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
@@ -56,6 +56,7 @@ class FileMetric:
     spec: MetricSpec
     shards: int | None
     retention_days: int | None = None  # None: not in the file (the registry's value is left as it is)
+    allow_above_default_policy: bool = False  # registered even beyond the default device PrivacyPolicy
 
 
 def load_metrics_file(path: str) -> list[FileMetric]:
@@ -101,8 +102,11 @@ def _file_metric(name: str, table: object) -> FileMetric:
     retention = table.get("retention_days")
     if retention is not None:
         check_int("retention_days", retention, 0, 36_500)
+    allow = table.get("allow_above_default_policy", False)
+    if not isinstance(allow, bool):
+        raise InvalidParameterError("allow_above_default_policy", "true or false", allow)
     spec = MetricSpec(name=name, params=params_from_dict(params), **fields)
-    return FileMetric(spec=spec, shards=shards, retention_days=retention)
+    return FileMetric(spec=spec, shards=shards, retention_days=retention, allow_above_default_policy=allow)
 
 
 def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int | None, int]]:

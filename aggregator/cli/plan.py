@@ -172,8 +172,13 @@ def write_table(result: Plan, rows: tuple[PlanRow, ...], out: TextIO) -> None:
     for eps, name in result.recommended.items():
         by_name.setdefault(name, []).append(f"{eps:g}")
     picks = "; ".join(f"{name} at ε = {', '.join(eps)}" for name, eps in by_name.items())
+    permanent = sorted({row.mechanism for row in rows if get_mechanism(row.mechanism).permanent})
+    note = "" if not permanent else (  # issue 22 §1: say what the lifetime ε∞ covers and what it does not
+        f" {', '.join(permanent)}: a permanent randomized response protects a value's level for life (ε∞), not the "
+        "times it changes: each report costs the fresh noise's ε given the others, more than its own ε, and the "
+        "daily budget charges that (docs/longitudinal.md)")
     out.write(f"* recommended for d = {result.model.d:,} (recommend_mechanism): {picks}. "
-              "± floor: a sketch's ± as reports → ∞ (collisions)\n")
+              f"± floor: a sketch's ± as reports → ∞ (collisions).{note}\n")
 
 
 MEAN_COLUMNS = tuple(MeanPlanRow.__dataclass_fields__)

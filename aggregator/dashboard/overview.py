@@ -63,6 +63,7 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         "effective_epsilon": spec.effective_epsilon,
         "daily_epsilon": spec.daily_epsilon,
         "longitudinal": longitudinal_note(spec.params),  # what repeated reports of one device disclose
+        "above_default_policy": _above_policy(spec),  # why default-policy devices refuse it (None: they do not)
         "shape": mechanism.shape(spec.params),
         "reports_per_day": spec.reports_per_day,
         "shards": record.shards,
@@ -76,6 +77,13 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         "lag": None if unknown else sum(row["lag"] for row in shard_rows),
         "record": record.to_dict(),
     }
+
+
+def _above_policy(spec: Any) -> str | None:
+    from ldptel.storage.registry import default_policy_refusal
+
+    found = default_policy_refusal(spec)
+    return None if found is None else found[0].replace("the device policy", "the default device policy")
 
 
 def metric_list(r: redis_lib.Redis, names: list[str] | None = None) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis as redis_lib
+from redis.exceptions import RedisClusterException
 
 from ldptel.aggregator.worker.commit import commit
 from ldptel.aggregator.worker.config import WorkerConfig
@@ -30,7 +31,7 @@ from ldptel.aggregator.worker.reading import Reader, forget_prefetch
 from ldptel.aggregator.worker.sealing import SEAL_DAYS_PER_PASS, seal_pass
 from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
-from ldptel.client.errors import InvalidParameterError
+from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.storage import sketches as store
 from ldptel.storage.client import (
     CLUSTER_REDIRECT_ERRORS,
@@ -117,8 +118,12 @@ class Worker:
         return sorted(self._owned)
 
     def errors(self) -> dict[str, int]:
-        """Errors survived since start, by kind: ``redis_connection``, ``redis_refuses_writes``."""
+        """Errors survived since start, by kind: ``redis_connection``, ``redis_refuses_writes``, ``seal``."""
         return dict(self._errors)
+
+    def sealed_days(self) -> int:
+        """(version, day) pairs this worker sealed since start (:mod:`ldptel.storage.sealed`)."""
+        return self._sealed_days
 
     def stats(self, *, with_lag: bool = False) -> WorkerStats:
         return WorkerStats(
@@ -311,12 +316,25 @@ class Worker:
 
     # ------------------------------------------------------------------------------------------ sealing
     def _seal(self, *, max_days: int | None = SEAL_DAYS_PER_PASS) -> None:
-        """Seal the days of every metric this worker folds that can no longer change (``sealing``)."""
+        """Seal the days of every metric this worker folds that can no longer change (``sealing``). A metric
+        that cannot be sealed (unreadable state, a metric removed meanwhile) is logged and counted in the errors
+        (``seal``); folding goes on. A lost Redis propagates to the loop, as a read would."""
         self._last_seal = time.monotonic()
         names = list(self.config.metrics) or self._specs.registry_names()
-        for report in seal_pass(self.r, names, horizon_days=self.config.retry_horizon_days, owner=self.config.worker_id,
-                                max_days=max_days):
-            self._sealed_days += report.days_sealed
+
+        def keep_leases() -> None:
+            if time.monotonic() - self._last_heartbeat >= self.config.lease_ttl / 3:
+                self._heartbeat()
+                self._renew_leases()
+
+        for name in names:
+            try:
+                for report in seal_pass(self.r, [name], horizon_days=self.config.retry_horizon_days,
+                                        owner=self.config.worker_id, max_days=max_days, between=keep_leases):
+                    self._sealed_days += report.days_sealed
+            except LdpError as exc:
+                self._errors["seal"] = self._errors.get("seal", 0) + 1
+                log.error("could not seal a metric", extra={"event": "seal_error", "metric": name, "error": str(exc)})
 
     # ------------------------------------------------------------------------------------------ commit
     def _maybe_commit(self, sh: OwnedShard) -> None:
@@ -412,10 +430,11 @@ class Worker:
                 self._release_shard(sh)
             except LeaseLostError:
                 self._drop(sh, "lease lost at shutdown")
-            except redis_lib.RedisError as exc:
+            except (redis_lib.RedisError, RedisClusterException) as exc:  # a cluster mid-failover too: the
+                # uncommitted entries stay after the checkpoint and the next owner folds them
                 log.error("could not commit at shutdown", extra={"event": "error", "shard": sh.name, "error": str(exc)})
         try:
             self._leases.leave()
-        except redis_lib.RedisError:
+        except (redis_lib.RedisError, RedisClusterException):
             pass
         self._reader.close()

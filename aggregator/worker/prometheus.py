@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerCollector", "serve_worker_metrics"]
 
-ERROR_KINDS = ("redis_connection", "redis_refuses_writes")
+ERROR_KINDS = ("redis_connection", "redis_refuses_writes", "seal")
 
 
 class WorkerCollector(Collector):
@@ -38,6 +38,7 @@ class WorkerCollector(Collector):
             ("ldptel_aggregator_entries_folded", stats.entries, "Stream entries (batches) folded since start."),
             ("ldptel_aggregator_commits", stats.commits, "Shard commits (sketches + checkpoint, one MULTI/EXEC)."),
             ("ldptel_aggregator_entries_dead", stats.dead, "Entries moved to the dead-letter stream (undecodable)."),
+            ("ldptel_aggregator_days_sealed", self.worker.sealed_days(), "Days sealed (their shards summed once) since start."),
         ):
             yield CounterMetricFamily(name, text, value=value)
         errors = CounterMetricFamily("ldptel_aggregator_errors", "Errors the follow loop survived, by kind.",

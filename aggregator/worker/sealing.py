@@ -8,6 +8,7 @@ the sealing itself is exactly once even without it (see :mod:`ldptel.storage.sea
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import redis as redis_lib
 
@@ -22,10 +23,15 @@ SEAL_DAYS_PER_PASS = 7  # days of one metric sealed per pass of a follow worker 
 
 
 def seal_pass(r: redis_lib.Redis, metrics: list[str], *, horizon_days: int, owner: str,
-              max_days: int | None = SEAL_DAYS_PER_PASS) -> list[SealReport]:
-    """Seal what is due in each of ``metrics``; returns what each did (logged when it did something)."""
+              max_days: int | None = SEAL_DAYS_PER_PASS, between: Callable[[], None] | None = None) -> list[SealReport]:
+    """Seal what is due in each of ``metrics``; returns what each did (logged when it did something).
+
+    ``between`` runs before each metric (a worker renews its shard leases there, so a long pass never lets them
+    expire)."""
     reports = []
     for name in metrics:
+        if between is not None:
+            between()
         record = registry.get_metric(r, name)
         report = seal_metric(r, name, horizon_days=horizon_days, retention_days=record.retention_days, owner=owner,
                              max_days=max_days)

@@ -167,8 +167,9 @@ class HistogramParams(ParamsBase):
         return self.inner.effective_epsilon
 
     def buckets_of(self, values: np.ndarray) -> np.ndarray:
-        """The bucket index of each value, after clipping to [edges[0], edges[−1]]."""
-        return _buckets(_search_table(self.edges), np.asarray(values, dtype=np.float64))
+        """The bucket index of each value, after clipping to [edges[0], edges[−1]]. (+inf is clipped explicitly:
+        the search table is padded with +inf, so unclipped it fell past the last bucket and report() raised.)"""
+        return _buckets(_search_table(self.edges), np.minimum(np.asarray(values, dtype=np.float64), self.edges[-1]))
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -73,6 +73,11 @@ VALUE_BITS = 32  # V: the fixed-point resolution of a clipped value, u ∈ [0, 2
 GRID = 256  # G: grid points − 1 of the piecewise branch
 SHARE_BITS = 16  # α = A / 2^SHARE_BITS
 MAX_ABS_BOUND = 1e15  # |lo|, |hi| (2^V steps of (hi − lo) stay far above float64 resolution)
+# The narrowest range, hi − lo, in the metric's unit. Below about 2.4e-299, 2^V/(hi − lo) overflows float64 and the
+# device's scaling turns a value into NaN (a served spec with lo = 0, hi = 5e-324 made report() raise); well above
+# that, nothing measured needs a range narrower than 1e-12 of its unit: change the unit instead. Checked wherever
+# a spec is built (MeanParams, so DailyMeanParams too; the registry, the CLI, the device's spec cache).
+MIN_SPAN = 1e-12
 MEAN_VARIANTS = ("auto", "onebit", "dhm")
 MEAN_LABELS = SUMMARY_LABELS
 _ALPHA_STEPS = 64  # the grid search over α uses multiples of 1/64
@@ -166,6 +171,10 @@ class MeanParams(ParamsBase):
         hi = check_number("hi", self.hi, -MAX_ABS_BOUND, MAX_ABS_BOUND)
         if not hi > lo:
             raise InvalidParameterError("hi", f"a number above lo = {lo:g}", self.hi)
+        if not hi - lo >= MIN_SPAN:
+            raise InvalidParameterError(
+                "hi - lo", f"at least {MIN_SPAN:g} (a range too narrow for the device's 2^{VALUE_BITS}-step scaling "
+                "in float64; use a smaller unit)", hi - lo)
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
         check_int("prob_bits", self.prob_bits, SINGLE_DRAW_PROB_BITS, SINGLE_DRAW_PROB_BITS)
@@ -425,7 +434,8 @@ class BoundedMean(Summary[MeanParams, MeanBatch]):
         bound = {"type": "number", "minimum": -MAX_ABS_BOUND, "maximum": MAX_ABS_BOUND}
         return {
             "lo": {**bound, "description": "values below are reported as lo (clipped on the device)"},
-            "hi": {**bound, "description": "values above are reported as hi (clipped on the device)"},
+            "hi": {**bound, "description": f"values above are reported as hi (clipped on the device); hi - lo must "
+                                           f"be at least {MIN_SPAN:g}"},
             "variant": {"type": "string", "enum": list(MEAN_VARIANTS)},
             "window": {"type": ["integer", "null"], "minimum": 1, "maximum": GRID, "description": "dhm; null: chosen"},
             "pm_share": {"type": ["integer", "null"], "minimum": 0, "maximum": 1 << SHARE_BITS,

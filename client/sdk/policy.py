@@ -34,9 +34,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ldptel.client.protocol.validate import check_number
 from ldptel.client.sdk.notify import UploadError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ldptel.client.protocol.specs import MetricSpec
 
 __all__ = [
     "DEFAULT_MAX_DAILY_EPSILON",
@@ -63,6 +67,15 @@ class PrivacyPolicy:
     def __post_init__(self) -> None:
         for name in ("max_report_epsilon", "max_daily_epsilon", "max_longitudinal_epsilon"):
             check_number(name, getattr(self, name), 0.0, math.inf, open_interval=True, allow_inf=True)
+
+    def spec_refusal(self, spec: MetricSpec) -> str | None:
+        """Why this policy refuses ``spec`` (None when it is within): its ε per report, per day (what the
+        ledger charges) and its lifetime ε∞. What the Reporter checks a served spec with, and what
+        ``ldptel metrics create|apply|plan`` and ``POST /v1/metrics`` check against the default policy."""
+        from ldptel.client.mechanisms.registry import mechanism_of  # the registry imports every mechanism
+
+        return self.refusal(report=spec.effective_epsilon, daily=spec.daily_epsilon,
+                            longitudinal=float(mechanism_of(spec.params).longitudinal_epsilon(spec.params)))
 
     def refusal(self, *, report: float, daily: float, longitudinal: float) -> str | None:
         """Why a spec with these ε's is beyond the policy (None when it is within)."""

@@ -506,7 +506,7 @@ class Reporter:
         cached = self._costs.get(key)
         if cached is None:
             eps_one, daily, eps_inf = spec.report_charge, spec.daily_epsilon, longitudinal_epsilon(spec)
-            refusal = self._policy.refusal(report=spec.effective_epsilon, daily=daily, longitudinal=eps_inf)
+            refusal = self._policy.spec_refusal(spec)
             cached = self._costs[key] = _Cost(
                 eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
                 lifetime=eps_inf if isinstance(mechanism_of(spec.params), Permanent) else None)

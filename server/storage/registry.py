@@ -22,13 +22,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import redis
 
 from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.client.mechanisms.registry import mechanism_of
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import keys
@@ -93,6 +94,77 @@ class UnknownVersionError(LdpError, KeyError):
 
 class RegistryConflictError(LdpError, ValueError):
     """A change that would break an existing metric (e.g. changing its shard count)."""
+
+
+class AboveDefaultPolicyError(LdpError, ValueError):
+    """A spec beyond the default device :class:`~ldptel.client.sdk.policy.PrivacyPolicy`: every device with
+    that policy would refuse it (``policy_refused``) and its reports would be lost. ``limit`` names the bound
+    (``report_epsilon``, ``daily_epsilon``, ``longitudinal_epsilon``), ``value`` and ``allowed`` its numbers."""
+
+    def __init__(self, metric: str, reason: str, limit: str, value: float, allowed: float) -> None:
+        super().__init__(
+            f"metric {metric!r}: {reason.replace('the device policy', 'the default device policy')}; devices with the "
+            f"default PrivacyPolicy refuse it and its reports are lost (nothing was changed; if your apps set a wider "
+            f"policy, allow it: --allow-above-default-policy, allow_above_default_policy = true in a metrics "
+            f"file, \"allow_above_default_policy\": true over HTTP)"
+        )
+        self.metric, self.limit, self.value, self.allowed = metric, limit, value, allowed
+
+
+def default_policy_refusal(spec: MetricSpec) -> tuple[str, str, float, float] | None:
+    """Why a device with the default PrivacyPolicy refuses ``spec``: (reason, limit, value, allowed), or None."""
+    from ldptel.client.sdk.policy import PrivacyPolicy
+
+    policy = PrivacyPolicy()
+    reason = policy.spec_refusal(spec)
+    if reason is None:
+        return None
+    limit = reason.split()[0]
+    value = {"report_epsilon": spec.effective_epsilon, "daily_epsilon": spec.daily_epsilon}.get(limit)
+    if value is None:
+        value = float(mechanism_of(spec.params).longitudinal_epsilon(spec.params))
+    allowed = {"report_epsilon": policy.max_report_epsilon, "daily_epsilon": policy.max_daily_epsilon}.get(
+        limit, policy.max_longitudinal_epsilon)
+    return reason, limit, value, allowed
+
+
+def _lifetime_refusal(old: MetricRecord | None, spec: MetricSpec) -> tuple[str, str, float, float] | None:
+    """A new permanent privatization that takes the lifetime ε∞ a default-policy device charges for a value
+    reported under every version of the metric (:func:`ldptel.client.sdk.ledger.charge_lifetime`) past the cap."""
+    from ldptel.client.protocol.keyed import privatization_fingerprint
+    from ldptel.client.sdk.policy import PrivacyPolicy
+
+    if old is None or not mechanism_of(spec.params).permanent:
+        return None
+    used = {privatization_fingerprint(v.params): float(mechanism_of(v.params).longitudinal_epsilon(v.params))
+            for v in old.versions.values() if mechanism_of(v.params).permanent}
+    new = privatization_fingerprint(spec.params)
+    if new in used:
+        return None  # devices already charged it
+    total = sum(used.values()) + float(mechanism_of(spec.params).longitudinal_epsilon(spec.params))
+    cap = PrivacyPolicy().max_longitudinal_epsilon
+    if total <= cap * (1 + 1e-9):
+        return None
+    reason = (f"longitudinal_epsilon {total:.4g} (the lifetime ε∞ of a value reported under every version: a new "
+              f"permanent randomization) is above the device policy's maximum {cap:.4g}, so devices that reported "
+              f"under the earlier versions refuse it")
+    return reason, "longitudinal_epsilon", total, cap
+
+
+def check_default_policy(r: redis.Redis, specs: Sequence[MetricSpec], allow: bool | Collection[str] = False) -> None:
+    """Refuse (:class:`AboveDefaultPolicyError`, the first offender) any spec that devices with the default
+    PrivacyPolicy would refuse, unless ``allow`` is True or holds its name: its own ε per report, per day and
+    ε∞, and, for a new permanent randomization of an existing metric, the lifetime ε∞ summed over the metric's
+    versions. The one check behind ``ldptel metrics create|plan|apply`` and ``POST /v1/metrics`` (issue 22 §3).
+    Reads the registry, writes nothing."""
+    checked = [spec for spec in specs if not (allow is True or (not isinstance(allow, bool) and spec.name in allow))]
+    if not checked:
+        return
+    raws = r.hmget(keys.registry(), [spec.name for spec in checked])
+    for spec, raw in zip(checked, raws, strict=True):
+        found = default_policy_refusal(spec) or _lifetime_refusal(None if raw is None else parse_record(raw), spec)
+        if found is not None:
+            raise AboveDefaultPolicyError(spec.name, *found)
 
 
 class RegistryCorruptError(LdpError, ValueError):

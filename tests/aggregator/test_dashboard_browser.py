@@ -16,6 +16,8 @@ import pytest
 import redis as redis_lib
 
 from ldptel.aggregator.cli import main
+from ldptel.client import MetricSpec, RrParams
+from ldptel.storage import registry
 from tests.aggregator.dashboard_data import Populated, day_list, populate, populate_more, running_dashboard
 
 TOKEN = "browser-0123456789abcdef-ABCDEFGHIJ"
@@ -143,10 +145,16 @@ def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Popul
     assert page.locator("#estimates-chart svg rect.bar.corrected").count() == 3
 
 
-def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated]) -> None:
+def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated], redis: redis_lib.Redis) -> None:
     base, _ = site
+    # registered through the storage API, which (unlike the CLI and POST /v1/metrics) does not check the policy
+    registry.create_metric(redis, MetricSpec(name="wide", params=RrParams(epsilon=6.0)))
     page = logged_in(chromium, base)
     show(page, f"{base}/")
+    mark = "[data-mark=above_default_policy]"  # issue 22 §3: devices with the default policy refuse it
+    assert page.locator(f"#metrics tr[data-metric=wide] {mark}").inner_text() == "above default policy"
+    assert "maximum 4" in page.get_attribute(f"#metrics tr[data-metric=wide] {mark}", "title")
+    assert page.locator(f"#metrics tr[data-metric=emoji] {mark}").count() == 0
     for name in ("dark_mode", "emoji", "platform"):
         record = cli_json("metrics", "show", name)
         row = page.locator(f"#metrics tr[data-metric={name}]")
@@ -157,6 +165,8 @@ def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated
         assert row.locator("[data-col=last_day]").inner_text() == f"{last['n']:,} on {DAYS[-1]}"
         assert row.locator("[data-col=lag]").inner_text() == "0"
     show(page, f"{base}/metrics/dark_mode?day={DAYS[0]}")
+    # issue 22 §1: what repeated reports disclose, level and change times (rr's permanent randomized response)
+    assert "when the value changes is not" in page.inner_text("[data-meta=longitudinal]")
     want = cli_json("estimate", "dark_mode", "--day", DAYS[0], "--format", "json")
     assert_shown(page.inner_text("[data-summary=proportion] .big"), want["proportion"]["estimate"], share=True)
     # both uncertainties, labelled: the chart note names the table's (randomization), a card the population interval

@@ -329,3 +329,14 @@ def test_chi_square_effect_interval_covers_cohens_w() -> None:
         assert eff.ci_low is not None and eff.ci_high is not None and eff.ci_low <= eff.ci_high
         covered.append(eff.ci_low <= w_true <= eff.ci_high)
     assert_coverage(np.array(covered), nominal=0.95, band=(0.93, 0.97), what="Cohen's w interval")
+
+
+def test_independence_over_three_groups_holds_alpha() -> None:
+    """Three groups (day ranges or breakdown cells) of an rr metric from one fleet share, n = 400, 600, 800:
+    the χ² of label × group (df 2) rejects 3–7 % at α = 0.05 over 5,000 datasets (band ≥ 6 standard errors)."""
+    params, r = RrParams(epsilon=1.0), 5000
+    rng = np.random.default_rng(70)
+    gs = [groups(params, rng.random(n * r) < 0.35, r, 71 + n) for n in (400, 600, 800)]
+    tests = [inf.homogeneity(list(trio)) for trio in zip(*gs, strict=True)]
+    assert {t.df for t in tests} == {2}
+    assert_coverage(rates(tests), nominal=0.95, band=(0.93, 0.97), what="independence over three groups")

@@ -221,3 +221,30 @@ def test_an_entry_of_a_sealed_day_goes_to_the_dead_letters_whole_not_into_the_da
     assert all(b"already sealed" in f[b"error"] and f[b"d"] == DAYS[0].encode() and f[b"b"] for f in letters)
     assert estimate_metric(redis, "late").to_dict() == want
     assert sealed.seal_metric(redis, "late", horizon_days=3).late_states == []
+
+
+def test_a_metric_that_cannot_be_sealed_does_not_stop_the_worker(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    import threading
+
+    from ldptel.aggregator.worker import Worker, WorkerConfig
+    from tests.wait import wait_until
+
+    bad = create(redis, MetricSpec(name="bad", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=1)
+    good = create(redis, MetricSpec(name="good", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=1)
+    append_reports(redis, bad, ["x"] * 20, rng, day=DAYS[0])
+    append_reports(redis, good, ["y"] * 20, rng, day=DAYS[0])
+    drain(redis)
+    redis.set(keys.sketch("bad", 0, 1, DAYS[0]), b"not a sketch state")  # unreadable: its day cannot be sealed
+    worker = Worker(redis, WorkerConfig(seal_seconds=0.2, checkpoint_seconds=0.05, block_seconds=0.1, rescan_seconds=0.2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: worker.errors().get("seal", 0) >= 2 and sealed.read_view(redis, "good").days,
+                   what="the bad metric to fail twice and the good one to be sealed")
+        today = dt.datetime.now(dt.UTC).date().isoformat()  # a day that is not sealed
+        append_reports(redis, good, ["x"] * 10, rng, day=today)
+        wait_until(lambda: worker.stats().reports == 10, what="the worker to keep folding")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert redis.get(keys.sketch("bad", 0, 1, DAYS[0])) == b"not a sketch state"  # left as it was

@@ -35,7 +35,7 @@ def _lag(r: redis_lib.Redis, name: str, shards: int) -> int:
 
 
 def _wait(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    wait_until(predicate, timeout=max(timeout, 60), what=what, interval=0.005)
+    wait_until(predicate, timeout=max(timeout, 60), what=what, interval=0.005, max_interval=0.005)  # a race to see a moment
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ import redis as redis_lib
 
 from ldptel.client import CmsParams, MetricSpec, encode_batch, privatize_batch
 from ldptel.storage.embedded import EmbeddedRedis
+from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_TOKEN = "scan-app-token-Q7wZ0c4Lr1xVt9Yb"
@@ -76,14 +77,14 @@ def served(tmp_path: Path) -> Iterator[tuple[int, EmbeddedRedis, Path]]:
         with (logs / "stdout.log").open("wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                assert proc.poll() is None and time.monotonic() < deadline, (logs / "stdout.log").read_text()
+            def healthy() -> bool:
+                assert proc.poll() is None, (logs / "stdout.log").read_text()
                 try:
-                    if _request(port, "GET", "/healthz") == 200:
-                        break
+                    return _request(port, "GET", "/healthz") == 200
                 except OSError:
-                    time.sleep(0.05)
+                    return False
+
+            wait_until(healthy, what=lambda: "gunicorn to answer /healthz: " + (logs / "stdout.log").read_text())
             yield port, server, logs
         finally:
             proc.terminate()

@@ -317,10 +317,11 @@ def test_gunicorn_logs_carry_no_client_address(private_redis: EmbeddedRedis, tmp
         proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT)
     clients = []
     try:
-        deadline = time.monotonic() + 20
-        while not errors.exists() or "Booting worker" not in errors.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, out.read_text() + errors.read_text()
-            time.sleep(0.05)
+        def booted() -> bool:
+            assert proc.poll() is None, out.read_text() + errors.read_text()
+            return errors.exists() and "Booting worker" in errors.read_text()
+
+        wait_until(booted, what=lambda: "a gunicorn worker to boot: " + out.read_text() + errors.read_text())
         for data in MALFORMED:
             client_port, answer = _raw_exchange((host, port), data)
             clients.append(client_port)

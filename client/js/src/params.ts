@@ -620,3 +620,34 @@ export function longitudinalEpsilon(p: Params): number {
       return p.effectiveEpsilon;
   }
 }
+
+function gcd(a: number, b: number): number {
+  while (b) [a, b] = [b, a % b];
+  return a;
+}
+
+/** ln(p(d − 1)/(1 − p)) of a keep probability p = num/den (reduced, as Python's Fraction); ∞ when p = 1. */
+function keepEpsilon(num: number, den: number, d: number): number {
+  const g = gcd(num, den);
+  num /= g;
+  den /= g;
+  if (num >= den) return Infinity;
+  return Math.log(num * (d - 1)) - Math.log(den - num);
+}
+
+/** ε_irr of the permanent randomized response's instantaneous stage (ldptel.client.mechanisms.longitudinal). */
+export function epsilonIrr(p: Params): number | null {
+  const rr = p.mechanism === "rr" ? p : p.mechanism === "daily-mean" ? p.rr : null;
+  if (rr) return keepEpsilon(rr.split.irrDen - rr.split.irrNum, rr.split.irrDen, 2);
+  if (p.mechanism === "grr") return keepEpsilon(p.split.irrNum, p.split.irrDen, p.split.d);
+  return null;
+}
+
+/**
+ * What the daily ledger charges per report: ε_irr under a permanent randomized response (the memo lets the
+ * collector compare a device's reports, so a change of value costs ε_irr per report), else the effective ε
+ * (Python's `report_charge`).
+ */
+export function reportCharge(p: Params): number {
+  return epsilonIrr(p) ?? p.effectiveEpsilon;
+}

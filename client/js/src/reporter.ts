@@ -331,7 +331,7 @@ export class Reporter {
       metric,
       version: spec.version,
       day,
-      eps: spec.effectiveEpsilon,
+      eps: spec.reportCharge,
       reportsPerDay: spec.reportsPerDay,
       dailyEpsilon: spec.dailyEpsilon,
       lifetime: spec.permanent
@@ -453,10 +453,10 @@ export class Reporter {
     let count = row && row.day === day ? row.count : 0;
     let eps = row && row.day === day ? row.eps : 0;
     let left = 0;
-    while (count + 1 <= spec.reportsPerDay && eps + spec.effectiveEpsilon <= spec.dailyEpsilon * (1 + 1e-9)) {
+    while (count + 1 <= spec.reportsPerDay && eps + spec.reportCharge <= spec.dailyEpsilon * (1 + 1e-9)) {
       left += 1;
       count += 1;
-      eps += spec.effectiveEpsilon;
+      eps += spec.reportCharge;
     }
     return left;
   }

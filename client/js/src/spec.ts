@@ -1,7 +1,7 @@
 /** Metric specs as the registry serves them (`GET /v1/metrics/<name>`): params plus the reporting policy. */
 import { InvalidParameterError } from "./errors.js";
 import { fingerprintOf } from "./keyed.js";
-import { isPermanent, longitudinalEpsilon, paramsFromDict, type Params } from "./params.js";
+import { isPermanent, longitudinalEpsilon, paramsFromDict, reportCharge, type Params } from "./params.js";
 import { NAME_RE, NAME_RULE } from "./wire.js";
 
 export const MAX_REPORTS_PER_DAY = 10000;
@@ -13,7 +13,9 @@ export interface MetricSpec {
   params: Params;
   /** ε of one report (from the integer thresholds). */
   effectiveEpsilon: number;
-  /** effective ε × reports_per_day. */
+  /** What the daily ledger charges per report: the effective ε, or ε_irr under a permanent randomized response. */
+  reportCharge: number;
+  /** reportCharge × reports_per_day. */
   dailyEpsilon: number;
   /** ε of all reports of one value: per privatization, ever (permanent RR), or per day (memo). */
   longitudinalEpsilon: number;
@@ -57,7 +59,8 @@ export function specFromDict(data: unknown): MetricSpec {
     reportsPerDay: rpd,
     params,
     effectiveEpsilon: params.effectiveEpsilon,
-    dailyEpsilon: params.effectiveEpsilon * rpd,
+    reportCharge: reportCharge(params),
+    dailyEpsilon: reportCharge(params) * rpd,
     longitudinalEpsilon: longitudinalEpsilon(params),
     permanent: isPermanent(params),
     fingerprint: fingerprintOf(params.dict),

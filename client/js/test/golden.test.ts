@@ -7,7 +7,7 @@ import { InvalidValueError } from "../src/errors.js";
 import { HashFamily, valueBytes } from "../src/hashing.js";
 import { fingerprintOf, memoKey, prrStream } from "../src/keyed.js";
 import { mmh3x64h1, mmh3x86 } from "../src/mmh3.js";
-import { paramsFromDict, longitudinalEpsilon, type Params } from "../src/params.js";
+import { paramsFromDict, longitudinalEpsilon, reportCharge, type Params } from "../src/params.js";
 import { privatize, privatizePermanent, packReport, columns, valueKey } from "../src/mechanisms.js";
 import { pyFloatRepr } from "../src/pyjson.js";
 import { ReplayRandom } from "../src/random.js";
@@ -78,6 +78,7 @@ test("params of every mechanism: thresholds, effective and longitudinal ε, fing
     seen.add(p.mechanism);
     closeUlps(p.effectiveEpsilon, v.effective_epsilon, JSON.stringify(v.params).slice(0, 200));
     closeUlps(longitudinalEpsilon(p), v.longitudinal_epsilon, "longitudinal");
+    closeUlps(reportCharge(p), v.report_charge, `${p.mechanism} report charge`);
     ulps += p.effectiveEpsilon === v.effective_epsilon ? 0 : 1;
     assert.equal(toHex(fingerprintOf(p.dict)), v.fingerprint, JSON.stringify(v.params).slice(0, 300));
     const names: Record<string, string> = {

@@ -267,3 +267,23 @@ test("secret sampling (sample_rate β): U = 53 CSPRNG bits kept per metric and d
     await assert.rejects(Reporter.open(opts(s, { specs: [bad] })), /sample_rate must be a number in \(0, 1\]/);
   });
 });
+
+test("permanent RR: the daily ledger charges ε_irr per report (a changing value), as the Python SDK", async () => {
+  await withServer(async (s) => {
+    // rr at ε = 2: ε_irr ≈ 2.69, so 3 reports a day cost ≈ 8.07 > 8 (at ε_eff they would cost 6)
+    const errors: UploadError[] = [];
+    s.specs.set("flag", { ...RR(1, 2.0), reports_per_day: 3 });
+    const rep = await Reporter.open(opts(s, { metrics: ["flag"], onError: (e) => errors.push(e) }));
+    await rep.waitForSpecs(5000);
+    const r = rep.report("flag", true);
+    assert.equal(r.status, "policy_refused");
+    assert.match(r.reason ?? "", /^daily_epsilon 8\.0\d/);
+    await rep.close(1);
+    s.specs.set("flag", { ...RR(2, 2.0), reports_per_day: 2 });
+    const ok = await Reporter.open(opts(s, { metrics: ["flag"] }));
+    await ok.waitForSpecs(5000);
+    assert.equal(ok.report("flag", true).status, "queued");
+    assert.equal(ok.budgetRemaining("flag"), 1);
+    await ok.close(1);
+  });
+});
