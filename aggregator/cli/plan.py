@@ -21,7 +21,7 @@ from ldptel.aggregator.plan import (
     plan_mean,
 )
 from ldptel.client.errors import LdpError
-from ldptel.client.mechanisms import get_mechanism
+from ldptel.client.mechanisms import Permanent, get_mechanism
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
 
 NAME = "plan"
@@ -172,7 +172,7 @@ def write_table(result: Plan, rows: tuple[PlanRow, ...], out: TextIO) -> None:
     for eps, name in result.recommended.items():
         by_name.setdefault(name, []).append(f"{eps:g}")
     picks = "; ".join(f"{name} at ε = {', '.join(eps)}" for name, eps in by_name.items())
-    permanent = sorted({row.mechanism for row in rows if get_mechanism(row.mechanism).permanent})
+    permanent = sorted({name for name in {row.mechanism for row in rows} if isinstance(get_mechanism(name), Permanent)})
     note = "" if not permanent else (  # issue 22 §1: say what the lifetime ε∞ covers and what it does not
         f" {', '.join(permanent)}: a permanent randomized response protects a value's level for life (ε∞), not the "
         "times it changes: each report costs the fresh noise's ε given the others, more than its own ε, and the "

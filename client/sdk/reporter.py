@@ -110,7 +110,6 @@ from pathlib import Path
 from typing import Literal
 
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms.capabilities import Permanent
 from ldptel.client.mechanisms.registry import mechanism_of
 from ldptel.client.protocol.keyed import privatization_fingerprint
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
@@ -509,5 +508,5 @@ class Reporter:
             refusal = self._policy.spec_refusal(spec)
             cached = self._costs[key] = _Cost(
                 eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
-                lifetime=eps_inf if isinstance(mechanism_of(spec.params), Permanent) else None)
+                lifetime=eps_inf if mechanism_of(spec.params).permanent_channel(spec.params) is not None else None)
         return cached
