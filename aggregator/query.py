@@ -244,7 +244,8 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     if opts.estimator != "plain" and candidates is not None:
         from ldptel.aggregator.corrected import corrected_estimate  # imports scipy
 
-        corrected = corrected_estimate(params, state, candidates=candidates, confidence=opts.confidence, plain=est)
+        corrected = corrected_estimate(params, state, candidates=candidates, confidence=opts.confidence, plain=est,
+                                       screen=True)  # a list past the fit's limit: largest plain estimates fitted
         corrected_adjusted = pp.apply(method, corrected.counts, total=corrected.n, full_domain=False)
         if opts.estimator == "corrected":
             est, adjusted, corrected, corrected_adjusted = corrected, corrected_adjusted, None, None

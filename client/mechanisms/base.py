@@ -164,6 +164,11 @@ class Mechanism(ABC, Generic[P, B]):
         """What a reader of an estimate must know about the params (numeric metrics: the clipping range)."""
         return ""
 
+    def plan_variants(self) -> tuple[dict[str, Any], ...]:
+        """The params fields of each variant ``ldptel plan`` compares (one entry each, merged into the planned params;
+        ``({},)``: the mechanism has one)."""
+        return ({},)
+
     def shape(self, params: P) -> str:
         """The size of a metric's params in a few characters, for listings ("" when there is none)."""
         return ""

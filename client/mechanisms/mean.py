@@ -317,6 +317,10 @@ class BoundedMean(Summary[MeanParams, MeanBatch]):
     params_type = MeanParams
     batch_type = MeanBatch
 
+    def plan_variants(self) -> tuple[dict[str, Any], ...]:
+        """Both variants (not ``auto``): which is better depends on where the values lie (``ldptel plan --mean-guess``)."""
+        return tuple({"variant": v} for v in MEAN_VARIANTS if v != "auto")
+
     def clips(self, value: object, params: MeanParams) -> bool:
         return not params.lo <= number_of(value) <= params.hi
 
