@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -530,36 +530,78 @@ class MeanPlanRow:
     worst_var_t: float  # per report, in t = 2(x − lo)/(hi − lo) − 1 units, over the values
     mean_error: float  # z·√Var of the mean at n, value units (worst case over where the mean lies)
     reports_needed: int | None  # for ``error`` (value units), or None without a target
+    typical_var_t: float | None = None  # per report, averaged over the typical values given (t units)
+    typical_mean_error: float | None = None  # z·√Var of the mean at n for the typical values
+    typical_reports_needed: int | None = None
+    chosen: bool = False  # the variant of ``mean`` to create at this ε: by the typical variance when given
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+def _choice_key(row: MeanPlanRow) -> float:
+    return row.worst_var_t if row.typical_var_t is None else row.typical_var_t
+
+
 def plan_mean(
     *, lo: float, hi: float, n: int, epsilons: Sequence[float] = DEFAULT_EPSILONS, error: float | None = None,
-    confidence: float = 0.95,
+    confidence: float = 0.95, typical: Sequence[float] | np.ndarray | None = None,
 ) -> tuple[MeanPlanRow, ...]:
-    """Every mechanism whose estimate is a mean (``Mechanism.estimates_counts`` false, params from lo and hi),
-    at each ε: the worst case of its own ``variance`` over where the mean lies (a 257-point grid), as the ±
-    of the mean at n reports and the reports a ± of ``error`` (value units) needs. The sum's ± is n times."""
+    """Every mechanism whose estimate is a mean (kind ``summary``, params from lo and hi; once per variant it plans,
+    :meth:`~ldptel.client.mechanisms.base.Mechanism.plan_variants`: ``mean``'s onebit and dhm), at each ε: the worst case of its own ``variance`` over where
+    the mean lies (a 257-point grid), as the ± of the mean at n reports and the reports a ± of ``error``
+    (value units) needs. The sum's ± is n times.
+
+    ``typical``: values of a typical distribution (a pilot sample, or one guessed mean: every device at it),
+    clipped to [lo, hi]. The variance of a mean estimate is the average over the devices of each device's
+    report variance, which depends on its own value: for onebit C² − t², largest at the centre; for dhm larger
+    at the ends. So on skewed data onebit can beat dhm though dhm has the smaller worst case (issue 24:
+    544 vs 660 sd at ε = 4). Each row then also has the typical variance, ±, and reports; ``chosen`` marks,
+    per ε, the ``mean`` variant with the smaller typical variance (the smaller worst case without ``typical``).
+    A guessed mean alone gives an upper bound for onebit (E[t²] ≥ mean(t)²) and only a guess for dhm."""
     check_int("n", n, 1, 1 << 62)
     z = z_value(confidence)
     half = (hi - lo) / 2.0
+    points: np.ndarray | None = None
+    if typical is not None:
+        raw = np.asarray(typical, dtype=np.float64).reshape(-1)
+        if raw.size == 0 or not np.all(np.isfinite(raw)):
+            raise InvalidParameterError("typical", "a non-empty list of finite numbers (a pilot sample or a guessed mean)", typical)
+        # 1,001 quantiles stand for a large pilot (each quantile's share is equal: the average is kept)
+        points = np.clip(raw if raw.size <= 1001 else np.quantile(raw, np.linspace(0, 1, 1001)), lo, hi)
     rows = []
+    chooses: set[str] = set()  # mechanisms planned in several variants: one is marked chosen per ε
     for mech in mechanisms():
-        if mech.estimates_counts:
+        if mech.kind != "summary":
             continue
+        variants = mech.plan_variants()
+        if len(variants) > 1:
+            chooses.add(mech.name)
         for eps in epsilons:
-            try:
-                params = params_from_dict({"mechanism": mech.name, "epsilon": check_epsilon(eps), "lo": lo, "hi": hi})
-            except InvalidParameterError:
-                continue
-            grid = np.linspace(lo, hi, 257)
-            per_report = max(float(mech.variance(params, np.array([m, 0.0, 1.0]), 1)[0]) for m in grid)
-            needed = None if error is None else max(1, math.ceil(z * z * per_report / (error * error)))
-            rows.append(MeanPlanRow(
-                mechanism=mech.name, shape=mech.shape(params), epsilon=eps, effective_epsilon=params.effective_epsilon,
-                bits_per_report=mech.payload_size(params, 8), worst_var_t=per_report / (half * half),
-                mean_error=z * math.sqrt(per_report / n), reports_needed=needed,
-            ))  # fmt: skip
+            for variant in variants:
+                spec: dict[str, Any] = {"mechanism": mech.name, "epsilon": check_epsilon(eps), "lo": lo, "hi": hi, **variant}
+                try:
+                    params = params_from_dict(spec)
+                except InvalidParameterError:
+                    continue
+                grid = np.linspace(lo, hi, 257)
+                per_report = max(float(mech.variance(params, np.array([m, 0.0, 1.0]), 1)[0]) for m in grid)
+                needed = None if error is None else max(1, math.ceil(z * z * per_report / (error * error)))
+                typ = typ_err = typ_needed = None
+                if points is not None:
+                    per = float(np.mean([float(mech.variance(params, np.array([v, 0.0, 1.0]), 1)[0]) for v in points]))
+                    typ, typ_err = per / (half * half), z * math.sqrt(per / n)
+                    typ_needed = None if error is None else max(1, math.ceil(z * z * per / (error * error)))
+                rows.append(MeanPlanRow(
+                    mechanism=mech.name, shape=mech.shape(params), epsilon=eps, effective_epsilon=params.effective_epsilon,
+                    bits_per_report=mech.payload_size(params, 8), worst_var_t=per_report / (half * half),
+                    mean_error=z * math.sqrt(per_report / n), reports_needed=needed, typical_var_t=typ,
+                    typical_mean_error=typ_err, typical_reports_needed=typ_needed,
+                ))  # fmt: skip
+    for eps in epsilons:  # per ε and mechanism with variants, the variant to create
+        for name in chooses:
+            same = [i for i, r in enumerate(rows) if r.mechanism == name and r.epsilon == eps]
+            if same:
+                best = min(same, key=lambda i: _choice_key(rows[i]))
+                rows[best] = replace(rows[best], chosen=True)
     return tuple(rows)

@@ -7,6 +7,8 @@ import argparse
 import csv
 from typing import Any, TextIO
 
+import numpy as np
+
 from ldptel.aggregator.cli.common import EXIT_OK, UserError, confidence, positive_int
 from ldptel.aggregator.cli.output import table, write_json
 from ldptel.aggregator.plan import (
@@ -21,7 +23,7 @@ from ldptel.aggregator.plan import (
     plan_mean,
 )
 from ldptel.client.errors import LdpError
-from ldptel.client.mechanisms import get_mechanism
+from ldptel.client.mechanisms import Permanent, get_mechanism
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
 
 NAME = "plan"
@@ -91,6 +93,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--domain-size", type=positive_int, metavar="D", help="number of distinct values (categorical metrics)")
     p.add_argument("--range", type=float, nargs=2, metavar=("LO", "HI"),
                    help="numeric metrics instead: the declared value range; --error is then a share of HI - LO")
+    typical = p.add_mutually_exclusive_group()
+    typical.add_argument("--mean-guess", type=float, metavar="X",
+                         help="--range: a guess of the mean; adds each mean variant's variance if every value were X "
+                              "and picks the variant by it")
+    typical.add_argument("--pilot", metavar="FILE",
+                         help="--range: a file of typical values (one number per line, e.g. a pilot sample); adds each "
+                              "mean variant's variance averaged over them and picks the variant by it")
     p.add_argument("--top-share", type=share, metavar="X",
                    help="share of reports the top value holds (0.15 or 15%%): Zipf model; default uniform")
     target = p.add_mutually_exclusive_group(required=True)
@@ -117,6 +126,8 @@ def _flat(groups: list[Any] | None, default: tuple[Any, ...]) -> tuple[Any, ...]
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.range is not None:
         return _run_mean(args, out)
+    if args.mean_guess is not None or args.pilot is not None:
+        raise UserError("--mean-guess and --pilot describe a numeric metric's values: use them with --range LO HI")
     if args.domain_size is None:
         raise UserError("plan needs --domain-size D (categorical metrics) or --range LO HI (numeric metrics)")
     result = plan(
@@ -172,7 +183,7 @@ def write_table(result: Plan, rows: tuple[PlanRow, ...], out: TextIO) -> None:
     for eps, name in result.recommended.items():
         by_name.setdefault(name, []).append(f"{eps:g}")
     picks = "; ".join(f"{name} at ε = {', '.join(eps)}" for name, eps in by_name.items())
-    permanent = sorted({row.mechanism for row in rows if get_mechanism(row.mechanism).permanent})
+    permanent = sorted({name for name in {row.mechanism for row in rows} if isinstance(get_mechanism(name), Permanent)})
     note = "" if not permanent else (  # issue 22 §1: say what the lifetime ε∞ covers and what it does not
         f" {', '.join(permanent)}: a permanent randomized response protects a value's level for life (ε∞), not the "
         "times it changes: each report costs the fresh noise's ε given the others, more than its own ε, and the "
@@ -184,6 +195,35 @@ def write_table(result: Plan, rows: tuple[PlanRow, ...], out: TextIO) -> None:
 MEAN_COLUMNS = tuple(MeanPlanRow.__dataclass_fields__)
 
 
+def _typical(args: argparse.Namespace) -> tuple[np.ndarray | None, str | None]:
+    """The typical values asked for (``--mean-guess`` or ``--pilot``) and how to name them."""
+    if args.mean_guess is not None:
+        return np.array([args.mean_guess]), f"every value at the guessed mean {args.mean_guess:g}"
+    if args.pilot is None:
+        return None, None
+    try:
+        with open(args.pilot, encoding="utf-8") as fh:
+            lines = [line.strip() for line in fh if line.strip() and not line.lstrip().startswith("#")]
+    except OSError as exc:
+        raise UserError(f"--pilot {args.pilot}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        values = np.array([float(line) for line in lines])
+    except ValueError:
+        bad = next(line for line in lines if not _is_number(line))
+        raise UserError(f"--pilot {args.pilot}: every line must be one number, got {bad[:40]!r}") from None
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise UserError(f"--pilot {args.pilot}: needs at least one finite number (one per line)")
+    return values, f"the {values.size:,} pilot values of {args.pilot}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
     """``--range``: the mean's worst-case ± at the reports given, and the reports for ``--error`` × (HI − LO)."""
     lo, hi = args.range
@@ -191,10 +231,12 @@ def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
     target = None if args.error is None else args.error * (hi - lo)
     if args.error_count is not None:
         raise UserError("--range plans a mean: give --error as a share of HI - LO, not --error-count")
+    typical, described = _typical(args)
     rows = plan_mean(lo=lo, hi=hi, n=n, epsilons=_flat(args.epsilon, DEFAULT_EPSILONS), error=target,
-                     confidence=args.confidence)
+                     confidence=args.confidence, typical=typical)
     if args.format == "json":
-        write_json({"lo": lo, "hi": hi, "n": n, "error": target, "rows": [r.to_dict() for r in rows]}, out)
+        write_json({"lo": lo, "hi": hi, "n": n, "error": target, "typical": described,
+                    "rows": [r.to_dict() for r in rows]}, out)
     elif args.format == "csv":
         writer = csv.DictWriter(out, fieldnames=MEAN_COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -203,13 +245,27 @@ def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
     else:
         out.write(f"plan: mean of a value clipped to [{lo:g}, {hi:g}], n = {n:,} reports, {args.confidence:.0%} intervals"
                   + ("" if target is None else f", target ± {target:g}") + "\n")
-        table(["mechanism", "shape", "ε", "effective ε", "bits/report", "worst Var_t", "± mean", "± sum", "reports for target"],
-              [[r.mechanism, r.shape, f"{r.epsilon:g}", f"{r.effective_epsilon:.4f}", str(r.bits_per_report),
-                f"{r.worst_var_t:.4f}", f"{r.mean_error:.4g}", f"{n * r.mean_error:.4g}",
-                "-" if r.reports_needed is None else f"{r.reports_needed:,}"] for r in rows], out, left=(0, 1))
+        headers = ["mechanism", "shape", "ε", "effective ε", "bits/report", "worst Var_t", "± mean", "± sum", "reports for target"]
+        if typical is not None:
+            headers += ["typical Var_t", "± mean (typical)", "reports (typical)"]
+        cells = []
+        for r in rows:
+            row = [("* " if r.chosen else "") + r.mechanism, r.shape, f"{r.epsilon:g}", f"{r.effective_epsilon:.4f}",
+                   str(r.bits_per_report), f"{r.worst_var_t:.4f}", f"{r.mean_error:.4g}", f"{n * r.mean_error:.4g}",
+                   "-" if r.reports_needed is None else f"{r.reports_needed:,}"]
+            if typical is not None:
+                row += [f"{r.typical_var_t:.4f}", f"{r.typical_mean_error:.4g}",
+                        "-" if r.typical_reports_needed is None else f"{r.typical_reports_needed:,}"]
+            cells.append(row)
+        table(headers, cells, out, left=(0, 1))
+        basis = (f"the smaller variance for {described}" if typical is not None
+                 else "the smaller worst case (what --variant auto picks; give --mean-guess or --pilot to choose by your data)")
+        out.write(f"* the mean variant to create at each ε: {basis}; create it with --variant onebit|dhm\n")
         for r in rows:  # a permanent randomized response protects the level, not the change times: say so
             mech = get_mechanism(r.mechanism)
-            if mech.permanent and "lo" in mech.params_schema()[1]:
+            if "lo" in mech.params_schema()[1]:
                 make: Any = mech.params_type  # a numeric mechanism's params: epsilon, lo, hi
-                out.write(f"{r.mechanism} at ε {r.epsilon:g}: {longitudinal_note(make(epsilon=r.epsilon, lo=lo, hi=hi))}\n")
+                params = make(epsilon=r.epsilon, lo=lo, hi=hi)
+                if mech.permanent_channel(params) is not None:
+                    out.write(f"{r.mechanism} at ε {r.epsilon:g}: {longitudinal_note(params)}\n")
     return EXIT_OK

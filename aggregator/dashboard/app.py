@@ -19,14 +19,19 @@ JSON list); discovery takes ``from``, ``to``, ``day``, ``version``, ``top``, ``k
 ``alpha``, ``confidence``. Bad input is a 4xx JSON ``{"error", "message"}``.
 
 Authentication reuses the ingest service's: ``Authorization: Bearer <token>`` compared by SHA-256 digest in
-constant time (:mod:`ldptel.server.state`). Browsers log in once at ``/login``; the cookie holds an HMAC of
-the token (never the token: the dashboard token may be the ingest's admin token), HttpOnly, SameSite=Strict.
+constant time (:mod:`ldptel.server.state`). Browsers log in at ``/login``: each login gets its own random session
+id (:mod:`.sessions`, 256 bits, in this process's memory only) in a cookie that is HttpOnly, SameSite=Strict,
+``Max-Age`` the session's life (``LDPTEL_DASHBOARD_SESSION_SECONDS``, default 8 h, never extended) and ``Secure``
+when the request came over TLS (served with TLS, or ``X-Forwarded-Proto: https`` from a proxy declared in
+``LDPTEL_TRUSTED_PROXIES``; the header is ignored from anyone else). ``/logout`` revokes the session on the
+server: the old cookie is refused from then on. Failed logins and wrong bearer tokens are limited per source
+(:class:`ldptel.server.ratelimit.SourceFailureLimiter`: 10, then one more every 30 s; the real client behind a
+declared proxy, :mod:`ldptel.server.proxies`; a keyed hash in memory, never logged): over the limit, a login or
+bearer request gets 429 whether its token is right or not (the dashboard token is a secret: no oracle).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -37,22 +42,26 @@ from flask import Blueprint, Flask, Response, current_app, redirect, render_temp
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
-from ldptel.aggregator.cli.discover import ALPHA, DEFAULT_TOP, KEEP
-from ldptel.aggregator.cli.estimate import default_confidence
-from ldptel.aggregator.cli.output import json_text
 from ldptel.aggregator.dashboard.config import DashboardConfig
 from ldptel.aggregator.dashboard.overview import metric_list
-from ldptel.aggregator.discover import discover_metric
-from ldptel.aggregator.query import EmptyRangeError, estimate_by_day, estimate_metric
+from ldptel.aggregator.dashboard.sessions import SessionStore
+from ldptel.aggregator.defaults import DISCOVER_ALPHA, DISCOVER_KEEP, DISCOVER_TOP, default_confidence
+from ldptel.aggregator.discover import DiscoverOptions, discover_metric
+from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
+from ldptel.aggregator.render import json_text
 from ldptel.client.errors import InvalidParameterError, LdpError
+from ldptel.server.proxies import TrustedProxies
+from ldptel.server.ratelimit import SourceFailureLimiter
 from ldptel.server.state import bearer_digest, digest, digest_in
 from ldptel.storage import registry
 from ldptel.storage.registry import UnknownMetricError, UnknownVersionError
 
 log = logging.getLogger("ldptel.dashboard")
 EXTENSION = "ldptel_dashboard"
+AUTH_EXTENSION = "ldptel_dashboard_auth"
 COOKIE = "ldptel_dashboard"
-_SESSION_LABEL = b"ldptel dashboard session v1"
+LOGIN_FAILURE_BURST = 10  # failed logins (or wrong bearer tokens) per source before 429 ...
+LOGIN_FAILURE_RATE = 1 / 30  # ... then one more every 30 s
 QUERY_KEYS = ("from", "to", "day", "version", "candidate", "candidates", "top", "confidence", "postprocess", "estimator",
               "percentiles")
 DISCOVER_KEYS = ("from", "to", "day", "version", "top", "keep", "threshold", "alpha", "confidence")
@@ -68,11 +77,12 @@ pages = Blueprint("pages", __name__)
 
 
 class ApiError(LdpError):
-    """An answer ``{"error": code, "message": ...}`` with an HTTP status."""
+    """An answer ``{"error": code, "message": ...}`` with an HTTP status (and ``Retry-After`` when set)."""
 
     def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.retry_after: int | None = None
 
 
 def _state() -> tuple[DashboardConfig, redis_lib.Redis]:
@@ -80,19 +90,58 @@ def _state() -> tuple[DashboardConfig, redis_lib.Redis]:
     return config, client
 
 
-def session_value(token: str) -> str:
-    """The login cookie's value: an HMAC of the token, so the cookie never carries the token itself."""
-    return hmac.new(token.encode(), _SESSION_LABEL, hashlib.sha256).hexdigest()
+class _Auth:
+    """The login state of one dashboard process: sessions, the failure limiter and the declared proxies."""
+
+    def __init__(self, config: DashboardConfig) -> None:
+        self.sessions = SessionStore(ttl=config.session_seconds)
+        self.failures = SourceFailureLimiter(rate=LOGIN_FAILURE_RATE, burst=LOGIN_FAILURE_BURST)
+        self.proxies = TrustedProxies(config.trusted_proxies)
+        self.token_digest = digest(config.token)
+
+    def source(self) -> str:
+        """The request's source for the failure limit (the real client behind a declared proxy; never log it)."""
+        return self.proxies.source(request.environ)
+
+    def blocked(self, source: str) -> float:
+        return self.failures.blocked(source)
+
+    def secure(self) -> bool:
+        """Whether the browser reached us over TLS: directly, or through a declared proxy that says so."""
+        if request.scheme == "https":
+            return True
+        proto = request.headers.get("X-Forwarded-Proto", "").split(",")[0].strip().lower()
+        return proto == "https" and self.proxies.peer_is_trusted(request.environ)
+
+
+def _auth() -> _Auth:
+    auth = current_app.extensions[AUTH_EXTENSION]
+    assert isinstance(auth, _Auth)
+    return auth
+
+
+def _too_many(wait: float) -> ApiError:
+    error = ApiError(429, "rate_limited", f"too many failed logins from this address; retry in {max(1, round(wait))} s")
+    error.retry_after = max(1, int(wait + 0.999))
+    return error
 
 
 def _authenticated() -> bool:
-    config, _ = _state()
+    """A valid session cookie, or a valid bearer token (a wrong one counts against its source; 429 over the
+    limit, whatever the token)."""
+    auth = _auth()
     header = request.headers.get("Authorization")
     if header is not None:
+        source = auth.source()
         got = bearer_digest(header)
-        return got is not None and digest_in(got, (digest(config.token),))
-    cookie = request.cookies.get(COOKIE, "")
-    return cookie.isascii() and hmac.compare_digest(cookie.encode(), session_value(config.token).encode())
+        ok = got is not None and digest_in(got, (auth.token_digest,))
+        wait = auth.blocked(source)
+        if wait > 0:
+            raise _too_many(wait)
+        if not ok:
+            auth.failures.failed(source)
+        return ok
+    return auth.sessions.valid(request.cookies.get(COOKIE, ""))
 
 
 def _json(document: Any, status: int = 200) -> Response:
@@ -144,8 +193,8 @@ def _range_options(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str
     return options
 
 
-def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
-    """The keyword arguments of :func:`estimate_metric` from request parameters (``candidates`` gathered)."""
+def query_options(source: Mapping[str, Any], candidates: list[str]) -> QueryOptions:
+    """The :class:`QueryOptions` of request parameters (``candidates`` gathered)."""
     options = _range_options(source, QUERY_KEYS)
     options["candidates"] = candidates or None
     if source.get("percentiles") not in (None, ""):
@@ -153,21 +202,21 @@ def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str,
     for key in ("postprocess", "estimator"):
         if source.get(key) not in (None, ""):
             options[key] = source[key]
-    return options
+    return QueryOptions(**options)
 
 
-def discover_options(source: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of :func:`discover_metric`, with ``ldptel discover``'s defaults."""
+def discover_options(source: Mapping[str, Any]) -> DiscoverOptions:
+    """The :class:`DiscoverOptions` of request parameters, with ``ldptel discover``'s defaults."""
     options = _range_options(source, DISCOVER_KEYS)
-    options.setdefault("top", DEFAULT_TOP)
+    options.setdefault("top", DISCOVER_TOP)
     options.setdefault("confidence", default_confidence())
-    options["keep"] = _int("keep", source["keep"]) if source.get("keep") not in (None, "") else KEEP
-    options["alpha"] = ALPHA
+    options["keep"] = _int("keep", source["keep"]) if source.get("keep") not in (None, "") else DISCOVER_KEEP
+    options["alpha"] = DISCOVER_ALPHA
     if source.get("alpha") not in (None, ""):
         options["alpha"] = _float("alpha", source["alpha"], "a number in (0, 1)")
     if source.get("threshold") not in (None, ""):
         options["threshold"] = _float("threshold", source["threshold"], "a number of standard errors > 0")
-    return options
+    return DiscoverOptions(**options)
 
 
 def _candidates_from(text: object) -> list[str]:
@@ -177,7 +226,7 @@ def _candidates_from(text: object) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def _request_options() -> dict[str, Any]:
+def _request_options() -> QueryOptions:
     """GET: the query string; POST: a JSON object with the same keys (``candidate`` may be a list)."""
     if request.method == "POST":
         body = request.get_json(silent=True)
@@ -213,19 +262,19 @@ def metric(name: str) -> Response:
 @api.route("/metrics/<name>/estimate", methods=["GET", "POST"])
 def estimate(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_metric(r, name, **_request_options()).to_dict())
+    return _json(estimate_metric(r, name, _request_options()).to_dict())
 
 
 @api.route("/metrics/<name>/by-day", methods=["GET", "POST"])
 def by_day(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_by_day(r, name, **_request_options()).to_dict())
+    return _json(estimate_by_day(r, name, _request_options()).to_dict())
 
 
 @api.get("/metrics/<name>/discover")
 def discover(name: str) -> Response:
     _, r = _state()
-    return _json(discover_metric(r, name, **discover_options({k: request.args.get(k) for k in request.args})).to_dict())
+    return _json(discover_metric(r, name, discover_options({k: request.args.get(k) for k in request.args})).to_dict())
 
 
 # ----------------------------------------------------------------------------------------------- pages
@@ -250,22 +299,32 @@ def _safe_next(target: str | None) -> str:
 
 @pages.route("/login", methods=["GET", "POST"])
 def login() -> BaseResponse | tuple[str, int]:
-    config, _ = _state()
+    auth = _auth()
     target = _safe_next(request.values.get("next"))
     if request.method == "GET":
         return render_template("login.html", next=target, failed=False), 200
     token = (request.form.get("token") or "").strip()
-    if not token.isascii() or not digest_in(digest(token), (digest(config.token),)):
+    right = token.isascii() and digest_in(digest(token), (auth.token_digest,))  # the same work either way
+    source = auth.source()
+    wait = auth.blocked(source)
+    if wait > 0:  # before the answer depends on the token: a right guess looks like a wrong one
+        raise _too_many(wait)
+    if not right:
+        auth.failures.failed(source)
         return render_template("login.html", next=target, failed=True), 401
     resp = redirect(target, code=303)
-    resp.set_cookie(COOKIE, session_value(config.token), httponly=True, samesite="Strict", secure=request.is_secure)
+    resp.set_cookie(COOKIE, auth.sessions.create(), max_age=int(auth.sessions.ttl), httponly=True,
+                    samesite="Strict", secure=auth.secure())
     return resp
 
 
 @pages.post("/logout")
 def logout() -> BaseResponse:
+    """Revoke the session on the server (its cookie is refused from now on) and delete the cookie."""
+    auth = _auth()
+    auth.sessions.revoke(request.cookies.get(COOKIE, ""))
     resp = redirect("/login", code=303)
-    resp.delete_cookie(COOKIE)
+    resp.delete_cookie(COOKIE, httponly=True, samesite="Strict", secure=auth.secure())
     return resp
 
 
@@ -286,7 +345,12 @@ def _error(status: int, code: str, message: str) -> Response | tuple[str, int]:
 
 def _handle(exc: Exception) -> Response | tuple[str, int]:
     if isinstance(exc, ApiError):
-        return _error(exc.status, exc.code, exc.message)
+        answer = _error(exc.status, exc.code, exc.message)
+        if exc.retry_after is not None:
+            resp = answer if isinstance(answer, Response) else Response(answer[0], status=answer[1], mimetype="text/html")
+            resp.headers["Retry-After"] = str(exc.retry_after)
+            return resp
+        return answer
     if isinstance(exc, HTTPException):
         return _error(exc.code or 500, (exc.name or "error").lower().replace(" ", "_"), exc.description or "")
     if isinstance(exc, (redis_lib.ConnectionError, redis_lib.TimeoutError)):
@@ -321,6 +385,7 @@ def create_dashboard(config: DashboardConfig | None = None) -> Flask:
     app = Flask(__name__, static_folder="static", template_folder="templates")
     client = redis_lib.Redis.from_url(config.redis_url, socket_connect_timeout=5.0, socket_timeout=30.0)
     app.extensions[EXTENSION] = (config, client)
+    app.extensions[AUTH_EXTENSION] = _Auth(config)
     app.before_request(_gate)
     app.after_request(_headers)
     app.register_error_handler(Exception, _handle)

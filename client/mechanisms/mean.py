@@ -48,7 +48,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import SUMMARY_LABELS, Summary
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import (
     SINGLE_DRAW_PROB_BITS,
@@ -72,8 +73,13 @@ VALUE_BITS = 32  # V: the fixed-point resolution of a clipped value, u ∈ [0, 2
 GRID = 256  # G: grid points − 1 of the piecewise branch
 SHARE_BITS = 16  # α = A / 2^SHARE_BITS
 MAX_ABS_BOUND = 1e15  # |lo|, |hi| (2^V steps of (hi − lo) stay far above float64 resolution)
+# The narrowest range, hi − lo, in the metric's unit. Below about 2.4e-299, 2^V/(hi − lo) overflows float64 and the
+# device's scaling turns a value into NaN (a served spec with lo = 0, hi = 5e-324 made report() raise); well above
+# that, nothing measured needs a range narrower than 1e-12 of its unit: change the unit instead. Checked wherever
+# a spec is built (MeanParams, so DailyMeanParams too; the registry, the CLI, the device's spec cache).
+MIN_SPAN = 1e-12
 MEAN_VARIANTS = ("auto", "onebit", "dhm")
-MEAN_LABELS = ("mean", "sum", "count")
+MEAN_LABELS = SUMMARY_LABELS
 _ALPHA_STEPS = 64  # the grid search over α uses multiples of 1/64
 
 
@@ -165,6 +171,10 @@ class MeanParams(ParamsBase):
         hi = check_number("hi", self.hi, -MAX_ABS_BOUND, MAX_ABS_BOUND)
         if not hi > lo:
             raise InvalidParameterError("hi", f"a number above lo = {lo:g}", self.hi)
+        if not hi - lo >= MIN_SPAN:
+            raise InvalidParameterError(
+                "hi - lo", f"at least {MIN_SPAN:g} (a range too narrow for the device's 2^{VALUE_BITS}-step scaling "
+                "in float64; use a smaller unit)", hi - lo)
         object.__setattr__(self, "lo", lo)
         object.__setattr__(self, "hi", hi)
         check_int("prob_bits", self.prob_bits, SINGLE_DRAW_PROB_BITS, SINGLE_DRAW_PROB_BITS)
@@ -299,14 +309,17 @@ def number_of(value: object) -> float:
     return x
 
 
-class BoundedMean(Mechanism[MeanParams, MeanBatch]):
+class BoundedMean(Summary[MeanParams, MeanBatch]):
     """Bounded mean and sum: one bit (onebit) or one cell index (dhm) per report."""
 
     name = "mean"
     code = 8
     params_type = MeanParams
     batch_type = MeanBatch
-    estimates_counts = False
+
+    def plan_variants(self) -> tuple[dict[str, Any], ...]:
+        """Both variants (not ``auto``): which is better depends on where the values lie (``ldptel plan --mean-guess``)."""
+        return tuple({"variant": v} for v in MEAN_VARIANTS if v != "auto")
 
     def clips(self, value: object, params: MeanParams) -> bool:
         return not params.lo <= number_of(value) <= params.hi
@@ -425,7 +438,8 @@ class BoundedMean(Mechanism[MeanParams, MeanBatch]):
         bound = {"type": "number", "minimum": -MAX_ABS_BOUND, "maximum": MAX_ABS_BOUND}
         return {
             "lo": {**bound, "description": "values below are reported as lo (clipped on the device)"},
-            "hi": {**bound, "description": "values above are reported as hi (clipped on the device)"},
+            "hi": {**bound, "description": f"values above are reported as hi (clipped on the device); hi - lo must "
+                                           f"be at least {MIN_SPAN:g}"},
             "variant": {"type": "string", "enum": list(MEAN_VARIANTS)},
             "window": {"type": ["integer", "null"], "minimum": 1, "maximum": GRID, "description": "dhm; null: chosen"},
             "pm_share": {"type": ["integer", "null"], "minimum": 0, "maximum": 1 << SHARE_BITS,

@@ -30,7 +30,10 @@ def check_number(
         allowed += " or inf"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidParameterError(name, allowed, value)
-    x = float(value)
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float64 (JSON allows any number of digits)
+        raise InvalidParameterError(name, allowed, "an integer beyond float64") from None
     if allow_inf and x == math.inf:
         return x
     inside = lo < x < hi if open_interval else lo <= x <= hi

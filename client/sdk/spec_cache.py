@@ -278,7 +278,9 @@ def _spec_from_body(data: object, metric: str) -> MetricSpec | None:
         if isinstance(cand, dict) and "params" in cand:
             try:
                 spec = MetricSpec.from_dict(cand)
-            except LdpError:
+            except (LdpError, ValueError, TypeError, ArithmeticError, RecursionError):
+                # Whatever a server sends, it is either a valid spec or no spec: report() says "no_spec" and
+                # the app never sees the server's mistake as an exception (issue 22 §5).
                 continue
             if spec.name == metric:
                 return spec

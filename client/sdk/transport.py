@@ -64,7 +64,7 @@ class Response:
     def json(self) -> object:
         try:
             return json.loads(self.body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: "[[[[..." from a hostile server
             return None
 
 

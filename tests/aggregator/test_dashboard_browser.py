@@ -281,3 +281,42 @@ def test_errors_are_shown_and_dark_mode_applies(chromium: Any, site: tuple[str, 
     assert page.locator("#estimates-card").is_hidden()
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(20, 23, 28)"  # --bg of prefers-color-scheme: dark
+
+
+def test_a_session_is_per_login_expires_and_ends_at_logout(chromium: Any, site: tuple[str, Populated]) -> None:
+    """Issue 22 §4: each login its own random cookie with an expiry (8 h by default); after "Log out" the old
+    cookie, replayed in another browser context, is refused; other sessions live on. Before: one HMAC of the
+    token for every login, accepted forever, after logout too."""
+    import time
+
+    base, _ = site
+    first = logged_in(chromium, base)
+    second = logged_in(chromium, base)
+    (cookie,) = [c for c in first.context.cookies() if c["name"] == "ldptel_dashboard"]
+    (other,) = [c for c in second.context.cookies() if c["name"] == "ldptel_dashboard"]
+    assert cookie["value"] != other["value"] and TOKEN not in cookie["value"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and not cookie["secure"]  # plain http on loopback
+    assert abs(cookie["expires"] - (time.time() + 8 * 3600)) < 300
+    first.click("header form[action='/logout'] button")
+    first.wait_for_url(f"{base}/login")
+    replay = chromium.new_context().new_page()
+    replay.context.add_cookies([cookie])
+    replay.goto(f"{base}/metrics/emoji")
+    assert replay.url.startswith(f"{base}/login?next=")  # the revoked session is not accepted
+    second.goto(f"{base}/metrics/emoji")
+    second.wait_for_selector("body[data-state=ready]")  # the other login still works
+
+
+def test_failed_logins_are_limited(chromium: Any, site: tuple[str, Populated]) -> None:
+    base, _ = site
+    page = chromium.new_context().new_page()
+    for _ in range(10):
+        page.goto(f"{base}/login")
+        page.fill("#token", "wrong-0123456789abcdef-ABCDEFGHIJ")
+        page.click("button[type=submit]")
+        assert "not the dashboard's token" in page.inner_text("#login-error")
+    page.goto(f"{base}/login")
+    page.fill("#token", TOKEN)  # the right token, from an address over its limit: refused like a wrong one
+    page.click("button[type=submit]")
+    assert "too many failed logins" in page.inner_text("body")
+    assert not [c for c in page.context.cookies() if c["name"] == "ldptel_dashboard"]

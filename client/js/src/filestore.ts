@@ -35,6 +35,11 @@ export class FileStore implements Store {
     this.where = `file:${dir}`;
     this.file = join(dir, "state.json");
     this.lock = join(dir, "lock");
+    // temp files of writers killed mid-write (the rename never happened: the old state stands)
+    for (const name of fs.readdirSync(dir)) {
+      const m = /^\.state\.(\d+)\..*\.tmp$/.exec(name);
+      if (m && !alive(Number(m[1]))) fs.rmSync(join(dir, name), { force: true });
+    }
   }
 
   private async acquire(): Promise<void> {

@@ -30,6 +30,9 @@ export class IndexedDbStore implements Store {
       if (!req.result.objectStoreNames.contains(STORE)) req.result.createObjectStore(STORE);
     };
     const db = await request(req);
+    // Best effort: ask the browser not to evict the origin's storage under pressure (it may decide silently).
+    const storage = (globalThis as { navigator?: { storage?: { persist?: () => Promise<boolean> } } }).navigator?.storage;
+    storage?.persist?.().catch(() => false);
     return new IndexedDbStore(db, namespace);
   }
 

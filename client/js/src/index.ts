@@ -9,6 +9,7 @@ export { paramsFromDict, longitudinalEpsilon, isPermanent, type Params, type Mec
 export {
   privatize,
   privatizePermanent,
+  privatizeBatch,
   valueKey,
   columns,
   packReport,

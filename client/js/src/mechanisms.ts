@@ -5,7 +5,7 @@
  */
 import { InvalidValueError } from "./errors.js";
 import { concatBytes, isWellFormed, u64le } from "./bytes.js";
-import { family, valueBytes } from "./hashing.js";
+import { family as familyOf, valueBytes, type HashFamily } from "./hashing.js";
 import { prrStream } from "./keyed.js";
 import {
   GRID,
@@ -150,18 +150,64 @@ function grrReport(code: number, keepThreshold: number, bits: number, d: number,
   return other + (other >= code ? 1 : 0);
 }
 
-let scratch = new Uint8Array(4096);
+// Random bytes of one unary report, reused: the planes never outlive the call (zeroed after use). The raw
+// draw starts at byte 3 of the buffer so that its planes (from raw[9]) are 4-byte aligned for Uint32 views.
+let scratchBuf = new ArrayBuffer(4096);
+let planes32 = new Uint32Array(scratchBuf, 12);
+let out32 = new Uint32Array(2048);
+let out8 = new Uint8Array(out32.buffer);
+
+function noisyRow(threshold: number, bits: number, raw: Uint8Array, nb: number): Uint8Array {
+  if (nb % 4 !== 0 || threshold === 0 || threshold === 2 ** bits) return bernoulliBytes(threshold, bits, raw, 9, nb);
+  const n32 = nb >>> 2;
+  const planes = planes32;
+  if (out32.length < n32) {
+    out32 = new Uint32Array(n32);
+    out8 = new Uint8Array(out32.buffer);
+  }
+  const out = out32;
+  let t = threshold;
+  let b = bits;
+  while (t % 2 === 0) {
+    t /= 2;
+    b -= 1;
+  }
+  for (let i = 0; i < n32; i++) out[i] = planes[i] as number;
+  for (let k = 1; k < b; k++) {
+    const base = k * n32;
+    if (Math.floor(t / 2 ** k) % 2 === 1) for (let i = 0; i < n32; i++) out[i] = (out[i] as number) | (planes[base + i] as number);
+    else for (let i = 0; i < n32; i++) out[i] = (out[i] as number) & (planes[base + i] as number);
+  }
+  const y = out8.slice(0, nb);
+  out32.fill(0, 0, n32);
+  return y;
+}
+
+const families = new WeakMap<object, HashFamily>();
+
+/** The hash family of sketch params, cached on the params object. */
+function family(p: { k: number; m: number; hashSeed: number; hashVersion: number }): HashFamily {
+  let f = families.get(p);
+  if (!f) {
+    f = familyOf(p.k, p.m, p.hashSeed, p.hashVersion);
+    families.set(p, f);
+  }
+  return f;
+}
 
 /** One report of a unary row (cms, oue-cms, pem): Python's `unary_report`. */
 function unaryReport(p: UnaryParams, rowBound: number, hotOf: (row: number) => number, rng: RandomSource): Report {
   const nb = p.m / 8;
   const size = 9 + p.probBits * nb;
-  if (scratch.length < size) scratch = new Uint8Array(size);
-  const raw = scratch.subarray(0, size); // reused: the random planes never outlive this call
+  if (scratchBuf.byteLength < size + 3) {
+    scratchBuf = new ArrayBuffer(size + 3 + 4);
+    planes32 = new Uint32Array(scratchBuf, 12);
+  }
+  const raw = new Uint8Array(scratchBuf, 3, size);
   rng.fill(raw);
   const j = intBelow(rng, rowBound, le32(raw, 4), le32(raw, 0));
   const hot = hotOf(j);
-  const y = bernoulliBytes(p.noiseThreshold, p.probBits, raw, 9, nb);
+  const y = noisyRow(p.noiseThreshold, p.probBits, raw, nb);
   const mask = 0x80 >> (hot & 7);
   const at = hot >> 3;
   if (p.fairHotBit) y[at] = (raw[8] ?? 0) & 1 ? (y[at] ?? 0) | mask : (y[at] ?? 0) & ~mask;
@@ -171,7 +217,7 @@ function unaryReport(p: UnaryParams, rowBound: number, hotOf: (row: number) => n
 }
 
 function hcmsPrivatize(value: unknown, p: HcmsParams, rng: RandomSource): Report {
-  const fam = family(p.k, p.m, p.hashSeed, p.hashVersion);
+  const fam = family(p);
   fam.baseOf(valueBytes(value));
   const xh = R.hi;
   const xl = R.lo;
@@ -264,7 +310,7 @@ export function privatize(value: unknown, p: Params, rng: RandomSource = default
       return { col: grrReport(grrCode(value, p), p.keepThreshold, p.probBits, p.domain.length, rng) };
     case "cms":
     case "oue-cms": {
-      const fam = family(p.k, p.m, p.hashSeed, p.hashVersion);
+      const fam = family(p);
       fam.baseOf(valueBytes(value));
       const xh = R.hi;
       const xl = R.lo;
@@ -284,7 +330,7 @@ export function privatize(value: unknown, p: Params, rng: RandomSource = default
       return meanPrivatize(numberOf(value, "daily-mean"), p.onebit, rng);
     case "pem": {
       const data = concatBytes([pemData(value, p), new Uint8Array([0])]);
-      const fam = family(p.k, p.m, p.hashSeed, p.hashVersion);
+      const fam = family(p);
       const k = p.k;
       return unaryReport(
         p.sketch,
@@ -480,4 +526,28 @@ export function encodePayload(reports: Report[], cols: Column[]): Uint8Array {
     }
   }
   return concatBytes(parts);
+}
+
+/**
+ * Many values at once (the batch loop of a simulation or an importer): the same distribution and the same
+ * draws per report as {@link privatize}, with each distinct sketch value hashed once per call (the base
+ * hashes are kept only for the call).
+ */
+export function privatizeBatch(values: unknown[], p: Params, rng: RandomSource = defaultRandom()): Report[] {
+  if (p.mechanism !== "cms" && p.mechanism !== "oue-cms") return values.map((v) => privatize(v, p, rng));
+  const fam = family(p);
+  const bases = new Map<unknown, [number, number]>();
+  const out: Report[] = new Array(values.length);
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    let base = bases.get(v);
+    if (!base) {
+      fam.baseOf(valueBytes(v));
+      base = [R.hi, R.lo];
+      bases.set(v, base);
+    }
+    const [xh, xl] = base;
+    out[i] = unaryReport(p, p.k, (j) => fam.hashFromBase(xh, xl, j), rng);
+  }
+  return out;
 }

@@ -10,6 +10,11 @@ const C1L = 0x114253d5;
 const C2H = 0x4cf5ad43;
 const C2L = 0x2745937f;
 
+/** x·5 mod 2^64 into R: (x << 2) + x. */
+function times5(hi: number, lo: number): void {
+  add64(((hi << 2) | (lo >>> 30)) >>> 0, (lo << 2) >>> 0, hi, lo);
+}
+
 /** h1 of MurmurHash3_x64_128(data, seed) as (hi, lo) in R (seed: uint32). */
 export function mmh3x64h1(data: Uint8Array, seed: number): void {
   const len = data.length;
@@ -28,7 +33,7 @@ export function mmh3x64h1(data: Uint8Array, seed: number): void {
     h1l = (h1l ^ R.lo) >>> 0;
     rotl64(h1h, h1l, 27);
     add64(R.hi, R.lo, h2h, h2l);
-    mul64(R.hi, R.lo, 0, 5);
+    times5(R.hi, R.lo);
     add64(R.hi, R.lo, 0, 0x52dce729);
     h1h = R.hi;
     h1l = R.lo;
@@ -40,7 +45,7 @@ export function mmh3x64h1(data: Uint8Array, seed: number): void {
     h2l = (h2l ^ R.lo) >>> 0;
     rotl64(h2h, h2l, 31);
     add64(R.hi, R.lo, h1h, h1l);
-    mul64(R.hi, R.lo, 0, 5);
+    times5(R.hi, R.lo);
     add64(R.hi, R.lo, 0, 0x38495ab5);
     h2h = R.hi;
     h2l = R.lo;

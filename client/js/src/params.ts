@@ -20,6 +20,7 @@ export const VALUE_BITS = 32;
 export const GRID = 256;
 export const SHARE_BITS = 16;
 const MAX_ABS_BOUND = 1e15;
+const MIN_SPAN = 1e-12;
 export const MAX_BUCKETS = 1024;
 export const MAX_PEM_BYTES = 32;
 
@@ -403,6 +404,10 @@ export function meanParams(obj: Obj): MeanParams {
   const lo = checkNumber("lo", obj.lo, -MAX_ABS_BOUND, MAX_ABS_BOUND);
   const hi = checkNumber("hi", obj.hi, -MAX_ABS_BOUND, MAX_ABS_BOUND);
   if (!(hi > lo)) throw new InvalidParameterError("hi", `a number above lo = ${lo}`, hi);
+  if (!(hi - lo >= MIN_SPAN)) {
+    // as Python's MIN_SPAN: narrower, 2^V/(hi − lo) overflows float64 and the scaling gives NaN
+    throw new InvalidParameterError("hi - lo", `at least ${MIN_SPAN} (a range too narrow for the device's 2^32-step scaling in float64; use a smaller unit)`, hi - lo);
+  }
   const bits = checkInt("prob_bits", obj.prob_bits ?? SINGLE_DRAW_PROB_BITS, SINGLE_DRAW_PROB_BITS, SINGLE_DRAW_PROB_BITS);
   const variant = obj.variant ?? "auto";
   let window = optInt(obj, "window");

@@ -32,7 +32,7 @@ export class CryptoRandom implements RandomSource {
   private at: number;
   private readonly crypto: CryptoLike;
 
-  constructor(poolBytes = 16384) {
+  constructor(poolBytes = 65536) {
     this.crypto = webCrypto();
     this.pool = new Uint8Array(Math.min(Math.max(poolBytes, 64), MAX_CALL));
     this.at = this.pool.length;

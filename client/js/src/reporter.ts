@@ -528,6 +528,13 @@ export class Reporter {
   }
 
   private listen(): void {
+    const proc = (globalThis as { process?: { once?: (e: string, f: () => void) => void; off?: (e: string, f: () => void) => void } }).process;
+    if (proc && typeof proc.once === "function") {
+      // Node: commit what report() decided when the event loop runs dry (an app that forgot close())
+      const onExit = (): void => void this.commit().catch(() => undefined);
+      proc.once("beforeExit", onExit);
+      this.unlisten.push(() => proc.off?.("beforeExit", onExit));
+    }
     const doc = (globalThis as { document?: Document }).document;
     const win = (globalThis as { addEventListener?: Window["addEventListener"]; removeEventListener?: Window["removeEventListener"] });
     if (!doc || typeof win.addEventListener !== "function") return;

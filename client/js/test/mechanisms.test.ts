@@ -142,7 +142,7 @@ test("mean dhm: the debiased output is unbiased for t (z = 6) and every symbol o
 
 test("num-histogram: buckets clip to the edges; grr and oue encodings at their exact probabilities", () => {
   const edges = [0, 1, 2, 5, 10];
-  assert.deepEqual([-3, 0, 0.99, 1, 4.9, 5, 10, 12].map((x) => bucketOf(x, edges)), [0, 0, 0, 1, 2, 3, 3, 3]);
+  assert.deepEqual([-Infinity, -3, 0, 0.99, 1, 4.9, 5, 10, 12, Infinity].map((x) => bucketOf(x, edges)), [0, 0, 0, 0, 1, 2, 3, 3, 3, 3]);
   const g = P({ mechanism: "num-histogram", epsilon: 2, edges, encoding: "grr" });
   if (g.mechanism !== "num-histogram" || g.inner.mechanism !== "grr") throw new Error();
   const n = 80000;
@@ -250,6 +250,8 @@ test("hostile or malformed params are refused with the parameter named", () => {
     { mechanism: "grr", epsilon: 1, domain: ["a", "\ud800"] },
     { mechanism: "mean", epsilon: 1, lo: 1, hi: 0, variant: "onebit" },
     { mechanism: "mean", epsilon: 1, lo: 0, hi: 1, variant: "dhm" },
+    { mechanism: "mean", epsilon: 1, lo: 0, hi: 5e-324, variant: "onebit" },
+    { mechanism: "daily-mean", epsilon: 1, lo: 1, hi: 1 + 1e-13 },
     { mechanism: "num-histogram", epsilon: 1, edges: [0, 2, 1] },
     { mechanism: "pem", epsilon: 1, k: 4096, m: 8, max_bytes: 32 },
   ];

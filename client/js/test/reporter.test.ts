@@ -287,3 +287,22 @@ test("permanent RR: the daily ledger charges ε_irr per report (a changing value
     await ok.close(1);
   });
 });
+
+test("Node: an app that never calls close() still commits its reports when the event loop runs dry", async () => {
+  const { spawnSync } = await import("node:child_process");
+  const dir = tmp();
+  try {
+    const code = `
+      import { FileStore } from ${JSON.stringify(join(process.cwd(), "dist", "src", "filestore.js"))};
+      import { Reporter } from ${JSON.stringify(join(process.cwd(), "dist", "src", "reporter.js"))};
+      const spec = ${JSON.stringify({ ...CMS, reports_per_day: 10 })};
+      const rep = await Reporter.open({ endpoint: "http://127.0.0.1:9", token: "t", namespace: "x", store: new FileStore(${JSON.stringify(dir)}), specs: [spec] });
+      rep.report("pages", "a"); rep.report("pages", "b");`;
+    const r = spawnSync(process.execPath, ["--input-type=module", "-e", code], { encoding: "utf8", timeout: 20000 });
+    assert.equal(r.status, 0, r.stderr);
+    const state = JSON.parse(readFileSync(join(dir, "state.json"), "utf8"));
+    assert.equal(state.reports.length + state.batches.reduce((a: number, b: { n: number }) => a + b.n, 0), 2);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
