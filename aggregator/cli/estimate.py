@@ -28,6 +28,7 @@ from ldptel.aggregator.cli.common import (
 )
 from ldptel.aggregator.cli.extras import install_hint
 from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, write_daily, write_result
+from ldptel.aggregator.defaults import default_confidence
 from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
 
 NAME = "estimate"
@@ -48,14 +49,6 @@ HISTOGRAM_VIEW_NEEDS = (
     "--mechanism num-histogram --range LO HI --buckets N [--scale log]"
 )
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
-
-
-def default_confidence() -> float:
-    """The interval level of an estimate unless asked otherwise: :class:`~ldptel.client.Estimate`'s default."""
-    from ldptel.client import Estimate
-    from ldptel.client.protocol.validate import check_number
-
-    return check_number("confidence", Estimate.__dataclass_fields__["confidence"].default, 0, 1, open_interval=True)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -98,7 +91,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ldptel.aggregator.percentiles import DEFAULT_PERCENTILES
-    from ldptel.aggregator.query import estimate_by_day, estimate_metric, metric_kind
+    from ldptel.aggregator.query import QueryOptions, estimate_by_day, estimate_metric, metric_kind
 
     if args.by_day and args.plot:
         raise UserError("--plot draws the estimates over the whole range; drop --by-day (the dashboard charts days)")
@@ -113,23 +106,24 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         day_from = day_to = args.day
     levels = None if args.percentiles is None else [_level(v) for v in args.percentiles]
     with connected(args.redis_url) as r, no_data_as_empty(args.format, out, err) as empty:
-        mechanism, bucketed = metric_kind(r, args.metric, version=args.version)
+        mechanism, kind = metric_kind(r, args.metric, version=args.version)
+        bucketed = kind == "histogram"
         if (args.histogram or levels is not None) and not bucketed:
             raise UserError(f"{args.metric} is a {mechanism} metric: {HISTOGRAM_VIEW_NEEDS}")
         summary = bucketed and not args.histogram and not args.by_day
-        options = {
-            "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
-            "confidence": args.confidence, "estimator": args.estimator,
-            "postprocess": args.postprocess,  # None: the metric's default (norm-sub for a numeric histogram)
-            "percentiles": list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
-        }
+        options = QueryOptions(
+            version=args.version, day_from=day_from, day_to=day_to, candidates=candidates, top=args.top,
+            confidence=args.confidence, estimator=args.estimator,
+            postprocess=args.postprocess,  # None: the kind's default (norm-sub for a numeric histogram)
+            percentiles=list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
+        )
         if args.by_day:
-            daily = estimate_by_day(r, args.metric, **options)
+            daily = estimate_by_day(r, args.metric, options)
             if args.uncertainty == "population":
                 daily = replace(daily, results=tuple(res.as_population() for res in daily.results))
             write_daily(daily, args.format, out)
             return EXIT_OK
-        result = estimate_metric(r, args.metric, **options)
+        result = estimate_metric(r, args.metric, options)
         if args.uncertainty == "population":
             result = result.as_population()
     if empty.written:

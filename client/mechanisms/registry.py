@@ -36,12 +36,12 @@ def mechanisms() -> tuple[AnyMechanism, ...]:
     return _MECHANISMS
 
 
-def mechanism_names(*, candidates: bool | None = None, discovers: bool | None = None) -> tuple[str, ...]:
-    """Registered names; ``candidates=True``: those whose estimates are asked for candidate values (sketches);
-    ``discovers``: those that do (or do not) find values without candidates."""
+def mechanism_names(*, having: type[AnyMechanism] | None = None, lacking: type[AnyMechanism] | None = None) -> tuple[str, ...]:
+    """Registered names; ``having``/``lacking``: only those that have (or lack) a capability type of
+    :mod:`~ldptel.client.mechanisms.capabilities` (``having=Sketch``: estimates asked for candidate values)."""
     return tuple(
         m.name for m in _MECHANISMS
-        if (candidates is None or m.needs_candidates == candidates) and (discovers is None or m.discovers == discovers)
+        if (having is None or isinstance(m, having)) and (lacking is None or not isinstance(m, lacking))
     )
 
 
