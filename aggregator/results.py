@@ -236,8 +236,18 @@ class FrequencyResult(QueryResult):
             se = _population_stderr(est, self.n)
             return Estimate(est.mechanism, est.labels, est.counts, se, est.n, est.confidence, est.estimator)
 
-        return replace(self, estimate=widen(self.estimate),
-                       corrected=None if self.corrected is None else widen(self.corrected), uncertainty="population")
+        def rewiden(sel: Selection | None, est: Estimate) -> Selection | None:
+            """Simultaneous intervals at the population stderr (the marks stay the test among these devices)."""
+            if sel is None or sel.low is None:
+                return sel
+            z = sel.z_simultaneous
+            return replace(sel, low=est.counts - z * est.stderr, high=est.counts + z * est.stderr)
+
+        plain = widen(self.estimate)
+        corrected = None if self.corrected is None else widen(self.corrected)
+        return replace(self, estimate=plain, corrected=corrected, uncertainty="population",
+                       selection=rewiden(self.selection, plain),
+                       corrected_selection=None if corrected is None else rewiden(self.corrected_selection, corrected))
 
     def population_extra(self) -> dict[str, Any]:
         prop = self.proportion

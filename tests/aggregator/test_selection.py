@@ -158,6 +158,9 @@ def test_the_cli_marks_the_rows_and_says_they_were_selected(redis, redis_url, mo
     for row in wide["rows"]:
         assert row["ci_high"] - row["estimate"] == pytest.approx(z * row["stderr"], rel=1e-9)
     assert wide["selection"]["simultaneous"] is True
+    code, out, err = run_cli(*base, "--format", "json", "--simultaneous", "--uncertainty", "population")
+    for row in json.loads(out)["rows"]:  # the simultaneous interval follows the population stderr
+        assert row["ci_high"] - row["estimate"] == pytest.approx(z * row["stderr"], rel=1e-9)
 
     code, out, err = run_cli(*base, "--format", "json", "--selection", "bh")
     assert json.loads(out)["selection"]["method"] == "bh"
