@@ -216,12 +216,13 @@ def test_cli_says_which_estimator_each_row_is(pages: list[str]) -> None:
 
     code, out, err = _run(*args, "--estimator", "both", "--format", "csv")
     lines = out.splitlines()
-    assert code == 0 and lines[0].endswith(",estimator") and [ln.rsplit(",", 1)[1] for ln in lines[1:]] == ["plain", "corrected"] * 3
+    assert code == 0 and lines[0].endswith(",significant,estimator") and [ln.rsplit(",", 1)[1] for ln in lines[1:]] == ["plain", "corrected"] * 3
 
     code, out, err = _run(*args, "--estimator", "corrected")
     lines = out.splitlines()
-    assert code == 0 and "corrected estimator" in lines[0] and lines[1].split()[:3] == ["value", "estimator", "estimate"]
-    assert all(ln.split()[1] == "corrected" for ln in lines[3:]) and len(lines) == 6
+    assert code == 0 and "corrected estimator" in lines[0] and lines[1].startswith("rows selected from")
+    assert lines[2].split()[:3] == ["value", "estimator", "estimate"]
+    assert all(ln.split()[1] == "corrected" for ln in lines[4:]) and len(lines) == 7
 
     code, out, err = _run(*args)  # plain: the columns as before, each JSON row still says "plain"
     assert code == 0 and "estimator" not in out
