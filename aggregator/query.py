@@ -53,6 +53,8 @@ from ldptel.aggregator.results import (
     SummaryResult,
     result_type,
 )
+from ldptel.aggregator.selection import Selection, select
+from ldptel.aggregator.selection import check_method as check_selection
 from ldptel.client import Estimate, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
@@ -94,6 +96,8 @@ class QueryOptions:
     postprocess: pp.PostProcess | None = None
     estimator: EstimatorChoice = "plain"
     percentiles: Sequence[object] | None = None
+    selection: str = "bonferroni"  # rows of counts: marked distinguishable from zero over all of them, or "none"
+    simultaneous: bool = False  # the rows' intervals hold together over all the candidates (Bonferroni)
 
     def __post_init__(self) -> None:
         if self.version is not None:
@@ -111,6 +115,10 @@ class QueryOptions:
             raise InvalidParameterError("estimator", f"one of {list(ESTIMATOR_CHOICES)}", self.estimator)
         if self.percentiles is not None:
             check_percentiles(self.percentiles)
+        if self.selection != "none":
+            check_selection(self.selection)
+        if self.simultaneous and self.selection == "none":
+            raise InvalidParameterError("simultaneous", "used with a selection method (bonferroni or bh), not 'none'", True)
 
     def with_(self, **changes: Any) -> QueryOptions:
         """A copy with some fields changed (checked again)."""
@@ -258,11 +266,18 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         base = np.arange(est.counts.size) if keep is None else keep
         keep = base[np.argsort(-ranking.counts[base], kind="stable")[: opts.top]]
     derived = kind.derive(params, est, percentiles=opts.percentiles, whole=keep is None)
+    label = proportion_label(mechanism)
+    tests: list[Selection | None] = [None, None]
+    if kind.kind == "frequencies" and label is None and opts.selection != "none":  # over every candidate, before top
+        alpha = 1.0 - opts.confidence
+        tests = [None if e is None else select(e.counts, e.stderr, alpha=alpha, method=opts.selection,
+                                              simultaneous=opts.simultaneous) for e in (est, corrected)]
     if keep is not None:
         est, adjusted = _select(est, keep), adjusted[keep]
         if corrected is not None and corrected_adjusted is not None:
             corrected, corrected_adjusted = _select(corrected, keep), corrected_adjusted[keep]
-    label = proportion_label(mechanism)
+        tests = [None if t is None else t.take(keep) for t in tests]
+    derived["selection"], derived["corrected_selection"] = tests
     if label is not None:
         derived["proportion_of"] = label
     return kind(

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
 ESTIMATOR_COLUMN = "estimator"  # csv: last, when the result has corrected rows; table: after the value
+SIGNIFICANT_COLUMN = "significant"  # rows of candidates: distinguishable from zero over all of them (selection)
 RESULT_FORMATS = ("table", "json", "csv")
 DAILY_COLUMNS = ("day", "n")  # in front of RESULT_COLUMNS with --by-day
 ESTIMATE_COLOR = "#4c72b0"  # bars of raw estimates
@@ -199,10 +200,11 @@ class Renderer:
             _write_fleet(first.fleet, out)
 
     def head(self, result: Any, out: TextIO) -> None:
-        """Lines between the title and the rows (the note; a kind adds its own)."""
+        """Lines between the title and the rows (the note, the candidates' test; a kind adds its own)."""
         first = self.rows_of(result)
         if first.note:
             out.write(f"{first.note}\n")
+        selection_note(first, out)
 
     def daily(self, result: DailyResult, fmt: str, out: TextIO) -> None:
         """``--by-day``: the rows with :data:`DAILY_COLUMNS` (day, that day's n) in front."""
@@ -225,13 +227,27 @@ class Renderer:
         fig = new_figure("--plot", figsize=(max(6.0, 0.35 * count + 2), 4.5))
         ax = fig.subplots()
         err = est.z * est.stderr[:count]
-        x = interval_bars(ax, est.counts[:count], err, err, label=f"estimate ± {est.confidence:.0%} interval")
+        below = above = err
+        if first.selection is not None and first.selection.low is not None and first.selection.high is not None:
+            below = est.counts[:count] - first.selection.low[:count]
+            above = first.selection.high[:count] - est.counts[:count]
+        x = interval_bars(ax, est.counts[:count], below, above, label=f"estimate ± {est.confidence:.0%} interval"
+                          + (" (simultaneous)" if first.selection is not None and first.selection.low is not None else ""))
         if first.postprocess != "none":
             ax.plot(x, first.adjusted[:count], "o", color=MARKER_COLOR, label=first.postprocess)
-        ax.set_xticks(x, plot_labels(est.labels[:count]), rotation=60, ha="right", fontsize=8)
+        labels = plot_labels(est.labels[:count])
+        sel = first.selection
+        if sel is not None:  # * on the significant rows' ticks; the method in the title
+            labels = [f"* {lab}" if sel.significant[i] else lab for i, lab in enumerate(labels)]
+        ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
         self.mark(result, ax, count)
         ax.set_ylabel(self.y_label)
-        ax.set_title(f"{first.metric} v{first.version} · {first.days[0]} .. {first.days[-1]} · n = {first.n:,}")
+        title = f"{first.metric} v{first.version} · {first.days[0]} .. {first.days[-1]} · n = {first.n:,}"
+        if sel is not None:
+            how = "Bonferroni" if sel.method == "bonferroni" else "Benjamini–Hochberg"
+            title += (f"\n* = distinguishable from zero after {sel.candidates:,} candidates ({how}, α = {sel.alpha:g})"
+                      + (" · simultaneous intervals" if sel.low is not None else ""))
+        ax.set_title(title, fontsize=9)
         ax.legend(fontsize=8)
         save_figure(fig, path, dpi=120, what="plot")
 
@@ -389,10 +405,23 @@ def _write_fleet(fleet: Fleet, out: TextIO) -> None:
     out.write(f"amplified ε {fleet.amplified_epsilon:.4g} (ε {fleet.epsilon:.4g} per report): {AMPLIFIED_EPSILON_NOTE}\n")
 
 
+def selection_note(first: QueryResult, out: TextIO) -> None:
+    """That the rows were selected from the candidates, and how ``*`` (distinguishable from zero) was decided."""
+    for name, sel in (("", first.selection), ("corrected rows: ", first.corrected_selection)):
+        if sel is not None:
+            out.write(f"{name}{sel.describe()}\n")
+
+
+def _columns(first: QueryResult) -> tuple[str, ...]:
+    """RESULT_COLUMNS for rows of counts; rows that are not counts (a mean) have no share of n to show."""
+    return RESULT_COLUMNS if first.counts else tuple(c for c in RESULT_COLUMNS if "frequency" not in c)
+
+
 def _rows_csv(first: QueryResult, rows: list[dict[str, Any]], out: TextIO, *, front: tuple[str, ...]) -> csv.DictWriter[str]:
     # Plain-only results keep the columns they always had; results with corrected rows say which row is which.
     labelled = first.estimator != "plain"
-    fields = front + RESULT_COLUMNS + ((ESTIMATOR_COLUMN,) if labelled else ())
+    marked = (SIGNIFICANT_COLUMN,) if first.selection is not None else ()
+    fields = front + _columns(first) + marked + ((ESTIMATOR_COLUMN,) if labelled else ())
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:
@@ -402,15 +431,22 @@ def _rows_csv(first: QueryResult, rows: list[dict[str, Any]], out: TextIO, *, fr
 
 def _rows_table(first: QueryResult, rows: list[dict[str, Any]], out: TextIO, *, front: tuple[str, ...]) -> None:
     labelled = first.estimator != "plain"
-    headers = list(front) + ["value"] + ([ESTIMATOR_COLUMN] if labelled else []) + ["estimate", "stderr", "ci_low", "ci_high", "frequency"]
+    counts = first.counts  # a mean's rows are not counts: no frequency column (it would be nan)
+    marked = first.selection is not None
+    headers = list(front) + ["value"] + ([ESTIMATOR_COLUMN] if labelled else []) + ["estimate", "stderr", "ci_low", "ci_high"]
+    headers += ["frequency"] if counts else []
     adjusted = first.postprocess != "none"
     if adjusted:
         headers += [first.postprocess, f"{first.postprocess} freq"]
+    headers += ["sig"] if marked else []
     table_rows = []
     for row in rows:
         cells = [row[c] for c in front] + [row["value"]] + ([row[ESTIMATOR_COLUMN]] if labelled else [])
-        cells += [row["estimate"], row["stderr"], row["ci_low"], row["ci_high"], row["frequency"]]
+        cells += [row["estimate"], row["stderr"], row["ci_low"], row["ci_high"]]
+        cells += [row["frequency"]] if counts else []
         if adjusted:
             cells += [row["adjusted"], row["adjusted_frequency"]]
+        if marked:
+            cells += ["*" if row.get(SIGNIFICANT_COLUMN) else ""]
         table_rows.append(cells)
     table(headers, table_rows, out, left={0, len(front), len(front) + 1} if labelled else {0, len(front)})

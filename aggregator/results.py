@@ -30,6 +30,7 @@ from ldptel.aggregator.fleet import Fleet
 from ldptel.aggregator.histogram_mean import HistogramMean, histogram_mean
 from ldptel.aggregator.percentiles import Percentile, bucket_edges
 from ldptel.aggregator.percentiles import percentiles as percentiles_of
+from ldptel.aggregator.selection import Selection
 from ldptel.client import Estimate
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.base import Kind
@@ -97,6 +98,9 @@ class QueryResult:
     note: str = ""
     fleet: Fleet | None = None  # sample_rate < 1: the counts scaled to the fleet (:mod:`~ldptel.aggregator.fleet`)
     uncertainty: Uncertainty = "randomization"  # what ``stderr`` and the intervals mean
+    # Candidates tested for f > 0 over all of them (:mod:`~ldptel.aggregator.selection`), one per estimator
+    selection: Selection | None = None
+    corrected_selection: Selection | None = None
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -123,11 +127,15 @@ class QueryResult:
         then its corrected row): the raw estimate, stderr, interval and frequency, then the adjusted ones."""
         n = self.n
         parts = []
-        for est, adjusted in self.estimates:
+        for (est, adjusted), sel in zip(self.estimates, (self.selection, self.corrected_selection), strict=False):
             rows = est.rows()
-            for row, adj in zip(rows, adjusted.tolist(), strict=True):
+            for i, (row, adj) in enumerate(zip(rows, adjusted.tolist(), strict=True)):
                 row["adjusted"] = float(adj)
                 row["adjusted_frequency"] = float(adj / n) if n else float("nan")
+                if sel is not None:
+                    row["significant"] = bool(sel.significant[i])
+                    if sel.low is not None and sel.high is not None:  # simultaneous intervals asked
+                        row["ci_low"], row["ci_high"] = float(sel.low[i]), float(sel.high[i])
             parts.append(rows)
         return [row for group in zip(*parts, strict=True) for row in group]
 
@@ -146,6 +154,10 @@ class QueryResult:
             "rows": self.rows(),
         }
         out.update(self.extra())
+        if self.selection is not None:
+            out["selection"] = self.selection.to_dict()
+        if self.corrected_selection is not None:
+            out["corrected_selection"] = self.corrected_selection.to_dict()
         if self.note:
             out["note"] = self.note
         out["uncertainty"] = self.uncertainty
@@ -224,8 +236,18 @@ class FrequencyResult(QueryResult):
             se = _population_stderr(est, self.n)
             return Estimate(est.mechanism, est.labels, est.counts, se, est.n, est.confidence, est.estimator)
 
-        return replace(self, estimate=widen(self.estimate),
-                       corrected=None if self.corrected is None else widen(self.corrected), uncertainty="population")
+        def rewiden(sel: Selection | None, est: Estimate) -> Selection | None:
+            """Simultaneous intervals at the population stderr (the marks stay the test among these devices)."""
+            if sel is None or sel.low is None:
+                return sel
+            z = sel.z_simultaneous
+            return replace(sel, low=est.counts - z * est.stderr, high=est.counts + z * est.stderr)
+
+        plain = widen(self.estimate)
+        corrected = None if self.corrected is None else widen(self.corrected)
+        return replace(self, estimate=plain, corrected=corrected, uncertainty="population",
+                       selection=rewiden(self.selection, plain),
+                       corrected_selection=None if corrected is None else rewiden(self.corrected_selection, corrected))
 
     def population_extra(self) -> dict[str, Any]:
         prop = self.proportion

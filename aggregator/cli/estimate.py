@@ -7,7 +7,11 @@ sum and the percentiles (``--percentiles``, default 50,90,99) with intervals; ``
 buckets (raw estimates with stderr, and the Norm-Sub consistent column) instead.
 
 ``--estimator plain|corrected|both`` picks the sketch estimator (the plain count-mean-sketch estimate, the
-collision-corrected least squares over the candidates, or both); the output says which one each row is."""
+collision-corrected least squares over the candidates, or both); the output says which one each row is.
+
+Rows of counts are a selection from the candidates (or the domain): ``--selection`` marks with ``*`` the rows
+distinguishable from zero after testing all of them (:mod:`~ldptel.aggregator.selection`), and the output says
+the rows were selected and how; ``--simultaneous`` widens the intervals to hold over all the candidates."""
 
 from __future__ import annotations
 
@@ -72,6 +76,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
                    help="sketches: plain (Apple's count-mean-sketch estimate; its stderr includes hash collisions) | "
                         "corrected (least squares over the candidates, removing their collisions: give candidates "
                         "that cover most of the reports) | both (each value's plain row, then its corrected row)")
+    p.add_argument("--selection", choices=("bonferroni", "bh", "none"), default="bonferroni",
+                   help="rows of counts are selected from many candidates: mark (*, 'significant') those "
+                        "distinguishable from zero after testing all of them, by bonferroni (default: the chance "
+                        "of marking any value nobody sent ≤ 1 − confidence) | bh (Benjamini–Hochberg: the expected "
+                        "share of false marks ≤ 1 − confidence) | none")
+    p.add_argument("--simultaneous", action="store_true",
+                   help="intervals that hold together over all the candidates (Bonferroni), not one at a time")
     p.add_argument("--percentiles", type=comma_list, metavar="50,90,99",
                    help="numeric histogram metrics: these percentiles (0-100) with intervals (default in the "
                         "summary: 50,90,99; with --histogram: below the buckets)")
@@ -113,7 +124,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary = bucketed and not args.histogram and not args.by_day
         options = QueryOptions(
             version=args.version, day_from=day_from, day_to=day_to, candidates=candidates, top=args.top,
-            confidence=args.confidence, estimator=args.estimator,
+            confidence=args.confidence, estimator=args.estimator, selection=args.selection,
+            simultaneous=args.simultaneous,
             postprocess=args.postprocess,  # None: the kind's default (norm-sub for a numeric histogram)
             percentiles=list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
         )

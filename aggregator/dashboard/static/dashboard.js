@@ -38,6 +38,7 @@ const COLUMN_FORMATS = {
   frequency: { title: "share", fmt: fmtShare },
   adjusted: { title: "post-processed", fmt: fmtCount },
   adjusted_frequency: { title: "post-processed share", fmt: fmtShare },
+  significant: { title: "≠ 0 after selection", fmt: (x) => (x ? "*" : ""), text: true }, // over all the candidates
 };
 
 function el(tag, attrs = {}, ...children) {
@@ -294,6 +295,7 @@ function histogramChart(doc) {
     }
   });
   (doc.percentiles || []).forEach((p, k) => {
+    if (p.estimate === null) return; // unresolved: only its interval is drawn
     const color = `var(--s${(k + 1) % 8})`, x = X(at(p.estimate));
     const line = svg("line", { class: "pline", x1: x, x2: x, y1: top - 4, y2: Y(y0) });
     line.style.stroke = color;
@@ -554,13 +556,15 @@ async function metricPage() {
         document.getElementById("estimates-title").textContent = shown.title;
         document.getElementById("estimates-note").textContent =
           `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ` + shown.note(doc) +
-          ` · stderr: ${doc.uncertainty || "randomization"} (${doc.uncertainty_meaning || "given the devices that reported"})`;
+          ` · stderr: ${doc.uncertainty || "randomization"} (${doc.uncertainty_meaning || "given the devices that reported"})` +
+          (doc.selection ? ` · ${doc.selection.note}` : "");
         document.getElementById("estimates-json").href = estimateLink;
       }
       if (doc.percentiles) {
         visible.push("percentiles-card");
         fillTable(document.getElementById("percentiles"), doc.percentiles, [["percentile", "percentile", fmtLevel],
-          ["estimate", "estimate", fmtCount], ["ci_low", `${pct(doc)}% interval low`, fmtCount], ["ci_high", `${pct(doc)}% interval high`, fmtCount]]);
+          ["estimate", "estimate", fmtCount], ["ci_low", `${pct(doc)}% interval low`, fmtCount], ["ci_high", `${pct(doc)}% interval high`, fmtCount],
+          ["note", "note", (x) => x || ""]]);
         document.getElementById("percentiles-json").href = estimateLink;
       }
       if (doc.discovery) {
