@@ -536,18 +536,63 @@ export function encodePayload(reports: Report[], cols: Column[]): Uint8Array {
 export function privatizeBatch(values: unknown[], p: Params, rng: RandomSource = defaultRandom()): Report[] {
   if (p.mechanism !== "cms" && p.mechanism !== "oue-cms") return values.map((v) => privatize(v, p, rng));
   const fam = family(p);
-  const bases = new Map<unknown, [number, number]>();
-  const out: Report[] = new Array(values.length);
-  for (let i = 0; i < values.length; i++) {
-    const v = values[i];
-    let base = bases.get(v);
-    if (!base) {
-      fam.baseOf(valueBytes(v));
-      base = [R.hi, R.lo];
-      bases.set(v, base);
-    }
-    const [xh, xl] = base;
-    out[i] = unaryReport(p, p.k, (j) => fam.hashFromBase(xh, xl, j), rng);
+  const n = values.length;
+  const nb = p.m / 8;
+  if (nb % 4 !== 0 || p.noiseThreshold === 0 || p.noiseThreshold === 2 ** p.probBits) {
+    return values.map((v) => privatize(v, p, rng));
   }
+  // the fast loop: one scratch draw buffer for the call, every row written straight into one output buffer
+  // (a view per report, no per-report ArrayBuffer), each distinct value hashed once
+  const size = 9 + p.probBits * nb;
+  if (scratchBuf.byteLength < size + 3) {
+    scratchBuf = new ArrayBuffer(size + 3 + 4);
+    planes32 = new Uint32Array(scratchBuf, 12);
+  }
+  const raw = new Uint8Array(scratchBuf, 3, size);
+  const planes = planes32;
+  const n32 = nb >>> 2;
+  const outBuf = new ArrayBuffer(n * nb);
+  const o32 = new Uint32Array(outBuf);
+  const o8 = new Uint8Array(outBuf);
+  let t = p.noiseThreshold;
+  let b = p.probBits;
+  while (t % 2 === 0) {
+    t /= 2;
+    b -= 1;
+  }
+  const ors = new Uint8Array(b);
+  for (let k = 1; k < b; k++) ors[k] = Math.floor(t / 2 ** k) % 2;
+  const index = new Map<unknown, number>();
+  const baseHi: number[] = [];
+  const baseLo: number[] = [];
+  const fair = p.fairHotBit;
+  const out: Report[] = new Array(n);
+  for (let i = 0; i < n; i++) {
+    const v = values[i];
+    let at = index.get(v);
+    if (at === undefined) {
+      fam.baseOf(valueBytes(v));
+      at = baseHi.length;
+      baseHi.push(R.hi);
+      baseLo.push(R.lo);
+      index.set(v, at);
+    }
+    rng.fill(raw);
+    const j = intBelow(rng, p.k, le32(raw, 4), le32(raw, 0));
+    const hot = fam.hashFromBase(baseHi[at] as number, baseLo[at] as number, j);
+    const ob = i * n32;
+    for (let w = 0; w < n32; w++) o32[ob + w] = planes[w] as number;
+    for (let k = 1; k < b; k++) {
+      const base = k * n32;
+      if (ors[k]) for (let w = 0; w < n32; w++) o32[ob + w] = (o32[ob + w] as number) | (planes[base + w] as number);
+      else for (let w = 0; w < n32; w++) o32[ob + w] = (o32[ob + w] as number) & (planes[base + w] as number);
+    }
+    const mask = 0x80 >> (hot & 7);
+    const byte = i * nb + (hot >> 3);
+    if (fair) o8[byte] = (raw[8] ?? 0) & 1 ? (o8[byte] ?? 0) | mask : (o8[byte] ?? 0) & ~mask;
+    else o8[byte] = (o8[byte] ?? 0) ^ mask;
+    out[i] = { row: j, bits: o8.subarray(i * nb, i * nb + nb) };
+  }
+  raw.fill(0);
   return out;
 }
