@@ -27,6 +27,8 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ldptel.client.errors import LdpError
+
 __all__ = ["ProxyConfigError", "TrustedProxies", "parse_trusted_proxies"]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -35,7 +37,7 @@ _XFF = "HTTP_X_FORWARDED_FOR"
 _MAX_HOPS = 16  # entries read from the right of X-Forwarded-For at most
 
 
-class ProxyConfigError(ValueError):
+class ProxyConfigError(LdpError, ValueError):
     """A ``LDPTEL_TRUSTED_PROXIES`` entry is not an address or network (the message names it)."""
 
 
