@@ -2,7 +2,13 @@
 """Bootstrap and run ldptel from a fresh checkout with nothing but Python 3.11+.
 
     python3 dev.py demo [ARGS...]   the one-command demo (embedded Redis, ingest, aggregator, devices)
-    python3 dev.py test [ARGS...]   the test suite (pytest; ARGS go to pytest)
+    python3 dev.py test [ARGS...]   the test suite (pytest; ARGS go to pytest); what CI runs
+    python3 dev.py test --quick     the edit loop (goal ≤ 90 s): skips the tests marked slow (statistical and
+                                    end-to-end runs, the fault suite, the wheel install, the browser) and cluster
+                                    (a local Redis Cluster); everything else, lint-free units and Redis-backed
+                                    tests, still runs. Run the full suite before landing.
+    python3 dev.py test --grid      also every case of the parameter grids (marker grid; by default one
+                                    representative case per grid runs: tests/aggregator/test_corrected.py)
     python3 dev.py lint             ruff and mypy --strict over the packages (CI runs it before the tests)
     python3 dev.py bench [NAME]     the benchmarks in tests/bench (one JSON line per figure)
 
@@ -24,6 +30,7 @@ VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".ldptel-installed"
+QUICK_MARKERS = "not slow and not cluster"  # dev.py test --quick
 
 
 def ensure_env() -> None:
@@ -74,6 +81,8 @@ def main(argv: list[str]) -> int:
     if cmd == "demo":
         return subprocess.call([str(BIN / "ldptel"), "demo", *rest])
     if cmd == "test":
+        if "--quick" in rest:
+            rest = [a for a in rest if a != "--quick"] + ["-m", QUICK_MARKERS]
         return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
     if cmd == "lint":
         return lint()

@@ -75,7 +75,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError
-from ldptel.client.mechanisms import Estimate, SketchState, mechanism_names, mechanism_of
+from ldptel.client.mechanisms import Discovering, Estimate, Sketch, SketchState, mechanism_names, mechanism_of
 from ldptel.client.mechanisms._sketch import Cells, SketchMechanism, SketchParams, family_of
 from ldptel.client.mechanisms.state import labels_of
 from ldptel.client.protocol.hashing import HashFamily
@@ -255,7 +255,7 @@ def corrected_estimate(
     """
     mech = mechanism_of(params)
     if not isinstance(mech, SketchMechanism) or not isinstance(params, SketchParams):
-        raise InvalidParameterError("params", f"params of a sketch mechanism ({', '.join(mechanism_names(candidates=True, discovers=False))})", params)
+        raise InvalidParameterError("params", f"params of a sketch mechanism ({', '.join(mechanism_names(having=Sketch, lacking=Discovering))})", params)
     check_number("confidence", confidence, 0, 1, open_interval=True)
     if isinstance(candidates, (str, bytes)) or len(candidates) == 0:
         raise InvalidParameterError("candidates", "a non-empty list of str or bytes values", candidates)

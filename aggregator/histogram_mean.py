@@ -21,10 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ldptel.aggregator.percentiles import bucketed
 from ldptel.aggregator.postprocess import norm_sub
 from ldptel.client import Estimate
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.protocol.params import ParamsBase
 
 
@@ -45,10 +45,8 @@ class HistogramMean:
 
 def histogram_mean(params: ParamsBase, est: Estimate) -> HistogramMean:
     """The midpoint mean of a numeric histogram's raw estimate ``est`` (all its buckets, in order)."""
-    mech = mechanism_of(params)
+    mech = bucketed(params)
     edges = mech.bucket_edges(params)
-    if edges is None:
-        raise InvalidParameterError("metric", "a numeric histogram for a histogram mean", params.mechanism)
     if est.counts.size != edges.size - 1:
         raise InvalidParameterError("estimate", f"the counts of all {edges.size - 1} buckets", est.counts.size)
     n = est.n

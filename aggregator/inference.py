@@ -43,8 +43,9 @@ from typing import Any, Literal
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import mechanism_of
-from ldptel.client.mechanisms.mean import MEAN_LABELS
+from ldptel.client.mechanisms import Categorical, mechanism_of
+from ldptel.client.mechanisms.capabilities import SUMMARY_LABELS as MEAN_LABELS
+from ldptel.client.mechanisms.capabilities import proportion_label, require
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import ParamsBase
 
@@ -119,7 +120,7 @@ def share_of(group: Group, label: str) -> Quantity:
     """The share of ``label`` (a label of the domain, or a sketch candidate) among the group's reports."""
     est, params = group.estimate, group.params
     mech = mechanism_of(params)
-    if not mech.estimates_counts:
+    if mech.kind == "summary":
         raise InvalidParameterError("quantity", f"the mean of a {mech.name} metric (its rows are not counts)", label)
     if label not in est.labels:
         raise InvalidParameterError("value", f"one of {list(est.labels)[:20]}", label)
@@ -142,13 +143,14 @@ def share_of(group: Group, label: str) -> Quantity:
 def mean_of(group: Group) -> Quantity:
     """The mean: the ``mean`` mechanism's estimate, or a numeric histogram's midpoint mean."""
     from ldptel.aggregator.histogram_mean import histogram_mean
+    from ldptel.aggregator.percentiles import bucket_edges
     from ldptel.aggregator.postprocess import norm_sub
 
     est, params = group.estimate, group.params
     mech = mechanism_of(params)
     n = est.n
-    edges = mech.bucket_edges(params)
-    if edges is not None:
+    if mech.kind == "histogram":
+        edges = bucket_edges(params)
         hm = histogram_mean(params, est)
         mids = (edges[:-1] + edges[1:]) / 2.0
         consistent = norm_sub(est.counts, total=float(n))
@@ -156,7 +158,7 @@ def mean_of(group: Group) -> Quantity:
         spread = max(float(consistent @ (mids - m) ** 2) / n, 0.0)  # the values' variance (at bucket midpoints)
         rand = hm.stderr**2
         return Quantity(group, MEAN_LABELS[0], "average", hm.estimate, lambda _theta: (rand, spread / n))
-    if mech.estimates_counts or MEAN_LABELS[0] not in est.labels:
+    if mech.kind != "summary" or MEAN_LABELS[0] not in est.labels:
         raise InvalidParameterError("quantity", "a share (this metric's estimates are counts, not a mean)", mech.name)
     i = est.labels.index(MEAN_LABELS[0])
     total = float(est.stderr[i]) ** 2  # the mean mechanism's stderr: the sample variance of the reports
@@ -394,21 +396,22 @@ def two_sample(
 
 
 # ------------------------------------------------------------------------------------------- χ² tests
+def _categorical_mechanism(params: ParamsBase) -> Categorical[Any, Any]:
+    """The mechanism of a categorical metric (every label of its domain estimated, with their covariance)."""
+    what = "a categorical metric for a χ² test over its whole domain"
+    return require(mechanism_of(params), Categorical, what)  # type: ignore[type-abstract]  # mypy#4717
+
+
 def _categorical(group: Group) -> tuple[np.ndarray, int]:
     """The raw count estimates of every label, and n (categorical metrics only)."""
-    mech = mechanism_of(group.params)
-    if mech.needs_candidates or not mech.estimates_counts:
-        raise InvalidParameterError(
-            "metric", "a categorical metric (rr, grr or a numeric histogram) for a χ² test over its whole domain",
-            mech.name,
-        )
+    _categorical_mechanism(group.params)
     return group.estimate.counts.astype(np.float64), group.n
 
 
 def _freq_cov(group: Group, probs: np.ndarray, uncertainty: Uncertainty) -> np.ndarray:
     """Covariance of the estimated shares if the true shares were ``probs``."""
     n = group.n
-    cov = mechanism_of(group.params).bucket_covariance(group.params, probs * n, n) / float(n) ** 2
+    cov = _categorical_mechanism(group.params).bucket_covariance(group.params, probs * n, n) / float(n) ** 2
     if uncertainty == "population":
         cov = cov + (np.diag(probs) - np.outer(probs, probs)) / n
     out: np.ndarray = cov
@@ -694,11 +697,13 @@ def _pooled_probs(groups: Sequence[Group]) -> np.ndarray:
 
 def _values_of(group: Group, codes: np.ndarray) -> Any:
     """Device values whose labels are ``codes`` (the inverse of the metric's labelling)."""
+    from ldptel.aggregator.percentiles import bucket_edges
+
     mech = mechanism_of(group.params)
-    edges = mech.bucket_edges(group.params)
-    if edges is not None:
+    if mech.kind == "histogram":
+        edges = bucket_edges(group.params)
         return ((edges[:-1] + edges[1:]) / 2.0)[codes]
-    if mech.proportion_of is not None:
+    if proportion_label(mech) is not None:
         return codes.astype(bool)  # labels (false, true)
     return [group.estimate.labels[c] for c in codes.tolist()]
 

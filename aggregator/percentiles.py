@@ -34,7 +34,8 @@ import numpy as np
 
 from ldptel.client import Estimate
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms import Bucketed, mechanism_of
+from ldptel.client.mechanisms.capabilities import require
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_number
 
@@ -66,6 +67,16 @@ class Percentile:
         if not self.resolved:
             out["note"] = f"p{self.percentile:g} {UNRESOLVED_NOTE.format(share=MAX_SPAN)}"
         return out
+
+
+def bucketed(params: ParamsBase) -> Bucketed[Any, Any]:
+    """The mechanism of a numeric histogram's params (InvalidParameterError for any other)."""
+    return require(mechanism_of(params), Bucketed, "a numeric histogram")  # type: ignore[type-abstract]  # mypy#4717
+
+
+def bucket_edges(params: ParamsBase) -> np.ndarray:
+    """The d + 1 bucket edges of a numeric histogram's params."""
+    return bucketed(params).bucket_edges(params)
 
 
 def check_percentiles(levels: Sequence[object]) -> tuple[float, ...]:
@@ -121,10 +132,8 @@ def percentiles(
     params: ParamsBase, est: Estimate, levels: Sequence[object] = DEFAULT_PERCENTILES, *, max_span: float = MAX_SPAN
 ) -> tuple[Percentile, ...]:
     """The asked percentiles of a numeric histogram's raw estimate ``est`` (all its buckets, in order)."""
-    mech = mechanism_of(params)
+    mech = bucketed(params)
     edges = mech.bucket_edges(params)
-    if edges is None:
-        raise InvalidParameterError("metric", "a numeric histogram for percentiles", params.mechanism)
     check_number("max_span", max_span, 0.0, 1.0)
     qs = np.array(check_percentiles(levels)) / 100.0
     n = est.n

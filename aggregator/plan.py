@@ -547,8 +547,8 @@ def plan_mean(
     *, lo: float, hi: float, n: int, epsilons: Sequence[float] = DEFAULT_EPSILONS, error: float | None = None,
     confidence: float = 0.95, typical: Sequence[float] | np.ndarray | None = None,
 ) -> tuple[MeanPlanRow, ...]:
-    """Every mechanism whose estimate is a mean (``Mechanism.estimates_counts`` false, params from lo and hi;
-    ``mean`` once per variant, onebit and dhm), at each ε: the worst case of its own ``variance`` over where
+    """Every mechanism whose estimate is a mean (kind ``summary``, params from lo and hi; once per variant it plans,
+    :meth:`~ldptel.client.mechanisms.base.Mechanism.plan_variants`: ``mean``'s onebit and dhm), at each ε: the worst case of its own ``variance`` over where
     the mean lies (a 257-point grid), as the ± of the mean at n reports and the reports a ± of ``error``
     (value units) needs. The sum's ± is n times.
 
@@ -570,15 +570,16 @@ def plan_mean(
         # 1,001 quantiles stand for a large pilot (each quantile's share is equal: the average is kept)
         points = np.clip(raw if raw.size <= 1001 else np.quantile(raw, np.linspace(0, 1, 1001)), lo, hi)
     rows = []
+    chooses: set[str] = set()  # mechanisms planned in several variants: one is marked chosen per ε
     for mech in mechanisms():
-        if mech.estimates_counts:
+        if mech.kind != "summary":
             continue
-        variants: tuple[str | None, ...] = ("onebit", "dhm") if mech.name == "mean" else (None,)
+        variants = mech.plan_variants()
+        if len(variants) > 1:
+            chooses.add(mech.name)
         for eps in epsilons:
             for variant in variants:
-                spec: dict[str, Any] = {"mechanism": mech.name, "epsilon": check_epsilon(eps), "lo": lo, "hi": hi}
-                if variant is not None:
-                    spec["variant"] = variant
+                spec: dict[str, Any] = {"mechanism": mech.name, "epsilon": check_epsilon(eps), "lo": lo, "hi": hi, **variant}
                 try:
                     params = params_from_dict(spec)
                 except InvalidParameterError:
@@ -597,9 +598,10 @@ def plan_mean(
                     mean_error=z * math.sqrt(per_report / n), reports_needed=needed, typical_var_t=typ,
                     typical_mean_error=typ_err, typical_reports_needed=typ_needed,
                 ))  # fmt: skip
-    for eps in epsilons:  # per ε, the mean variant to create
-        means = [i for i, r in enumerate(rows) if r.mechanism == "mean" and r.epsilon == eps]
-        if means:
-            best = min(means, key=lambda i: _choice_key(rows[i]))
-            rows[best] = replace(rows[best], chosen=True)
+    for eps in epsilons:  # per ε and mechanism with variants, the variant to create
+        for name in chooses:
+            same = [i for i, r in enumerate(rows) if r.mechanism == name and r.epsilon == eps]
+            if same:
+                best = min(same, key=lambda i: _choice_key(rows[i]))
+                rows[best] = replace(rows[best], chosen=True)
     return tuple(rows)

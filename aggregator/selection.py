@@ -22,7 +22,7 @@ A row with an infinite stderr (nothing known) is never marked; a zero stderr mar
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -57,10 +57,17 @@ class Selection:
     threshold: float
     low: np.ndarray | None = None
     high: np.ndarray | None = None
+    total_marked: int = -1  # marked among all candidates (set by :func:`select`; kept by :meth:`take`)
+
+    def take(self, keep: np.ndarray) -> Selection:
+        """The rows at ``keep`` (a top-N cut): the test stays the one over all :attr:`candidates`."""
+        return replace(self, significant=self.significant[keep], p_values=self.p_values[keep],
+                       low=None if self.low is None else self.low[keep], high=None if self.high is None else self.high[keep])
 
     @property
     def marked(self) -> int:
-        return int(self.significant.sum())
+        """Candidates marked, among all of them (not only the rows a top-N cut kept)."""
+        return self.total_marked if self.total_marked >= 0 else int(self.significant.sum())
 
     def describe(self) -> str:
         """One sentence for a table's header: that the rows were selected and how they were tested."""
@@ -68,8 +75,8 @@ class Selection:
                if self.method == "bonferroni" else f"Benjamini–Hochberg, false discovery rate α = {self.alpha:g}")
         simultaneous = (f"; intervals are simultaneous over all {self.candidates:,} (z = {self.z_simultaneous:.2f})"
                         if self.low is not None else "")
-        return (f"rows selected from {self.candidates:,} candidates: significant = distinguishable from zero after "
-                f"{self.candidates:,} comparisons ({how}); {self.marked} marked{simultaneous}")
+        return (f"rows selected from {self.candidates:,} candidates; * = distinguishable from zero after "
+                f"{self.candidates:,} comparisons ({how}); {self.marked} of {self.candidates:,} marked{simultaneous}")
 
     @property
     def z_simultaneous(self) -> float:
@@ -136,4 +143,4 @@ def select(
         z = simultaneous_z(alpha, k)
         low, high = est - z * se, est + z * se
     return Selection(method=method, alpha=alpha, candidates=k, significant=significant, p_values=p,
-                     threshold=float(threshold), low=low, high=high)
+                     threshold=float(threshold), low=low, high=high, total_marked=int(significant.sum()))

@@ -45,9 +45,10 @@ _EXPORTS = {
     "PrivacyPolicy": "ldptel.client.sdk.policy",
     "Reporter": "ldptel.client.sdk.reporter",
     "ReportResult": "ldptel.client.sdk.reporter",
-    "MeanParams": "ldptel.client.mechanisms.mean",  # numeric metrics
-    "HistogramParams": "ldptel.client.mechanisms.histogram",
-    "DailyMeanParams": "ldptel.client.mechanisms.daily_mean",
+    "MeanParams": "ldptel.client.mechanisms",  # numeric metrics
+    "HistogramParams": "ldptel.client.mechanisms",
+    "bucket_edges": "ldptel.client.mechanisms",  # a histogram's edges from a range and a bucket count
+    "DailyMeanParams": "ldptel.client.mechanisms",
 }
 __getattr__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from ldptel.client.mechanisms import (
         CmsParams as CmsParams,
     )
+    from ldptel.client.mechanisms import DailyMeanParams as DailyMeanParams
     from ldptel.client.mechanisms import (
         Estimate as Estimate,
     )
@@ -83,6 +85,8 @@ if TYPE_CHECKING:
     from ldptel.client.mechanisms import (
         HcmsParams as HcmsParams,
     )
+    from ldptel.client.mechanisms import HistogramParams as HistogramParams
+    from ldptel.client.mechanisms import MeanParams as MeanParams
     from ldptel.client.mechanisms import (
         OueCmsParams as OueCmsParams,
     )
@@ -98,6 +102,7 @@ if TYPE_CHECKING:
     from ldptel.client.mechanisms import (
         SketchState as SketchState,
     )
+    from ldptel.client.mechanisms import bucket_edges as bucket_edges
     from ldptel.client.mechanisms import (
         estimate as estimate,
     )
@@ -113,9 +118,6 @@ if TYPE_CHECKING:
     from ldptel.client.mechanisms import (
         recommend_mechanism as recommend_mechanism,
     )
-    from ldptel.client.mechanisms.daily_mean import DailyMeanParams as DailyMeanParams
-    from ldptel.client.mechanisms.histogram import HistogramParams as HistogramParams
-    from ldptel.client.mechanisms.mean import MeanParams as MeanParams
     from ldptel.client.protocol.specs import MetricSpec as MetricSpec
     from ldptel.client.protocol.wire import decode_batch as decode_batch
     from ldptel.client.protocol.wire import encode_batch as encode_batch

@@ -31,6 +31,7 @@ import mmh3
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.capabilities import Permanent
 from ldptel.client.mechanisms.histogram import bucket_edges
 from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.protocol.hashing import HashFamily, value_bytes
@@ -256,7 +257,7 @@ def batch_vectors(rnd: random.Random, pool: list[str]) -> list[dict[str, Any]]:
             records = []
             with mock.patch("os.urandom", stream):
                 for v in values:
-                    if m.permanent:
+                    if isinstance(m, Permanent):
                         batch = m.privatize_permanent(v, params, secret=secret, metric=metric, fingerprint=fp)
                     else:
                         batch = m.privatize(v, params)
@@ -266,7 +267,7 @@ def batch_vectors(rnd: random.Random, pool: list[str]) -> list[dict[str, Any]]:
                                 params=params)
             out.append({
                 "params": params.to_dict(), "metric": metric, "version": 3, "secret": secret.hex(),
-                "permanent": m.permanent, "values": values, "stream": bytes(stream.taken).hex(),
+                "permanent": isinstance(m, Permanent), "values": values, "stream": bytes(stream.taken).hex(),
                 "records": [r.hex() for r in records], "body": body.hex(),
                 "value_keys": [m.value_key(v, params).hex() for v in values],
             })

@@ -43,12 +43,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         help="use this existing Redis (its db must be empty: tests FLUSHDB it) instead of an embedded server",
     )
+    parser.addoption(
+        "--grid",
+        action="store_true",
+        help="run every case of the parameter grids marked 'grid' (by default one representative case per grid "
+        "runs and the rest are skipped: they check the same property on more configurations)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    full_grid = config.getoption("--grid") or "grid" in (config.getoption("markexpr") or "")
     for item in items:
         if {"redis", "redis_url", "redis_server"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.redis)
+        if not full_grid and item.get_closest_marker("grid") is not None:
+            item.add_marker(pytest.mark.skip(reason="a further case of a grid: python3 dev.py test --grid runs it"))
 
 
 @pytest.fixture(scope="session")

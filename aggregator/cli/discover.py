@@ -8,16 +8,15 @@ import argparse
 from typing import TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, confidence, connected, day, positive_int
-from ldptel.aggregator.cli.estimate import STDERR_MEANING, default_confidence
+from ldptel.aggregator.cli.estimate import STDERR_MEANING
 from ldptel.aggregator.cli.extras import install_hint
-from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, table, write_json, write_result
+from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, write_result
+from ldptel.aggregator.defaults import DISCOVER_ALPHA, DISCOVER_KEEP, DISCOVER_TOP, default_confidence
 
 NAME = "discover"
 EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
-DEFAULT_TOP = 20
-KEEP = 50  # ldptel.client.mechanisms.state.DEFAULT_KEEP (not imported: --help stays light)
-ALPHA = 0.05  # ldptel.client.mechanisms.state.DEFAULT_ALPHA
+DEFAULT_TOP, KEEP, ALPHA = DISCOVER_TOP, DISCOVER_KEEP, DISCOVER_ALPHA
 FALSE_DISCOVERIES = (
     "False discoveries: a value is reported only when its estimate is at least THRESHOLD standard errors; by "
     "default THRESHOLD is the Bonferroni z for a family-wise ALPHA over every value the walk could test, so the "
@@ -79,16 +78,6 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if empty.written:
         return EXIT_OK
     if args.plot:
-        plot_result(found.result, args.plot)
-    if args.format == "json":
-        write_json(found.to_dict(), out)
-        return EXIT_OK
-    write_result(found.result, args.format, out)
-    if args.format == "table":
-        d = found.discovery
-        rule = f"Bonferroni for α = {d.alpha:g} over {d.bound:,} possible tests" if d.alpha is not None else "as given"
-        out.write(f"\n{len(d.estimate.labels)} values at ≥ {d.threshold:.2f} stderr ({rule}); "
-                  f"{d.examined:,} candidates examined, {d.tested:,} tested, {d.keep} kept per round\n")
-        table(["round", "prefix bytes", "examined", "kept", "tested"],
-              [[s.round, s.prefix_bytes, s.examined, s.kept, s.tested] for s in d.stages], out, left=())
+        plot_result(found, args.plot)
+    write_result(found, args.format, out)
     return EXIT_OK

@@ -7,7 +7,11 @@ sum and the percentiles (``--percentiles``, default 50,90,99) with intervals; ``
 buckets (raw estimates with stderr, and the Norm-Sub consistent column) instead.
 
 ``--estimator plain|corrected|both`` picks the sketch estimator (the plain count-mean-sketch estimate, the
-collision-corrected least squares over the candidates, or both); the output says which one each row is."""
+collision-corrected least squares over the candidates, or both); the output says which one each row is.
+
+Rows of counts are a selection from the candidates (or the domain): ``--selection`` marks with ``*`` the rows
+distinguishable from zero after testing all of them (:mod:`~ldptel.aggregator.selection`), and the output says
+the rows were selected and how; ``--simultaneous`` widens the intervals to hold over all the candidates."""
 
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from ldptel.aggregator.cli.common import (
 )
 from ldptel.aggregator.cli.extras import install_hint
 from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, write_daily, write_result
+from ldptel.aggregator.defaults import default_confidence
 from ldptel.aggregator.postprocess import POSTPROCESS_METHODS
 
 NAME = "estimate"
@@ -48,14 +53,6 @@ HISTOGRAM_VIEW_NEEDS = (
     "--mechanism num-histogram --range LO HI --buckets N [--scale log]"
 )
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
-
-
-def default_confidence() -> float:
-    """The interval level of an estimate unless asked otherwise: :class:`~ldptel.client.Estimate`'s default."""
-    from ldptel.client import Estimate
-    from ldptel.client.protocol.validate import check_number
-
-    return check_number("confidence", Estimate.__dataclass_fields__["confidence"].default, 0, 1, open_interval=True)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
@@ -79,6 +76,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
                    help="sketches: plain (Apple's count-mean-sketch estimate; its stderr includes hash collisions) | "
                         "corrected (least squares over the candidates, removing their collisions: give candidates "
                         "that cover most of the reports) | both (each value's plain row, then its corrected row)")
+    p.add_argument("--selection", choices=("bonferroni", "bh", "none"), default="bonferroni",
+                   help="rows of counts are selected from many candidates: mark (*, 'significant') those "
+                        "distinguishable from zero after testing all of them, by bonferroni (default: the chance "
+                        "of marking any value nobody sent ≤ 1 − confidence) | bh (Benjamini–Hochberg: the expected "
+                        "share of false marks ≤ 1 − confidence) | none")
+    p.add_argument("--simultaneous", action="store_true",
+                   help="intervals that hold together over all the candidates (Bonferroni), not one at a time")
     p.add_argument("--percentiles", type=comma_list, metavar="50,90,99",
                    help="numeric histogram metrics: these percentiles (0-100) with intervals (default in the "
                         "summary: 50,90,99; with --histogram: below the buckets)")
@@ -98,7 +102,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from ldptel.aggregator.percentiles import DEFAULT_PERCENTILES
-    from ldptel.aggregator.query import estimate_by_day, estimate_metric, metric_kind
+    from ldptel.aggregator.query import QueryOptions, estimate_by_day, estimate_metric, metric_kind
 
     if args.by_day and args.plot:
         raise UserError("--plot draws the estimates over the whole range; drop --by-day (the dashboard charts days)")
@@ -113,23 +117,25 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         day_from = day_to = args.day
     levels = None if args.percentiles is None else [_level(v) for v in args.percentiles]
     with connected(args.redis_url) as r, no_data_as_empty(args.format, out, err) as empty:
-        mechanism, bucketed = metric_kind(r, args.metric, version=args.version)
+        mechanism, kind = metric_kind(r, args.metric, version=args.version)
+        bucketed = kind == "histogram"
         if (args.histogram or levels is not None) and not bucketed:
             raise UserError(f"{args.metric} is a {mechanism} metric: {HISTOGRAM_VIEW_NEEDS}")
         summary = bucketed and not args.histogram and not args.by_day
-        options = {
-            "version": args.version, "day_from": day_from, "day_to": day_to, "candidates": candidates, "top": args.top,
-            "confidence": args.confidence, "estimator": args.estimator,
-            "postprocess": args.postprocess,  # None: the metric's default (norm-sub for a numeric histogram)
-            "percentiles": list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
-        }
+        options = QueryOptions(
+            version=args.version, day_from=day_from, day_to=day_to, candidates=candidates, top=args.top,
+            confidence=args.confidence, estimator=args.estimator, selection=args.selection,
+            simultaneous=args.simultaneous,
+            postprocess=args.postprocess,  # None: the kind's default (norm-sub for a numeric histogram)
+            percentiles=list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
+        )
         if args.by_day:
-            daily = estimate_by_day(r, args.metric, **options)
+            daily = estimate_by_day(r, args.metric, options)
             if args.uncertainty == "population":
                 daily = replace(daily, results=tuple(res.as_population() for res in daily.results))
             write_daily(daily, args.format, out)
             return EXIT_OK
-        result = estimate_metric(r, args.metric, **options)
+        result = estimate_metric(r, args.metric, options)
         if args.uncertainty == "population":
             result = result.as_population()
     if empty.written:

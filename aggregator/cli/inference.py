@@ -163,6 +163,7 @@ def _group(r: Any, name: str, version: int | None, day_from: str | None, day_to:
     from ldptel.aggregator.inference import Group
     from ldptel.aggregator.query import estimate_metric
     from ldptel.client.mechanisms import get_mechanism
+    from ldptel.client.mechanisms.capabilities import candidate_role
     from ldptel.storage import registry
 
     if one_day:
@@ -170,9 +171,9 @@ def _group(r: Any, name: str, version: int | None, day_from: str | None, day_to:
     record = registry.get_metric(r, name)
     version = record.current_version if version is None else version
     params = registry.spec_for(record, version).params
-    mech = get_mechanism(params.mechanism)
-    candidates = values if mech.needs_candidates else None
-    if mech.needs_candidates and not values:
+    required = candidate_role(get_mechanism(params.mechanism)) == "required"
+    candidates = values if required else None
+    if required and not values:
         raise UserError(f"{name} is a sketch metric: give the candidates to test with --value (repeatable)")
     res = estimate_metric(r, name, version=version, day_from=day_from, day_to=day_to, candidates=candidates,
                           postprocess="none")
@@ -186,12 +187,13 @@ def _group_dict(group: Any, version: int, days: tuple[str, ...]) -> dict[str, An
 
 def _quantities(inf: Any, group: Any, args: argparse.Namespace) -> list[Any]:
     from ldptel.client.mechanisms import get_mechanism
+    from ldptel.client.mechanisms.capabilities import proportion_label
 
     if args.mean:
         return [inf.mean_of(group)]
     values = args.value
     if not values:
-        label = get_mechanism(group.params.mechanism).proportion_of
+        label = proportion_label(get_mechanism(group.params.mechanism))
         if label is None:
             raise UserError(f"give the label(s) to test with --value (one of {list(group.estimate.labels)[:10]}) or --mean")
         values = [label]

@@ -27,7 +27,7 @@ from ldptel.aggregator.cli.common import (
     read_values,
 )
 from ldptel.aggregator.cli.output import table, write_json
-from ldptel.client.mechanisms import mechanism_names, mechanism_of
+from ldptel.client.mechanisms import Sketch, mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes", "va
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    sketches = ", ".join(mechanism_names(candidates=True))
+    sketches = ", ".join(mechanism_names(having=Sketch))
     met = sub.add_parser(NAME, help="manage the metric registry",
                          description="List, show, create, grow or retire metrics, or plan, diff and apply a TOML file of them.")
     msub = met.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -279,7 +279,7 @@ def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> No
 
 def _numeric_params(args: argparse.Namespace) -> dict[str, object]:
     """Numeric metrics' params from the options: ``edges`` (explicit, or --buckets over --range), else lo/hi."""
-    from ldptel.client.mechanisms.histogram import bucket_edges
+    from ldptel.client import bucket_edges
 
     if args.edges is not None:
         try:

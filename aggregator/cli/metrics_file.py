@@ -167,7 +167,7 @@ def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
     if old.params == new.params:
         lines.append("the params are unchanged, so devices keep their permanent randomization and the day's memo "
                      "(both are keyed by the privatization, not the version)")
-    elif old_mech.permanent or new_mech.permanent:
+    elif old_mech.permanent_channel(old.params) is not None or new_mech.permanent_channel(new.params) is not None:
         a, b = old_mech.longitudinal_epsilon(old.params), new_mech.longitudinal_epsilon(new.params)
         lines.append(
             f"devices start a new permanent randomization: a value reported under both v{old.version} and "
@@ -177,7 +177,7 @@ def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
         )
     else:
         lines.append("sketch reports are memoized per privatization and day; the day's budget is per metric name, so the switch does not reopen it")
-    if new_mech.permanent:
+    if new_mech.permanent_channel(new.params) is not None:
         lines.append(longitudinal_note(new.params))
     lines.append(
         f"reports devices queued under v{old.version} are refused (409) and dropped, their budget spent; "
@@ -203,7 +203,7 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
         head = f"{SYMBOLS[change.kind]} {spec.name}"
         if change.kind == "create":
             out.write(f"{head}: create v1 ({spec.mechanism}, ε {spec.params.epsilon:g}, {spec.reports_per_day} reports/day)\n")
-            if mechanism_of(spec.params).permanent:
+            if mechanism_of(spec.params).permanent_channel(spec.params) is not None:
                 out.write(f"    {longitudinal_note(spec.params)}\n")
         elif change.kind == "unchanged":
             out.write(f"{head}: unchanged (v{spec.version})\n")

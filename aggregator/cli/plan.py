@@ -23,7 +23,7 @@ from ldptel.aggregator.plan import (
     plan_mean,
 )
 from ldptel.client.errors import LdpError
-from ldptel.client.mechanisms import get_mechanism
+from ldptel.client.mechanisms import Permanent, get_mechanism
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
 
 NAME = "plan"
@@ -183,7 +183,7 @@ def write_table(result: Plan, rows: tuple[PlanRow, ...], out: TextIO) -> None:
     for eps, name in result.recommended.items():
         by_name.setdefault(name, []).append(f"{eps:g}")
     picks = "; ".join(f"{name} at ε = {', '.join(eps)}" for name, eps in by_name.items())
-    permanent = sorted({row.mechanism for row in rows if get_mechanism(row.mechanism).permanent})
+    permanent = sorted({name for name in {row.mechanism for row in rows} if isinstance(get_mechanism(name), Permanent)})
     note = "" if not permanent else (  # issue 22 §1: say what the lifetime ε∞ covers and what it does not
         f" {', '.join(permanent)}: a permanent randomized response protects a value's level for life (ε∞), not the "
         "times it changes: each report costs the fresh noise's ε given the others, more than its own ε, and the "
@@ -263,7 +263,9 @@ def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
         out.write(f"* the mean variant to create at each ε: {basis}; create it with --variant onebit|dhm\n")
         for r in rows:  # a permanent randomized response protects the level, not the change times: say so
             mech = get_mechanism(r.mechanism)
-            if mech.permanent and "lo" in mech.params_schema()[1]:
+            if "lo" in mech.params_schema()[1]:
                 make: Any = mech.params_type  # a numeric mechanism's params: epsilon, lo, hi
-                out.write(f"{r.mechanism} at ε {r.epsilon:g}: {longitudinal_note(make(epsilon=r.epsilon, lo=lo, hi=hi))}\n")
+                params = make(epsilon=r.epsilon, lo=lo, hi=hi)
+                if mech.permanent_channel(params) is not None:
+                    out.write(f"{r.mechanism} at ε {r.epsilon:g}: {longitudinal_note(params)}\n")
     return EXIT_OK

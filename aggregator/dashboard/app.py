@@ -42,14 +42,13 @@ from flask import Blueprint, Flask, Response, current_app, redirect, render_temp
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
-from ldptel.aggregator.cli.discover import ALPHA, DEFAULT_TOP, KEEP
-from ldptel.aggregator.cli.estimate import default_confidence
-from ldptel.aggregator.cli.output import json_text
 from ldptel.aggregator.dashboard.config import DashboardConfig
 from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.dashboard.sessions import SessionStore
-from ldptel.aggregator.discover import discover_metric
-from ldptel.aggregator.query import EmptyRangeError, estimate_by_day, estimate_metric
+from ldptel.aggregator.defaults import DISCOVER_ALPHA, DISCOVER_KEEP, DISCOVER_TOP, default_confidence
+from ldptel.aggregator.discover import DiscoverOptions, discover_metric
+from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
+from ldptel.aggregator.render import json_text
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.server.proxies import TrustedProxies
 from ldptel.server.ratelimit import SourceFailureLimiter
@@ -194,8 +193,8 @@ def _range_options(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str
     return options
 
 
-def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str, Any]:
-    """The keyword arguments of :func:`estimate_metric` from request parameters (``candidates`` gathered)."""
+def query_options(source: Mapping[str, Any], candidates: list[str]) -> QueryOptions:
+    """The :class:`QueryOptions` of request parameters (``candidates`` gathered)."""
     options = _range_options(source, QUERY_KEYS)
     options["candidates"] = candidates or None
     if source.get("percentiles") not in (None, ""):
@@ -203,21 +202,21 @@ def query_options(source: Mapping[str, Any], candidates: list[str]) -> dict[str,
     for key in ("postprocess", "estimator"):
         if source.get(key) not in (None, ""):
             options[key] = source[key]
-    return options
+    return QueryOptions(**options)
 
 
-def discover_options(source: Mapping[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of :func:`discover_metric`, with ``ldptel discover``'s defaults."""
+def discover_options(source: Mapping[str, Any]) -> DiscoverOptions:
+    """The :class:`DiscoverOptions` of request parameters, with ``ldptel discover``'s defaults."""
     options = _range_options(source, DISCOVER_KEYS)
-    options.setdefault("top", DEFAULT_TOP)
+    options.setdefault("top", DISCOVER_TOP)
     options.setdefault("confidence", default_confidence())
-    options["keep"] = _int("keep", source["keep"]) if source.get("keep") not in (None, "") else KEEP
-    options["alpha"] = ALPHA
+    options["keep"] = _int("keep", source["keep"]) if source.get("keep") not in (None, "") else DISCOVER_KEEP
+    options["alpha"] = DISCOVER_ALPHA
     if source.get("alpha") not in (None, ""):
         options["alpha"] = _float("alpha", source["alpha"], "a number in (0, 1)")
     if source.get("threshold") not in (None, ""):
         options["threshold"] = _float("threshold", source["threshold"], "a number of standard errors > 0")
-    return options
+    return DiscoverOptions(**options)
 
 
 def _candidates_from(text: object) -> list[str]:
@@ -227,7 +226,7 @@ def _candidates_from(text: object) -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def _request_options() -> dict[str, Any]:
+def _request_options() -> QueryOptions:
     """GET: the query string; POST: a JSON object with the same keys (``candidate`` may be a list)."""
     if request.method == "POST":
         body = request.get_json(silent=True)
@@ -263,19 +262,19 @@ def metric(name: str) -> Response:
 @api.route("/metrics/<name>/estimate", methods=["GET", "POST"])
 def estimate(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_metric(r, name, **_request_options()).to_dict())
+    return _json(estimate_metric(r, name, _request_options()).to_dict())
 
 
 @api.route("/metrics/<name>/by-day", methods=["GET", "POST"])
 def by_day(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_by_day(r, name, **_request_options()).to_dict())
+    return _json(estimate_by_day(r, name, _request_options()).to_dict())
 
 
 @api.get("/metrics/<name>/discover")
 def discover(name: str) -> Response:
     _, r = _state()
-    return _json(discover_metric(r, name, **discover_options({k: request.args.get(k) for k in request.args})).to_dict())
+    return _json(discover_metric(r, name, discover_options({k: request.args.get(k) for k in request.args})).to_dict())
 
 
 # ----------------------------------------------------------------------------------------------- pages

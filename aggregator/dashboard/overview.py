@@ -1,5 +1,5 @@
-"""What the dashboard's metric list shows: each metric's registry record, what kind of estimates it gives
-(candidates needed, discovery, counts or numeric summaries, bucket edges), the days that have folded reports
+"""What the dashboard's metric list shows: each metric's registry record, the ``kind`` of its estimates (per version:
+the renderer the page uses), what its queries take (candidates required, labels or none; the estimators), the days that have folded reports
 (per version), the reports of each recent day and the lag of its streams. One JSON-ready dict per metric."""
 
 from __future__ import annotations
@@ -9,20 +9,22 @@ from typing import Any
 import redis as redis_lib
 
 from ldptel.aggregator.cli.status import shard_status
+from ldptel.aggregator.defaults import DISCOVER_TOP
+from ldptel.aggregator.query import candidate_role, estimator_choices
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
-from ldptel.client.protocol.params import ParamsBase
 from ldptel.storage import registry, sealed
 from ldptel.storage import sketches as store
 from ldptel.storage.registry import MetricRecord
 
 RECENT_DAYS = 31  # days of the current version whose report counts the list shows
+SKETCH_TOP = 10  # the page's default top for a metric whose queries need candidates
 
 
-def _edges(params: ParamsBase) -> list[float] | None:
-    """A numeric histogram's bucket edges (its rows' buckets, in order; percentiles apply), else None."""
-    edges = mechanism_of(params).bucket_edges(params)
-    return None if edges is None else [float(x) for x in edges]
+def _default_top(kind: str, candidates: str) -> int | None:
+    """The page's ``top`` unless asked: ``ldptel discover``'s for a discovery, 10 where candidates are required (a
+    candidate list can be long), else none (every label, every bucket)."""
+    return DISCOVER_TOP if kind == "discovery" else SKETCH_TOP if candidates == "required" else None
 
 
 def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str, Any]]) -> dict[str, Any]:
@@ -65,10 +67,11 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         "shape": mechanism.shape(spec.params),
         "reports_per_day": spec.reports_per_day,
         "shards": record.shards,
-        "needs_candidates": mechanism.needs_candidates,
-        "discovers": mechanism.discovers,  # the page asks /discover, not for candidates
-        "counts": mechanism.estimates_counts,  # rows are counts of the reports (False: numeric summaries)
-        "edges_by_version": {str(v): _edges(spec_v.params) for v, spec_v in sorted(record.versions.items())},
+        "kind": mechanism.kind,  # which renderer draws the page (dashboard.js KINDS)
+        "kind_by_version": {str(v): mechanism_of(spec_v.params).kind for v, spec_v in sorted(record.versions.items())},
+        "candidates": candidate_role(mechanism),  # required | labels | none
+        "estimators": list(estimator_choices(mechanism)),
+        "default_top": _default_top(mechanism.kind, candidate_role(mechanism)),
         "days_by_version": days_by_version,
         "reports_by_day": [{"day": day, "n": n} for day, n in reports.items()],
         "lag": None if unknown else sum(row["lag"] for row in shard_rows),

@@ -31,7 +31,7 @@ arguments, defaults and metric specs), :mod:`.run` (the phases of a run and the 
 (the ingest service, the metrics over HTTP, the worker), :mod:`.processes` (child process groups),
 :mod:`.fleet` (the simulated devices), :mod:`.distribution` (their true values), :mod:`.progress` (status
 lines on stderr), :mod:`.report` (results, summary and chart), :mod:`.signals` (SIGTERM, Ctrl-C) and
-:mod:`.errors`. Tables and charts are drawn with :mod:`ldptel.aggregator.cli.output`, like the CLI's.
+:mod:`.errors`. Tables and charts are drawn with :mod:`ldptel.aggregator.render`, like the CLI's.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from ldptel.aggregator.cli.extras import install_hint
 from ldptel.aggregator.demo.errors import DemoUserError
-from ldptel.client.mechanisms import mechanism_names
+from ldptel.client.mechanisms import Discovering, Sketch, mechanism_names
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
 FLAG_METRIC = "demo.dark_mode"
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"simulated devices, each reporting both metrics once (default {DEFAULT_DEVICES:,})")
     p.add_argument("--epsilon", type=float, default=DEFAULT_EPSILON, metavar="E",
                    help=f"ε per report of both metrics (default {DEFAULT_EPSILON:g})")
-    p.add_argument("--mechanism", choices=mechanism_names(candidates=True, discovers=False), default=DEFAULT_MECHANISM,
+    p.add_argument("--mechanism", choices=mechanism_names(having=Sketch, lacking=Discovering), default=DEFAULT_MECHANISM,
                    help=f"sketch mechanism of the emoji metric (default {DEFAULT_MECHANISM})")
     p.add_argument("--k", type=int, default=DEFAULT_K, help=f"sketch hash rows (default {DEFAULT_K})")
     p.add_argument("--m", type=int, default=DEFAULT_M, help=f"sketch columns, a power of two (default {DEFAULT_M})")
@@ -182,7 +182,7 @@ SESSION_PERCENTILES = (50.0, 90.0, 99.0)
 
 def build_numeric_specs(config: DemoConfig) -> tuple[MetricSpec, MetricSpec]:
     """The session-length metrics, mean then histogram, at the demo's ε."""
-    from ldptel.client.mechanisms.histogram import bucket_edges
+    from ldptel.client import bucket_edges
 
     lo, hi = SESSION_RANGE
     mean = MetricSpec(

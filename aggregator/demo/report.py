@@ -1,5 +1,5 @@
 """The demo's result: the top-k estimates beside the true counts, the rr proportion beside the true share,
-the summary (wall time, delivery, ε, accuracy) and the chart, all drawn with :mod:`ldptel.aggregator.cli.output`."""
+the summary (wall time, delivery, ε, accuracy) and the chart, all drawn with :mod:`ldptel.aggregator.render`."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from ldptel.aggregator.cli.output import MARKER_COLOR, interval_bars, new_figure, save_figure, table
 from ldptel.aggregator.demo.config import FLAG_METRIC, SESSION_RANGE, SKETCH_METRIC, WORDS_METRIC, DemoConfig
 from ldptel.aggregator.demo.distribution import Distribution
 from ldptel.aggregator.demo.errors import DemoFailure
 from ldptel.aggregator.demo.fleet import FleetStats
 from ldptel.aggregator.demo.progress import Timings
+from ldptel.aggregator.render import MARKER_COLOR, interval_bars, new_figure, save_figure, table
 from ldptel.client.protocol.specs import MetricSpec
 
 if TYPE_CHECKING:
     from ldptel.aggregator.discover import DiscoverResult
-    from ldptel.aggregator.query import Proportion, QueryResult
+    from ldptel.aggregator.query import FrequencyResult, HistogramResult, Proportion, QueryResult
 
 FLAG_COLOR = "#55a868"
 NAME_WIDTH = 34  # of the emoji's name in the table
@@ -33,11 +33,11 @@ class Report:
     specs: tuple[MetricSpec, MetricSpec]  # flag, sketch: as the ingest service served them
     true_counts: np.ndarray
     true_flags: int
-    flag: QueryResult
+    flag: FrequencyResult
     sketch: QueryResult
     stats: FleetStats
     folded: int
-    session: tuple[QueryResult, QueryResult]  # session length: mean, histogram with percentiles
+    session: tuple[QueryResult, HistogramResult]  # session length: mean, histogram with percentiles
     true_seconds: np.ndarray
     words: Distribution | None = None  # the discovered metric: its true word list (never given to the aggregator),
     true_words: np.ndarray | None = None  # how often each word was typed,

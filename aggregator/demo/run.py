@@ -19,7 +19,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 import numpy as np
 import redis
@@ -47,7 +47,7 @@ from ldptel.aggregator.demo.report import Report
 from ldptel.aggregator.demo.services import create_metrics, folded_reports, service_env, start_ingest, start_worker
 from ldptel.aggregator.demo.signals import sigint_ignored
 from ldptel.aggregator.discover import discover_metric
-from ldptel.aggregator.query import estimate_metric
+from ldptel.aggregator.query import FrequencyResult, HistogramResult, QueryResult, estimate_metric
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.storage.client import connect
@@ -142,11 +142,11 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         try:
             folded = _wait_folded(r, session, dist=dist, stats=stats, status=status, word=words.values[0])
             times.mark("folded")
-            flag_result = estimate_metric(r, FLAG_METRIC)
+            flag_result = _typed(estimate_metric(r, FLAG_METRIC), FrequencyResult)
             sketch_result = estimate_metric(r, SKETCH_METRIC, candidates=list(dist.values), top=config.top)
             found = discover_metric(r, WORDS_METRIC, top=config.top)  # no word list: discovered
             lengths = (estimate_metric(r, SESSION_MEAN_METRIC),
-                       estimate_metric(r, SESSION_HIST_METRIC, percentiles=SESSION_PERCENTILES))
+                       _typed(estimate_metric(r, SESSION_HIST_METRIC, percentiles=SESSION_PERCENTILES), HistogramResult))
         except redis.RedisError as exc:
             raise DemoFailure(f"Redis failed: {exc}") from None
         finally:
@@ -273,3 +273,13 @@ def _wait_folded(r: redis.Redis, session: _Session, *, dist: Distribution, stats
         time.sleep(FOLD_POLL_SECONDS)
     status.progress("folded reports", folded, stats.delivered, started=fold_started, final=True)
     return folded
+
+
+R = TypeVar("R", bound=QueryResult)
+
+
+def _typed(result: QueryResult, kind: type[R]) -> R:
+    """``result`` as the result type the demo's metric gives (its spec fixes the kind)."""
+    if not isinstance(result, kind):
+        raise DemoFailure(f"{result.metric} gave a {result.kind} result, not {kind.kind}")
+    return result

@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import redis as redis_lib
@@ -31,7 +32,7 @@ import redis as redis_lib
 from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
 from ldptel.client.errors import LdpError
-from ldptel.client.mechanisms import get_mechanism, mechanism_of
+from ldptel.client.mechanisms import Mechanism, Mergeable, get_mechanism, mechanism_of
 from ldptel.client.protocol.wire import ReportBatch, decode_batch
 from ldptel.storage import sketches as store
 from ldptel.storage.streamread import StreamReader
@@ -51,11 +52,16 @@ class UndecodableEntryError(LdpError, ValueError):
     """A stream entry lacks a field or its fields disagree with its batch header (it is dead-lettered)."""
 
 
+def _mergeable(mech: Mechanism[Any, Any]) -> Mergeable[Any, Any] | None:
+    """The mechanism, if the fold merges a read's batches first (else None: its batches are folded as decoded)."""
+    return mech if isinstance(mech, Mergeable) else None
+
+
 def _merge_read(batches: list[ReportBatch], take: Callable[[int], np.ndarray]) -> ReportBatch | None:
     """The batches of one (version, day) merged into one, its bits in ``take(size)``; None: not merged
     (the mechanism has no merge step: its batches are folded as decoded)."""
-    mech = get_mechanism(batches[0].mechanism)
-    if not mech.merges:
+    mech = _mergeable(get_mechanism(batches[0].mechanism))
+    if mech is None:
         return None
     merged: ReportBatch = mech.merge(batches, out=take(mech.merge_bytes(batches)))
     return merged
@@ -195,7 +201,7 @@ class Reader:
         n = int(fields[b"n"])
         params = self._specs.params(metric, version)
         data = fields[b"b"]
-        if not mechanism_of(params).merges:
+        if _mergeable(mechanism_of(params)) is None:
             data = bytes(data)  # kept as is by _merge_read: must not point into the reader's buffer
         header, batch = decode_batch(data, params)
         if header.metric != metric or header.version != version or header.n != n:

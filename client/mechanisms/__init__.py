@@ -2,8 +2,8 @@
 
 :mod:`~ldptel.client.mechanisms.rr`, :mod:`~ldptel.client.mechanisms.grr`, :mod:`~ldptel.client.mechanisms.cms`,
 :mod:`~ldptel.client.mechanisms.oue_cms` and :mod:`~ldptel.client.mechanisms.hcms` each define one
-:class:`~ldptel.client.mechanisms.base.Mechanism` object; :mod:`~ldptel.client.mechanisms.registry` lists
-them. The functions here dispatch on the params object, so callers never name a mechanism.
+:class:`~ldptel.client.mechanisms.base.Mechanism` object, a core plus the capability types it has
+(:mod:`~ldptel.client.mechanisms.capabilities`); :mod:`~ldptel.client.mechanisms.registry` lists them. The functions here dispatch on the params object, so callers never name a mechanism.
 """
 
 from __future__ import annotations
@@ -14,10 +14,24 @@ import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.base import Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import (
+    Binary,
+    Bucketed,
+    Categorical,
+    Discovering,
+    Labelled,
+    Mergeable,
+    Permanent,
+    Sketch,
+    Summary,
+)
 from ldptel.client.mechanisms.cms import CmsParams
+from ldptel.client.mechanisms.daily_mean import DailyMeanParams
 from ldptel.client.mechanisms.discovery import PemParams
 from ldptel.client.mechanisms.grr import GrrParams, recommend_mechanism
 from ldptel.client.mechanisms.hcms import HcmsParams
+from ldptel.client.mechanisms.histogram import HistogramParams, bucket_edges
+from ldptel.client.mechanisms.mean import MeanParams
 from ldptel.client.mechanisms.oue_cms import OueCmsParams
 from ldptel.client.mechanisms.registry import (
     get_mechanism,
@@ -68,16 +82,29 @@ def estimate(
 
 
 __all__ = [
+    "Binary",
+    "Bucketed",
+    "Categorical",
     "CmsParams",
+    "DailyMeanParams",
+    "Discovering",
     "Estimate",
     "GrrParams",
     "HcmsParams",
+    "HistogramParams",
+    "Labelled",
+    "MeanParams",
     "Mechanism",
+    "Mergeable",
     "OueCmsParams",
     "PemParams",
+    "Permanent",
     "ReportBatch",
     "RrParams",
+    "Sketch",
     "SketchState",
+    "bucket_edges",
+    "Summary",
     "estimate",
     "fold",
     "get_mechanism",

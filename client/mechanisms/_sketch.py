@@ -40,7 +40,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Mechanism, ReportBatch
+from ldptel.client.mechanisms.base import ReportBatch
+from ldptel.client.mechanisms.capabilities import Sketch
 from ldptel.client.mechanisms.state import Estimate, SketchState, codes_for
 from ldptel.client.protocol.hashing import HashFamily
 from ldptel.client.protocol.params import (
@@ -142,10 +143,9 @@ SP = TypeVar("SP", bound=SketchParams)
 SB = TypeVar("SB", bound=ReportBatch)
 
 
-class SketchMechanism(Mechanism[SP, SB]):
+class SketchMechanism(Sketch[SP, SB]):
     """What the sketch mechanisms share: a k×m integer state, estimates for candidate values, their params."""
 
-    needs_candidates = True
 
     def state_shape(self, params: SP) -> tuple[tuple[int, int], int]:
         """counts: k × m (each mechanism says what a cell counts); row_counts[j]: reports in row j."""

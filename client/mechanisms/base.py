@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, ClassVar, Generic, Literal, TypeVar
@@ -29,11 +29,13 @@ import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, WireFormatError
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
-from ldptel.client.mechanisms.state import DEFAULT_ALPHA, DEFAULT_KEEP, Discovery, Estimate, SketchState
+from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.hashing import value_bytes
 from ldptel.client.protocol.params import ParamsBase
 
 Values = Sequence[object] | np.ndarray
+Kind = Literal["frequencies", "summary", "histogram", "discovery"]  # what a mechanism's estimates are
+KINDS: tuple[Kind, ...] = ("frequencies", "summary", "histogram", "discovery")
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -88,24 +90,22 @@ class Mechanism(ABC, Generic[P, B]):
     """Everything ldptel does with one mechanism, over its one frozen params type ``P`` and batch type ``B``.
 
     Client half: :meth:`privatize` (one value, one CSPRNG call), :meth:`privatize_batch` (vectorized, same
-    distribution) and the longitudinal protection the SDK applies to repeated values: a permanent randomized
-    response (:attr:`permanent`, :meth:`privatize_permanent`) or else a per-day memo of the report keyed by
-    :meth:`value_key`. Server half: :meth:`fold` into an exact integer :class:`SketchState`, the optional
-    :meth:`merge` the aggregator applies to a read before folding, :meth:`estimate` with :meth:`variance`.
-    Both halves read the same params, so the debias constants cannot drift from the sampling probabilities.
+    distribution) and the longitudinal protection the SDK applies to repeated values: a per-day memo of the report
+    keyed by :meth:`value_key` (or, for a :class:`~ldptel.client.mechanisms.capabilities.Permanent` mechanism,
+    a permanent randomized response). Server half: :meth:`fold` into an exact integer :class:`SketchState`,
+    :meth:`estimate` with :meth:`variance`. Both halves read the same params, so the debias constants cannot drift
+    from the sampling probabilities.
+
+    This is the core every mechanism has. What only some mechanisms can do is a capability type in
+    :mod:`~ldptel.client.mechanisms.capabilities` (Mergeable, Permanent, Sketch, Labelled, Binary, Summary,
+    Bucketed, Discovering), each with its methods and its math; :attr:`kind` names the kind of estimate.
     """
 
     name: ClassVar[str]
     code: ClassVar[int]  # the wire code: never reuse one
     params_type: ClassVar[type[ParamsBase]]
     batch_type: ClassVar[type[ReportBatch]]
-    needs_candidates: ClassVar[bool] = False  # estimates are asked for candidate values (sketches)
-    merges: ClassVar[bool] = False  # the aggregator merges a read's batches (:meth:`merge`) before folding
-    candidates_pick_labels: ClassVar[bool] = False  # a query's candidates select labels of the declared domain
-    proportion_of: ClassVar[str | None] = None  # the label whose share a query reports as the proportion
-    permanent: ClassVar[bool] = False  # repeated values go through a permanent randomized response
-    discovers: ClassVar[bool] = False  # finds frequent values without candidates (:meth:`discover`)
-    estimates_counts: ClassVar[bool] = True  # estimate rows are counts of the n reports (False: numeric summaries)
+    kind: ClassVar[Kind] = "frequencies"  # what its estimates are (:mod:`~ldptel.client.mechanisms.capabilities`)
 
     # ------------------------------------------------------------------------------------- client half
     @abstractmethod
@@ -120,14 +120,11 @@ class Mechanism(ABC, Generic[P, B]):
         """The canonical bytes of a value (checked for type), for keying its memoized or permanent report."""
         return value_bytes(value)
 
-    def privatize_permanent(
-        self, value: object, params: P, *, secret: bytes, metric: str, fingerprint: bytes,
-        rng: np.random.Generator | None = None,
-    ) -> B:
-        """One report through the value's permanent randomized response (only where :attr:`permanent`), keyed by
-        the device ``secret``, the ``metric`` and its privatization ``fingerprint``
-        (:func:`~ldptel.client.protocol.keyed.privatization_fingerprint`)."""
-        raise InvalidParameterError("mechanism", "one with a permanent randomized response", self.name)
+    def privatize_repeated(self, value: object, params: P, *, secret: bytes, metric: str, fingerprint: bytes) -> B | None:
+        """A report of a value the device may report again, where the mechanism protects repeats itself (a
+        :class:`~ldptel.client.mechanisms.capabilities.Permanent` response keyed by the device ``secret``, the
+        ``metric`` and its privatization ``fingerprint``); None: the SDK memoizes the day's report instead."""
+        return None
 
     def longitudinal_epsilon(self, params: P) -> float:
         """ε of any number of reports of one value (permanent: per privatization, ever, for the level: see
@@ -135,7 +132,8 @@ class Mechanism(ABC, Generic[P, B]):
         return params.effective_epsilon
 
     def permanent_channel(self, params: P) -> PermanentChannel | None:
-        """The permanent randomized response's two stages (only where :attr:`permanent`); what
+        """The permanent randomized response's two stages (a :class:`~ldptel.client.mechanisms.capabilities.Permanent`
+        mechanism's; None for any other): what
         :mod:`~ldptel.client.mechanisms.longitudinal` bounds and charges."""
         return None
 
@@ -148,38 +146,11 @@ class Mechanism(ABC, Generic[P, B]):
     def fold(self, params: P, batches: Sequence[B], state: SketchState) -> SketchState:
         """Add the reports of ``batches`` to ``state`` exactly (integers), in place; returns ``state``."""
 
-    def merge(self, batches: Sequence[B], *, out: np.ndarray | None = None) -> B:
-        """All reports of ``batches`` as one batch laid out for a faster :meth:`fold` (where :attr:`merges`).
-
-        ``out``: a 1-D uint8 buffer of at least :meth:`merge_bytes` bytes that the merged bits are written
-        into (a caller reuses one across reads); the result's arrays are then views of it.
-        """
-        raise InvalidParameterError("mechanism", "one with a merge step", self.name)
-
-    def merge_bytes(self, batches: Sequence[B]) -> int:
-        """Bytes of ``out`` that :meth:`merge` needs for ``batches``."""
-        raise InvalidParameterError("mechanism", "one with a merge step", self.name)
-
     @abstractmethod
     def estimate(
         self, params: P, state: SketchState, *, candidates: Sequence[object] | None = None, confidence: float = 0.95
     ) -> Estimate:
-        """Unbiased counts with standard errors; for candidate values when :attr:`needs_candidates`."""
-
-    def discover(
-        self,
-        params: P,
-        state: SketchState,
-        *,
-        keep: int = DEFAULT_KEEP,
-        threshold: float | None = None,
-        alpha: float = DEFAULT_ALPHA,
-        confidence: float = 0.95,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> Discovery:
-        """Frequent values found without candidates, with estimates (where :attr:`discovers`): ``keep``
-        candidates per round, reported above ``threshold`` standard errors (default: from ``alpha``)."""
-        raise InvalidParameterError("mechanism", "one that discovers values", self.name)
+        """Unbiased counts with standard errors (for candidate values where the mechanism is a sketch)."""
 
     @abstractmethod
     def variance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
@@ -193,17 +164,10 @@ class Mechanism(ABC, Generic[P, B]):
         """What a reader of an estimate must know about the params (numeric metrics: the clipping range)."""
         return ""
 
-    def bucket_edges(self, params: P) -> np.ndarray | None:
-        """Numeric histograms: the d + 1 edges of the buckets its estimate counts; None for other mechanisms."""
-        return None
-
-    def prefix_sums(self, params: P, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Numeric histograms: (S_J, Var S_J), J = 0..d, the estimated count below edge J from raw ``counts``."""
-        raise InvalidParameterError("mechanism", "a numeric histogram", self.name)
-
-    def bucket_covariance(self, params: P, counts: np.ndarray, n: int) -> np.ndarray:
-        """Numeric histograms: the d × d covariance of the raw bucket estimates, with ``counts`` as the true counts."""
-        raise InvalidParameterError("mechanism", "a numeric histogram", self.name)
+    def plan_variants(self) -> tuple[dict[str, Any], ...]:
+        """The params fields of each variant ``ldptel plan`` compares (one entry each, merged into the planned params;
+        ``({},)``: the mechanism has one)."""
+        return ({},)
 
     def shape(self, params: P) -> str:
         """The size of a metric's params in a few characters, for listings ("" when there is none)."""

@@ -52,6 +52,7 @@ from ldptel.client.mechanisms._sketch import (
     report_bases,
 )
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import Mergeable
 from ldptel.client.mechanisms.state import Estimate, SketchState, labels_of
 from ldptel.client.protocol.params import PLAUSIBILITY_FALSE_REJECTION, flip_epsilon, safe_flip_threshold
 from ldptel.client.protocol.rng import (
@@ -396,11 +397,10 @@ def variance(params: UnaryParams, counts: np.ndarray, n: int | np.ndarray) -> np
 
 
 # ------------------------------------------------------------------------------------------- mechanisms
-class Unary(SketchMechanism[UP, UnaryBatch]):
+class Unary(SketchMechanism[UP, UnaryBatch], Mergeable[UP, UnaryBatch]):
     """A count-mean sketch with a unary row (cms, oue-cms): the code they share; subclasses name the params."""
 
     batch_type = UnaryBatch
-    merges = True
 
     def columns(self, params: UP) -> tuple[Column, ...]:
         return (Column("rows", "row", "index", 2, params.k, "row index"), Column("bits", "bits", "bytes", params.m // 8))

@@ -40,7 +40,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import Permanent, Summary
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.mean import MEAN, VALUE_BITS, MeanBatch, MeanParams, number_of
 from ldptel.client.mechanisms.rr import RrParams, privatize_rr, rr_channel, rr_split
@@ -102,15 +103,13 @@ def _as_mean(state: SketchState) -> SketchState:
     return SketchState(MEAN.name, state.counts, state.row_counts)
 
 
-class DailyMean(Mechanism[DailyMeanParams, DailyMeanBatch]):
+class DailyMean(Permanent[DailyMeanParams, DailyMeanBatch], Summary[DailyMeanParams, DailyMeanBatch]):
     """1BitMean on the α-rounded bit with rr's permanent randomized response (module docstring)."""
 
     name = "daily-mean"
     code = 10
     params_type = DailyMeanParams
     batch_type = DailyMeanBatch
-    permanent = True
-    estimates_counts = False
 
     def columns(self, params: DailyMeanParams) -> tuple[Column, ...]:
         return (Column("bits", "bit", "bit"),)

@@ -69,7 +69,8 @@ import numpy as np
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
 from ldptel.client.mechanisms import cms
 from ldptel.client.mechanisms._sketch import base_sums, concat_rows, family_of, sketch_params_schema
-from ldptel.client.mechanisms.base import Column, Mechanism, Values
+from ldptel.client.mechanisms.base import Column, Values
+from ldptel.client.mechanisms.capabilities import Discovering, Mergeable, Sketch
 from ldptel.client.mechanisms.cms import UnaryBatch
 from ldptel.client.mechanisms.oue_cms import OueCmsParams
 from ldptel.client.mechanisms.state import (
@@ -212,16 +213,13 @@ def _pad(data: Sequence[bytes], width: int) -> np.ndarray:
 
 
 # -------------------------------------------------------------------------------------- the mechanism
-class Pem(Mechanism[PemParams, UnaryBatch]):
+class Pem(Discovering[PemParams, UnaryBatch], Sketch[PemParams, UnaryBatch], Mergeable[PemParams, UnaryBatch]):
     """Prefix extending method over oue-cms group sketches (module docstring)."""
 
     name = "pem"
     code = 16
     params_type = PemParams
     batch_type = UnaryBatch
-    needs_candidates = True  # ``estimate`` gives the full-value estimate of listed values
-    merges = True
-    discovers = True
 
     # ---------------------------------------------------------------------------------- client half
     def value_key(self, value: object, params: PemParams) -> bytes:

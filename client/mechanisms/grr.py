@@ -32,7 +32,8 @@ from ldptel.client.errors import (
     InvalidValueError,
     UnknownValueError,
 )
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import Categorical, Labelled, Permanent
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
@@ -255,15 +256,13 @@ def privatize_codes(codes: np.ndarray, params: GrrParams, *, rng: np.random.Gene
     return out
 
 
-class Grr(Mechanism[GrrParams, GrrBatch]):
+class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch], Categorical[GrrParams, GrrBatch]):
     """k-ary randomized response: one label index per report; permanent randomized response for repeats."""
 
     name = "grr"
     code = 2
     params_type = GrrParams
     batch_type = GrrBatch
-    permanent = True
-    candidates_pick_labels = True
 
     def columns(self, params: GrrParams) -> tuple[Column, ...]:
         return (Column("cols", "col", "index", 1 if params.d <= 256 else 2, params.d, "grr label index"),)

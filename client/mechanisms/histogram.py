@@ -31,7 +31,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import Bucketed
 from ldptel.client.mechanisms.cms import UnaryBatch, unary_bits
 from ldptel.client.mechanisms.cms import fold as unary_fold
 from ldptel.client.mechanisms.grr import GRR, GrrParams, privatize_codes, recommend_mechanism
@@ -47,7 +48,6 @@ MAX_ABS_EDGE = 1e15
 ENCODINGS = ("auto", "grr", "oue")
 SCALES = ("linear", "log")
 LOG_FLOOR = 1e-3  # log edges from lo = 0: the first bucket is [0, hi·LOG_FLOOR)
-SUMMARY_LABELS = ("count", "mean", "sum")  # the statistics a numeric histogram's summary prints before its percentiles
 
 
 def bucket_edges(lo: float, hi: float, buckets: int, *, scale: str = "linear") -> tuple[float, ...]:
@@ -179,7 +179,7 @@ class HistogramBatch(ReportBatch):
     mechanism: str = "num-histogram"
 
 
-class NumHistogram(Mechanism[HistogramParams, HistogramBatch]):
+class NumHistogram(Bucketed[HistogramParams, HistogramBatch]):
     """Numeric histogram: a bucket index (grr) or a unary row (oue) per report."""
 
     name = "num-histogram"
@@ -257,7 +257,7 @@ class NumHistogram(Mechanism[HistogramParams, HistogramBatch]):
         out: np.ndarray = np.maximum(var, 0.0)
         return out
 
-    def bucket_edges(self, params: HistogramParams) -> np.ndarray | None:
+    def bucket_edges(self, params: HistogramParams) -> np.ndarray:
         return np.asarray(params.edges, dtype=np.float64)
 
     def prefix_sums(self, params: HistogramParams, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ The SDK protects repeated values in one of two ways (:mod:`ldptel.client.sdk.mem
 value changes). The bounds below are what is true; :func:`sequence_epsilon` computes them for two concrete
 histories and ``tests/client/test_longitudinal_adversarial.py`` audits them empirically.
 
-Permanent randomized response (rr, grr, daily-mean: :attr:`~ldptel.client.mechanisms.base.Mechanism.permanent`).
+Permanent randomized response (rr, grr, daily-mean: :class:`~ldptel.client.mechanisms.capabilities.Permanent`).
 Every label ℓ (rr: the bit; grr: the label; daily-mean: the α-rounded bit c) has one permanent answer b(ℓ),
 "keep ℓ with probability p₁, else a uniformly drawn other label", derived from the device secret, and every
 report passes b(ℓ) through fresh instantaneous noise, "keep with p₂, else another label" (:class:`PermanentChannel`).

@@ -48,7 +48,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import SUMMARY_LABELS, Summary
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import (
     SINGLE_DRAW_PROB_BITS,
@@ -78,7 +79,7 @@ MAX_ABS_BOUND = 1e15  # |lo|, |hi| (2^V steps of (hi − lo) stay far above floa
 # a spec is built (MeanParams, so DailyMeanParams too; the registry, the CLI, the device's spec cache).
 MIN_SPAN = 1e-12
 MEAN_VARIANTS = ("auto", "onebit", "dhm")
-MEAN_LABELS = ("mean", "sum", "count")
+MEAN_LABELS = SUMMARY_LABELS
 _ALPHA_STEPS = 64  # the grid search over α uses multiples of 1/64
 
 
@@ -308,14 +309,17 @@ def number_of(value: object) -> float:
     return x
 
 
-class BoundedMean(Mechanism[MeanParams, MeanBatch]):
+class BoundedMean(Summary[MeanParams, MeanBatch]):
     """Bounded mean and sum: one bit (onebit) or one cell index (dhm) per report."""
 
     name = "mean"
     code = 8
     params_type = MeanParams
     batch_type = MeanBatch
-    estimates_counts = False
+
+    def plan_variants(self) -> tuple[dict[str, Any], ...]:
+        """Both variants (not ``auto``): which is better depends on where the values lie (``ldptel plan --mean-guess``)."""
+        return tuple({"variant": v} for v in MEAN_VARIANTS if v != "auto")
 
     def clips(self, value: object, params: MeanParams) -> bool:
         return not params.lo <= number_of(value) <= params.hi

@@ -29,6 +29,30 @@ _MECHANISMS += (MEAN, HISTOGRAM, DAILY_MEAN)  # numeric
 _BY_NAME: dict[str, AnyMechanism] = {m.name: m for m in _MECHANISMS}
 _BY_CODE: dict[int, AnyMechanism] = {m.code: m for m in _MECHANISMS}
 assert len(_BY_NAME) == len(_BY_CODE) == len(_MECHANISMS), "mechanism names and wire codes must be unique"
+_BUILT_IN = _MECHANISMS
+
+
+def register(mechanism: AnyMechanism) -> None:
+    """Add a mechanism defined outside this package (a plugin; the new-kind test registers a copied module): its
+    name and wire code must be new. Everything else (specs, ingest, fold, queries, CLI, dashboard, plan) asks the
+    registry and the mechanism's capability types, so nothing more is needed."""
+    global _MECHANISMS
+    if not isinstance(mechanism, Mechanism):
+        raise InvalidParameterError("mechanism", "a Mechanism object", mechanism)
+    if mechanism.name in _BY_NAME or mechanism.code in _BY_CODE:
+        raise InvalidParameterError("mechanism", "a new name and wire code", f"{mechanism.name} (code {mechanism.code})")
+    _MECHANISMS += (mechanism,)
+    _BY_NAME[mechanism.name] = _BY_CODE[mechanism.code] = mechanism
+
+
+def unregister(name: str) -> None:
+    """Remove a mechanism :func:`register` added (the built-in ones stay)."""
+    global _MECHANISMS
+    mech = get_mechanism(name)
+    if mech in _BUILT_IN:
+        raise InvalidParameterError("mechanism", "one added with register()", name)
+    _MECHANISMS = tuple(m for m in _MECHANISMS if m is not mech)
+    del _BY_NAME[mech.name], _BY_CODE[mech.code]
 
 
 def mechanisms() -> tuple[AnyMechanism, ...]:
@@ -36,12 +60,12 @@ def mechanisms() -> tuple[AnyMechanism, ...]:
     return _MECHANISMS
 
 
-def mechanism_names(*, candidates: bool | None = None, discovers: bool | None = None) -> tuple[str, ...]:
-    """Registered names; ``candidates=True``: those whose estimates are asked for candidate values (sketches);
-    ``discovers``: those that do (or do not) find values without candidates."""
+def mechanism_names(*, having: type[AnyMechanism] | None = None, lacking: type[AnyMechanism] | None = None) -> tuple[str, ...]:
+    """Registered names; ``having``/``lacking``: only those that have (or lack) a capability type of
+    :mod:`~ldptel.client.mechanisms.capabilities` (``having=Sketch``: estimates asked for candidate values)."""
     return tuple(
         m.name for m in _MECHANISMS
-        if (candidates is None or m.needs_candidates == candidates) and (discovers is None or m.discovers == discovers)
+        if (having is None or isinstance(m, having)) and (lacking is None or not isinstance(m, lacking))
     )
 
 

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Column, Mechanism, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.capabilities import Binary, Categorical, Permanent
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
@@ -189,14 +190,13 @@ def _as_bool_array(values: Values) -> np.ndarray:
     return arr
 
 
-class Rr(Mechanism[RrParams, RrBatch]):
+class Rr(Permanent[RrParams, RrBatch], Binary[RrParams, RrBatch], Categorical[RrParams, RrBatch]):
     """Binary randomized response: one bit per report; a permanent randomized response for repeated values."""
 
     name = "rr"
     code = 1
     params_type = RrParams
     batch_type = RrBatch
-    permanent = True
     proportion_of = BOOLEAN_LABELS[1]
 
     def columns(self, params: RrParams) -> tuple[Column, ...]:

@@ -230,7 +230,7 @@ class Estimate:
         from ldptel.client.mechanisms.registry import get_mechanism  # the registry imports this module
 
         try:
-            shares = get_mechanism(self.mechanism).estimates_counts and self.n > 0
+            shares = get_mechanism(self.mechanism).kind != "summary" and self.n > 0
         except InvalidParameterError:  # an estimate built outside the registry (tests, tools): counts
             shares = self.n > 0
         return [

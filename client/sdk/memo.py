@@ -2,7 +2,7 @@
 
 Why (Erlingsson et al., CCS 2014; Ding, Kulkarni, Yekhanin, NeurIPS 2017): a device that reports the same value T times with fresh noise leaks T·ε, and the
 server can simply average the noise away. Each mechanism says how its repeated values are protected
-(:attr:`~ldptel.client.mechanisms.base.Mechanism.permanent`):
+(:class:`~ldptel.client.mechanisms.capabilities.Permanent`):
 
 * a permanent randomized response (rr, grr: :meth:`~ldptel.client.mechanisms.base.Mechanism.privatize_permanent`,
   the splits and their ε∞ are in :mod:`ldptel.client.mechanisms.rr` and :mod:`ldptel.client.mechanisms.grr`):
@@ -118,9 +118,9 @@ def privatize_for_device(
         fingerprint = privatization_fingerprint(params)
     mech = mechanism_of(params)
     batch: ReportBatch
-    if mech.permanent:
-        batch = mech.privatize_permanent(value, params, secret=secret, metric=metric, fingerprint=fingerprint)
-        return batch, mech.pack_report(batch, params), False
+    permanent = mech.privatize_repeated(value, params, secret=secret, metric=metric, fingerprint=fingerprint)
+    if permanent is not None:
+        return permanent, mech.pack_report(permanent, params), False
     key = memo_key(secret, metric, fingerprint, day, mech.value_key(value, params))
     row = conn.execute("SELECT payload FROM memo WHERE key = ?", (key,)).fetchone()
     if row is not None:

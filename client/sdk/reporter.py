@@ -508,5 +508,5 @@ class Reporter:
             refusal = self._policy.spec_refusal(spec)
             cached = self._costs[key] = _Cost(
                 eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
-                lifetime=eps_inf if mechanism_of(spec.params).permanent else None)
+                lifetime=eps_inf if mechanism_of(spec.params).permanent_channel(spec.params) is not None else None)
         return cached

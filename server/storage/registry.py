@@ -134,10 +134,10 @@ def _lifetime_refusal(old: MetricRecord | None, spec: MetricSpec) -> tuple[str, 
     from ldptel.client.protocol.keyed import privatization_fingerprint
     from ldptel.client.sdk.policy import PrivacyPolicy
 
-    if old is None or not mechanism_of(spec.params).permanent:
+    if old is None or mechanism_of(spec.params).permanent_channel(spec.params) is None:
         return None
     used = {privatization_fingerprint(v.params): float(mechanism_of(v.params).longitudinal_epsilon(v.params))
-            for v in old.versions.values() if mechanism_of(v.params).permanent}
+            for v in old.versions.values() if mechanism_of(v.params).permanent_channel(v.params) is not None}
     new = privatization_fingerprint(spec.params)
     if new in used:
         return None  # devices already charged it

@@ -596,7 +596,7 @@ def _drop(r: redis_lib.Redis, metric: str, *, today: dt.date, retention_days: in
 
 
 def memory_of(r: redis_lib.Redis, names: Iterable[str]) -> int:
-    """Bytes Redis uses for the named keys (MEMORY USAGE; for benchmarks and ``ldptel seal --stats``)."""
+    """Bytes Redis uses for the named keys (the sum of MEMORY USAGE; for the benchmarks)."""
     pipe = r.pipeline(transaction=False)
     for name in names:
         pipe.memory_usage(name, samples=0)

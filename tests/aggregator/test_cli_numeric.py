@@ -64,6 +64,11 @@ def test_estimate_prints_mean_sum_and_count_with_intervals(redis: redis_lib.Redi
     assert doc["rows"][0]["estimate"] == want.rows()[0]["estimate"] and doc["rows"][2]["estimate"] == 4000
     code, out, err = run_cli("estimate", "load_ms", "--postprocess", "norm-sub")
     assert code == 2 and "postprocess" in err
+    # Issue 24 §4: a mean's rows are not counts of the reports: no share column (it printed nan), in table or CSV
+    code, out, err = run_cli("estimate", "load_ms")
+    assert code == 0 and "frequency" not in out and "nan" not in out
+    code, out, err = run_cli("estimate", "load_ms", "--format", "csv")
+    assert code == 0 and "frequency" not in out.splitlines()[0] and "nan" not in out
 
 
 def test_a_numeric_histogram_prints_its_summary_by_default(redis: redis_lib.Redis, numeric: np.ndarray) -> None:

@@ -253,13 +253,15 @@ def test_discover_endpoint_returns_the_cli_document(more: FlaskClient, params: d
 
 def test_metric_summary_says_what_kind_of_page_to_draw(more: FlaskClient) -> None:
     listed = {m["name"]: m for m in more.get("/api/metrics", headers=bearer()).get_json()}
-    kinds = {name: (m["needs_candidates"], m["discovers"], m["counts"], m["edges_by_version"]["1"] is not None)
-             for name, m in listed.items()}
-    assert kinds == {"emoji": (True, False, True, False), "dark_mode": (False, False, True, False),
-                     "platform": (False, False, True, False), "load_ms": (False, False, False, False),
-                     "load_hist": (False, False, True, True), "typed": (True, True, True, False)}
-    hist = cli_json("estimate", "load_hist", "--format", "json")
-    edges = listed["load_hist"]["edges_by_version"]["1"]
+    kinds = {name: (m["kind"], m["kind_by_version"]["1"], m["candidates"], len(m["estimators"])) for name, m in listed.items()}
+    assert kinds == {"emoji": ("frequencies", "frequencies", "required", 3), "dark_mode": ("frequencies", "frequencies", "none", 1),
+                     "platform": ("frequencies", "frequencies", "labels", 1), "load_ms": ("summary", "summary", "none", 1),
+                     "load_hist": ("histogram", "histogram", "none", 1), "typed": ("discovery", "discovery", "required", 3)}
+    for name, m in listed.items():  # the page reads the kind, never a params field or a capability flag
+        assert not {"needs_candidates", "discovers", "counts", "edges_by_version"} & set(m), name
+    hist = cli_json("estimate", "load_hist", "--histogram", "--format", "json")
+    assert hist["kind"] == "histogram"
+    edges = hist["edges"]
     assert len(edges) == len(hist["rows"]) + 1 and edges[0] == 10 and edges[-1] == 10000  # type: ignore[index]
 
 

@@ -15,7 +15,7 @@ import redis as redis_lib
 from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import estimate_by_day, estimate_metric
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
-from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms import Discovering, Sketch, mechanism_of
 from ldptel.client.mechanisms.registry import mechanism_names
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.storage import keys, registry, sealed
@@ -58,11 +58,11 @@ def _answers(r: redis_lib.Redis, name: str, params: ParamsBase) -> dict[str, Any
     out: dict[str, Any] = {}
     ranges = [(None, None), (DAYS[1], DAYS[3]), (DAYS[2], DAYS[2])]
     for lo, hi in ranges:
-        if mechanism.discovers:
+        if isinstance(mechanism, Discovering):
             out[f"discover {lo} {hi}"] = discover_metric(r, name, day_from=lo, day_to=hi).to_dict()
-        if mechanism.needs_candidates:
-            cands = CANDIDATES if not mechanism.discovers else [f"w{i}" for i in range(5)]
-            estimators = ("plain",) if mechanism.discovers else ("plain", "both")  # pem: no corrected estimator
+        if isinstance(mechanism, Sketch):
+            cands = CANDIDATES if not isinstance(mechanism, Discovering) else [f"w{i}" for i in range(5)]
+            estimators = ("plain",) if isinstance(mechanism, Discovering) else ("plain", "both")  # pem: no corrected estimator
             for estimator in estimators:
                 out[f"{estimator} {lo} {hi}"] = estimate_metric(
                     r, name, day_from=lo, day_to=hi, candidates=cands, estimator=estimator, postprocess="none").to_dict()

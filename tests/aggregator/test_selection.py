@@ -10,6 +10,10 @@ Z = 6 standard errors of the nominal rate for the number of runs (tests/stats.py
 
 from __future__ import annotations
 
+import csv
+import importlib.util
+import io
+import json
 import math
 from statistics import NormalDist
 
@@ -39,7 +43,7 @@ def test_the_methods_on_hand_made_rows() -> None:
     assert sim.low[0] == pytest.approx(10 - z) and sim.high[1] == pytest.approx(4 + z)
     assert p_values(np.array([1.0, -1.0, 0.0]), np.array([0.0, 0.0, math.inf])).tolist() == [0.0, 1.0, 1.0]
     note = bon.describe()
-    assert "selected from 7 candidates" in note and "Bonferroni" in note and "3 marked" in note
+    assert "selected from 7 candidates" in note and "Bonferroni" in note and "3 of 7 marked" in note
     with pytest.raises(InvalidParameterError, match="selection"):
         select(est, se, method="holm-ish")
     with pytest.raises(InvalidParameterError, match="alpha"):
@@ -106,3 +110,64 @@ def test_the_issues_emoji_case_on_the_real_sketch() -> None:
     assert strong_total >= 3 * runs  # 300, 150 and 100 clear (z_K + 3)·stderr ≈ 85–126 in every run
     p_miss = NormalDist().cdf(-3)
     assert strong_missed <= strong_total * p_miss + Z * math.sqrt(strong_total * p_miss), (strong_missed, strong_total)
+
+
+def test_the_cli_marks_the_rows_and_says_they_were_selected(redis, redis_url, monkeypatch, rng, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The issue's command: 800 devices who sent 8 of 400 candidate emoji, ``ldptel estimate --top 8``. Each
+    output says the rows were selected from 400 candidates and marks the ones distinguishable from zero: the
+    table (``sig`` column and a line), JSON (``selection`` and each row's ``significant``), CSV (a
+    ``significant`` column), the plot (``*`` labels); ``--simultaneous`` widens every interval to
+    z_{1−α/(2·400)}; ``--selection none`` drops the marks."""
+    from ldptel.client import MetricSpec
+    from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
+
+    monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
+    emoji = list(load_distribution().values)[:400]
+    sent = [emoji[i] for i in (0, 3, 10, 40, 100, 200, 300, 399)]
+    record = create(redis, MetricSpec(name="reaction_emoji", params=OueCmsParams(epsilon=4, k=256, m=1024, hash_seed=3)))
+    values = np.repeat(np.array(sent, dtype=object), [300, 150, 100, 80, 60, 50, 30, 30])
+    append_reports(redis, record, rng.permutation(values).tolist(), rng, day="2026-03-01")
+    drain(redis)
+    cand = tmp_path / "emoji.txt"
+    cand.write_text("\n".join(emoji) + "\n", encoding="utf-8")
+    base = ["estimate", "reaction_emoji", "--candidates", str(cand), "--top", "8"]
+
+    code, out, err = run_cli(*base)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith("rows selected from 400 candidates; * = distinguishable from zero after 400 comparisons")
+    assert "Bonferroni" in lines[1] and lines[2].split()[-1] == "sig"
+
+    code, out, err = run_cli(*base, "--format", "json")
+    doc = json.loads(out)
+    sel = doc["selection"]
+    assert sel["method"] == "bonferroni" and sel["candidates"] == 400 and sel["alpha"] == pytest.approx(0.05)
+    assert sel["threshold_stderr"] == pytest.approx(NormalDist().inv_cdf(1 - 0.05 / 400))
+    for row in doc["rows"]:
+        assert row["significant"] == (row["estimate"] >= sel["threshold_stderr"] * row["stderr"])
+    marked = [r["value"] for r in doc["rows"] if r["significant"]]
+    assert set(marked) <= set(sent) and {sent[0], sent[1], sent[2]} <= set(marked)
+
+    code, out, err = run_cli(*base, "--format", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [r["significant"] for r in rows] == [str(r["significant"]) for r in doc["rows"]]
+
+    code, out, err = run_cli(*base, "--format", "json", "--simultaneous")
+    wide = json.loads(out)
+    z = simultaneous_z(0.05, 400)
+    for row in wide["rows"]:
+        assert row["ci_high"] - row["estimate"] == pytest.approx(z * row["stderr"], rel=1e-9)
+    assert wide["selection"]["simultaneous"] is True
+    code, out, err = run_cli(*base, "--format", "json", "--simultaneous", "--uncertainty", "population")
+    for row in json.loads(out)["rows"]:  # the simultaneous interval follows the population stderr
+        assert row["ci_high"] - row["estimate"] == pytest.approx(z * row["stderr"], rel=1e-9)
+
+    code, out, err = run_cli(*base, "--format", "json", "--selection", "bh")
+    assert json.loads(out)["selection"]["method"] == "bh"
+    code, out, err = run_cli(*base, "--selection", "none")
+    assert "selected from" not in out and "sig" not in out.splitlines()[1].split()
+    code, _, err = run_cli(*base, "--selection", "none", "--simultaneous")
+    assert code == 2 and "simultaneous" in err
+    if importlib.util.find_spec("matplotlib") is not None:
+        code, _, err = run_cli(*base, "--plot", str(tmp_path / "top.png"))
+        assert code == 0, err and (tmp_path / "top.png").stat().st_size > 10_000

@@ -247,12 +247,12 @@ def test_shipped_distribution_is_heavy_headed_with_a_long_tail() -> None:
 
 def test_shipped_word_list_is_what_a_pem_metric_takes() -> None:
     from ldptel.aggregator.demo.config import WORDS_FILE, DemoConfig, build_words_spec
-    from ldptel.client.mechanisms import get_mechanism
+    from ldptel.client.mechanisms import Discovering, get_mechanism
 
     words = demo.load_distribution(shipped=WORDS_FILE)
     spec = build_words_spec(DemoConfig())
     mech = get_mechanism(spec.mechanism)
-    assert mech.discovers and len(words.values) >= 200 and len(set(words.values)) == len(words.values)
+    assert isinstance(mech, Discovering) and len(words.values) >= 200 and len(set(words.values)) == len(words.values)
     for word in words.values:  # every word is a value a device can report (1–16 UTF-8 bytes, no NUL)
         mech.value_key(word, spec.params)
     assert (words.weights[:-1] >= words.weights[1:]).all()

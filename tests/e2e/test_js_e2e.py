@@ -7,7 +7,7 @@ Redis; ``ldptel aggregate --once`` folds; ``ldptel estimate`` covers the truth.
   from an origin the ingest's CORS allow-list names (real preflights): they report and commit, go offline
   (uploads fail), the page reloads mid-queue (the queue and the ledgers survive: a second report the same day
   is refused), a report inside the ≤ 1 s commit window is lost with its spend while a committed one survives,
-  and back online every device delivers.
+  and back online every device delivers; a page that becomes hidden flushes by itself (fetch keepalive).
 * Every report is counted once: the folded n equals the reports queued, and each estimate (cms counts, rr
   proportion, mean) lies within z = 6 standard errors of the truth.
 """
@@ -129,6 +129,7 @@ def test_node_and_browser_devices_end_to_end(ingest: tuple[int, int, EmbeddedRed
     assert b["after_reload"] == {"pending": 3 * n_b, "statuses": {"budget_exceeded": n_b}}, b["after_reload"]
     assert b["window"] == {"window-lost": {"pending": 0, "remaining": 1}, "window-kept": {"pending": 1, "remaining": 0}}, b["window"]
     assert b["online"] == {"pending": 0, "delivered": 3 * n_b}, b["online"]
+    assert b["lifecycle"] == {"status": "queued", "delivered": 1}, b["lifecycle"]  # hidden page: keepalive flush
     print("report() in Chromium:", b["latency"])
 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}, "LDPTEL_REDIS_URL": server.url}
@@ -144,12 +145,13 @@ def test_node_and_browser_devices_end_to_end(ingest: tuple[int, int, EmbeddedRed
         want = sum(1 for t in truth if t[0] == page)
         assert_close_normal(float(rows[page]["estimate"]), want, float(rows[page]["stderr"]), n=n, what=f"cms {page}")
     flag = _rows(_estimate(server, "web.flag"))
-    want_true = sum(1 for t in truth if t[1])
+    want_true = sum(1 for t in truth if t[1]) + 1  # + the lifecycle device's report
     assert_close_normal(float(flag["true"]["estimate"]), want_true, float(flag["true"]["stderr"]), n=n, what="rr true")
     lat = _rows(_estimate(server, "web.latency"))
     want_mean = sum(t[2] for t in truth) / n
     assert_close_normal(float(lat["mean"]["estimate"]), want_mean, float(lat["mean"]["stderr"]), n=n, what="mean")
     assert int(float(lat["count"]["estimate"])) == n  # every report counted once: n is exact
+    assert int(flag["true"]["n"] if "n" in flag["true"] else n + 1) == n + 1
 
 
 def test_readme_example_runs_verbatim(ingest: tuple[int, int, EmbeddedRedis], tmp_path: Path) -> None:

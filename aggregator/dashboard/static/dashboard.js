@@ -5,9 +5,10 @@
 // "estimate", "ci_low", "ci_high" (and "adjusted" when post-processed); any other row key becomes a table
 // column; any top-level object with estimate/ci_low/ci_high (rr's "proportion", a numeric metric's mean, ...)
 // becomes a summary card. SUMMARY_FORMATS and COLUMN_FORMATS are the hooks for new kinds of estimates.
-// The metric's summary (/api/metrics/<name>) says which page to draw, never by mechanism name: "counts" false
-// (numeric summaries: mean, sum, count as cards, the mean per day), "edges_by_version" (a numeric histogram:
-// buckets in order, percentiles), "discovers" (the values come from /discover, not from candidates).
+// Which page to draw follows from the "kind" of the metric's version (/api/metrics/<name>: kind_by_version) and
+// of every estimate document, through one registry, KINDS (the Python side's is ldptel.aggregator.render):
+// never from a mechanism's name, its params fields or a capability flag. What a query takes besides (candidates
+// required, labels or none; the estimators; a default top) comes with the metric's summary.
 "use strict";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -37,6 +38,7 @@ const COLUMN_FORMATS = {
   frequency: { title: "share", fmt: fmtShare },
   adjusted: { title: "post-processed", fmt: fmtCount },
   adjusted_frequency: { title: "post-processed share", fmt: fmtShare },
+  significant: { title: "≠ 0 after selection", fmt: (x) => (x ? "*" : ""), text: true }, // over all the candidates
 };
 
 function el(tag, attrs = {}, ...children) {
@@ -163,7 +165,7 @@ function jsonLink(path, body) {
 
 // The reports, any top-level estimate with an interval, and for numeric summaries each row (mean, sum, count)
 // with the clipping note; a discovery's threshold and walk.
-function summaryCards(doc, info) {
+function summaryCards(doc, kind) {
   const box = document.getElementById("summary");
   box.replaceChildren();
   const span = doc.days.length ? `${doc.days[0]} – ${doc.days[doc.days.length - 1]} · ${doc.days.length} day(s)` : "no days";
@@ -174,7 +176,7 @@ function summaryCards(doc, info) {
     const spec = SUMMARY_FORMATS[key] || { title: key, fmt: fmtNumber };
     box.append(statCard(spec.title, spec.fmt(val.estimate), interval(spec.fmt, val), key));
   }
-  if (!info.counts) for (const r of doc.rows) box.append(statCard(r.value, fmtCount(r.estimate), `${interval(fmtCount, r)} · stderr ${fmtCount(r.stderr)}`, r.value));
+  if (!kind.counts) for (const r of doc.rows) box.append(statCard(r.value, fmtCount(r.estimate), `${interval(fmtCount, r)} · stderr ${fmtCount(r.stderr)}`, r.value));
   // Both uncertainties, labelled: the proportion's population interval, and the fleet when devices are sampled.
   const pop = doc.population && doc.population.proportion;
   if (pop && doc.proportion) box.append(statCard("share of true · population", fmtShare(doc.proportion.estimate),
@@ -246,8 +248,8 @@ function intervalChart(doc) {
 
 // A numeric histogram: its buckets in order (equal widths), each raw estimate with its interval as a whisker,
 // the post-processed count as a diamond, and each asked percentile as a line with its interval shaded.
-function histogramChart(doc, edges) {
-  const rows = doc.rows;
+function histogramChart(doc) {
+  const rows = doc.rows, edges = doc.edges || [];
   if (!rows.length || rows.length !== edges.length - 1) return nothing("No buckets to draw: see the table below.");
   const width = 860, height = 330, left = 64, right = 16, top = 26, bottom = 44;
   const lo = Math.min(0, ...rows.map((r) => r.ci_low)), hi = Math.max(0, ...rows.map((r) => r.ci_high), ...rows.map((r) => r.adjusted ?? 0));
@@ -293,6 +295,7 @@ function histogramChart(doc, edges) {
     }
   });
   (doc.percentiles || []).forEach((p, k) => {
+    if (p.estimate === null) return; // unresolved: only its interval is drawn
     const color = `var(--s${(k + 1) % 8})`, x = X(at(p.estimate));
     const line = svg("line", { class: "pline", x1: x, x2: x, y1: top - 4, y2: Y(y0) });
     line.style.stroke = color;
@@ -416,13 +419,13 @@ function reportsChart(daily) {
   return node;
 }
 
-function rowsTable(doc, info) {
+function rowsTable(doc, kind) {
   const table = document.getElementById("rows");
   const keys = [];
   for (const r of doc.rows) for (const k of Object.keys(r)) if (!keys.includes(k)) keys.push(k);
   const hide = new Set(doc.estimator === "plain" ? ["estimator"] : []);
   if (doc.postprocess === "none") { hide.add("adjusted"); hide.add("adjusted_frequency"); }
-  if (!info.counts) ["frequency", "adjusted", "adjusted_frequency"].forEach((k) => hide.add(k)); // not shares of the reports
+  if (!kind.counts) ["frequency", "adjusted", "adjusted_frequency"].forEach((k) => hide.add(k)); // not shares of the reports
   const cols = keys.filter((k) => !hide.has(k));
   const head = el("tr", {});
   for (const k of cols) {
@@ -443,6 +446,34 @@ function rowsTable(doc, info) {
   }
 }
 
+// The renderer of each kind of estimate: the query fields it takes (candidates and estimator also need the metric
+// to take them), the endpoint its values come from, its chart (none: the rows are summary cards), whether its
+// rows are counts of the reports, and what its per-day series shows.
+const KINDS = {
+  frequencies: {
+    fields: ["candidates", "estimator", "top", "postprocess"], endpoint: "estimate", counts: true, title: "Estimates", chart: intervalChart,
+    note: (doc) => `${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`,
+    series: (doc, daily) => ({ rows: daily, what: "", offset: 0 }),
+  },
+  discovery: {
+    fields: ["top"], endpoint: "discover", counts: true, title: "Discovered values", chart: intervalChart,
+    note: (doc) => `ranked by estimate, ${pct(doc)}% intervals`,
+    series: (doc, daily) => ({ rows: daily, what: "", offset: 0 }),
+  },
+  summary: {
+    fields: [], endpoint: "estimate", counts: false, title: "", chart: null, note: () => "",
+    series: (doc, daily) => ({ rows: { ...daily, rows: daily.rows.filter((r) => r.value === daily.rows[0].value) }, what: "the mean of each day", offset: 0 }),
+  },
+  histogram: {
+    fields: ["postprocess", "percentiles"], endpoint: "estimate", counts: true, title: "Buckets", chart: (doc) => (doc.edges ? histogramChart(doc) : intervalChart(doc)),
+    note: (doc) => `${doc.rows.length} buckets · post-processing: ${doc.postprocess}`,
+    series: (doc, daily) => (doc.percentiles // each day's percentiles, in the colors of the percentile lines above
+      ? { rows: { ...daily, rows: daily.daily.flatMap((d) => (d.percentiles || []).map((p) => ({ day: d.day, n: d.n, value: fmtLevel(p.percentile), ...p }))) }, what: "each day's percentiles", offset: 1 }
+      : { rows: daily, what: "", offset: 0 }),
+  },
+};
+const kindOf = (name) => KINDS[name] || KINDS.frequencies;
+
 async function metricPage() {
   const name = document.body.dataset.metric;
   const form = document.getElementById("query");
@@ -458,18 +489,15 @@ async function metricPage() {
   const versionSelect = form.elements.version;
   for (const v of info.versions.slice().reverse()) versionSelect.append(el("option", { value: String(v), text: `v${v}${v === info.version ? " (current)" : ""}` }));
   const field = (key) => form.elements[key].closest("label");
-  const edgesOf = () => info.edges_by_version[form.elements.version.value] || null;
-  if (!info.needs_candidates || info.discovers) field("estimator").hidden = true;
-  form.elements.candidates.placeholder = info.needs_candidates
+  const kind = () => kindOf(info.kind_by_version[form.elements.version.value] || info.kind);
+  form.elements.candidates.placeholder = info.candidates === "required"
     ? "required: the values to estimate (a sketch has no list of its values)"
     : "optional: the labels to show (default: all)";
-  const takesCandidates = info.needs_candidates || Object.prototype.hasOwnProperty.call(info.record.current.params, "domain");
-  if (info.discovers || !takesCandidates) field("candidates").hidden = true;
-  if (info.discovers || !info.counts) field("postprocess").hidden = true; // discovery and numeric summaries: raw only
-  if (!info.counts) field("top").hidden = true;
-  const kindFields = () => { // a histogram's buckets stay in order; percentiles only for a histogram version
-    field("percentiles").hidden = !edgesOf();
-    if (info.counts) field("top").hidden = !!edgesOf();
+  const takes = { candidates: info.candidates !== "none", estimator: info.estimators.length > 1 };
+  const kindFields = () => { // the fields of the version's kind (a histogram's buckets stay in order: no top)
+    for (const key of ["candidates", "estimator", "top", "postprocess", "percentiles"]) {
+      field(key).hidden = !kind().fields.includes(key) || takes[key] === false;
+    }
   };
   kindFields();
 
@@ -486,7 +514,7 @@ async function metricPage() {
   };
   if (!params.get("from") && !params.get("to") && !params.get("day")) setRange();
   versionSelect.addEventListener("change", () => { setRange(); kindFields(); });
-  if ((info.needs_candidates || info.discovers) && !params.get("top") && !form.elements.top.value) form.elements.top.value = info.discovers ? "20" : "10";
+  if (info.default_top && !params.get("top") && !form.elements.top.value) form.elements.top.value = String(info.default_top);
 
   let lastSeries = null, seriesWhat = "", seriesOffset = 0;
   const draw = () => {
@@ -506,10 +534,10 @@ async function metricPage() {
     showError("");
     document.body.dataset.state = "loading";
     const base = `/api/metrics/${encodeURIComponent(name)}`;
-    const edges = edgesOf();
+    const k = kind();
     try {
       let doc, daily, seriesBody = body, estimateLink;
-      if (info.discovers) { // the values come from the walk; the per-day series estimates those values
+      if (k.endpoint === "discover") { // the values come from the walk; the per-day series estimates those values
         estimateLink = jsonLink(`${base}/discover`, body);
         doc = await api(estimateLink);
         const found = doc.rows.map((r) => r.value);
@@ -519,23 +547,24 @@ async function metricPage() {
         estimateLink = jsonLink(`${base}/estimate`, body);
         [doc, daily] = await Promise.all([api(`${base}/estimate`, body), api(`${base}/by-day`, body)]);
       }
-      summaryCards(doc, info);
+      const shown = kindOf(doc.kind);
+      summaryCards(doc, shown);
       const visible = ["table-card"];
-      if (info.counts) {
+      if (shown.chart) {
         visible.push("estimates-card");
-        document.getElementById("estimates-chart").replaceChildren(edges ? histogramChart(doc, edges) : intervalChart(doc));
-        document.getElementById("estimates-title").textContent = edges ? "Buckets" : info.discovers ? "Discovered values" : "Estimates";
+        document.getElementById("estimates-chart").replaceChildren(shown.chart(doc));
+        document.getElementById("estimates-title").textContent = shown.title;
         document.getElementById("estimates-note").textContent =
-          `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ` +
-          (info.discovers ? `ranked by estimate, ${pct(doc)}% intervals` : edges ? `${edges.length - 1} buckets · post-processing: ${doc.postprocess}`
-            : `${doc.estimator === "both" ? "plain and corrected estimators" : `${doc.estimator} estimator`} · post-processing: ${doc.postprocess}`) +
-          ` · stderr: ${doc.uncertainty || "randomization"} (${doc.uncertainty_meaning || "given the devices that reported"})`;
+          `${doc.days[0] || ""} – ${doc.days[doc.days.length - 1] || ""} · n = ${fmtInt(doc.n)} · ` + shown.note(doc) +
+          ` · stderr: ${doc.uncertainty || "randomization"} (${doc.uncertainty_meaning || "given the devices that reported"})` +
+          (doc.selection ? ` · ${doc.selection.note}` : "");
         document.getElementById("estimates-json").href = estimateLink;
       }
       if (doc.percentiles) {
         visible.push("percentiles-card");
         fillTable(document.getElementById("percentiles"), doc.percentiles, [["percentile", "percentile", fmtLevel],
-          ["estimate", "estimate", fmtCount], ["ci_low", `${pct(doc)}% interval low`, fmtCount], ["ci_high", `${pct(doc)}% interval high`, fmtCount]]);
+          ["estimate", "estimate", fmtCount], ["ci_low", `${pct(doc)}% interval low`, fmtCount], ["ci_high", `${pct(doc)}% interval high`, fmtCount],
+          ["note", "note", (x) => x || ""]]);
         document.getElementById("percentiles-json").href = estimateLink;
       }
       if (doc.discovery) {
@@ -545,17 +574,7 @@ async function metricPage() {
         document.getElementById("discovery-json").href = estimateLink;
       }
       // per day: counts of each value; a numeric summary's mean; a histogram's percentiles (else its buckets)
-      seriesWhat = "";
-      seriesOffset = 0;
-      lastSeries = daily;
-      if (daily && !info.counts) {
-        seriesWhat = "the mean of each day";
-        lastSeries = { ...daily, rows: daily.rows.filter((r) => r.value === daily.rows[0].value) };
-      } else if (daily && edges && doc.percentiles) {
-        seriesWhat = "each day's percentiles";
-        seriesOffset = 1; // the colors of the percentile lines above
-        lastSeries = { ...daily, rows: daily.daily.flatMap((d) => (d.percentiles || []).map((p) => ({ day: d.day, n: d.n, value: fmtLevel(p.percentile), ...p }))) };
-      }
+      ({ rows: lastSeries, what: seriesWhat, offset: seriesOffset } = daily ? shown.series(doc, daily) : { rows: null, what: "", offset: 0 });
       document.getElementById("scale-toggle").hidden = !!seriesWhat;
       if (daily) {
         visible.push("series-card");
@@ -563,7 +582,7 @@ async function metricPage() {
         document.getElementById("reports-chart").replaceChildren(reportsChart(daily.daily));
         document.getElementById("series-json").href = jsonLink(`${base}/by-day`, seriesBody);
       }
-      rowsTable(doc, info);
+      rowsTable(doc, shown);
       show(visible);
     } catch (err) {
       showError(err.message);

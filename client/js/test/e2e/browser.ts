@@ -164,7 +164,21 @@ async function main(): Promise<void> {
       }
       return { pending, delivered };
     }, args);
-    // 6. report() latency in the page (privatize + hand-off; the commit is asynchronous), for the benchmark
+    // 6. lifecycle: visibilitychange → hidden commits and flushes with fetch keepalive (no flush() call)
+    out.lifecycle = await page.evaluate(async ({ endpoint, token }) => {
+      const { Reporter } = (window as any).ldptel;
+      const rep = await Reporter.open({ endpoint, token, namespace: "life", metrics: ["web.flag"], flushInterval: 3600000 });
+      await rep.waitForSpecs(5000);
+      const status = rep.report("web.flag", true).status;
+      Object.defineProperty(document, "visibilityState", { configurable: true, get: () => "hidden" });
+      document.dispatchEvent(new Event("visibilitychange"));
+      const deadline = performance.now() + 10000;
+      while (rep.stats().delivered < 1 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      const delivered = rep.stats().delivered;
+      await rep.close(0);
+      return { status, delivered };
+    }, args);
+    // 7. report() latency in the page (privatize + hand-off; the commit is asynchronous), for the benchmark
     out.latency = await page.evaluate(async ({ endpoint, token }) => {
       const { Reporter } = (window as any).ldptel;
       const specs = [{ name: "bench.cms", version: 1, reports_per_day: 10000, params: { mechanism: "cms", epsilon: 4.0, k: 2048, m: 1024, hash_seed: 0, hash_version: 1, prob_bits: 10 } }];
