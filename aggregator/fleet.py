@@ -74,4 +74,4 @@ def fleet_of(spec: MetricSpec, est: Estimate, *, counts_rows: bool) -> Fleet | N
     are not counts (a mean needs no scaling)."""
     if spec.sample_rate >= 1.0 or not counts_rows:
         return None
-    return fleet_estimate(est, spec.sample_rate, epsilon=spec.effective_epsilon)
+    return fleet_estimate(est, spec.sample_rate, epsilon=spec.daily_epsilon)  # one draw covers a device's day

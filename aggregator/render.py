@@ -402,7 +402,7 @@ def _write_fleet(fleet: Fleet, out: TextIO) -> None:
               f"≈ {fleet.devices:,.0f} ± {fleet.devices_stderr:,.0f} devices) · population uncertainty\n")
     table(["value", "estimate", "stderr", "ci_low", "ci_high"],
           [[r["value"], r["estimate"], r["stderr"], r["ci_low"], r["ci_high"]] for r in fleet.rows()], out, left={0})
-    out.write(f"amplified ε {fleet.amplified_epsilon:.4g} (ε {fleet.epsilon:.4g} per report): {AMPLIFIED_EPSILON_NOTE}\n")
+    out.write(f"amplified ε {fleet.amplified_epsilon:.4g} (ε {fleet.epsilon:.4g} per device and day): {AMPLIFIED_EPSILON_NOTE}\n")
 
 
 def selection_note(first: QueryResult, out: TextIO) -> None:

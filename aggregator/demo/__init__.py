@@ -11,7 +11,7 @@ What it runs, all real and all on loopback:
 5. a fleet of simulated devices. Each device is a real :class:`~ldptel.client.sdk.reporter.Reporter` with its
    own storage directory (sqlite queue, budget ledger, device secret), privatizing with the OS CSPRNG and
    uploading over HTTP. The true values are drawn from the emoji distribution shipped in
-   ``aggregator/data/emoji.tsv``, and each device's 3 typed words from ``aggregator/data/words.tsv`` (a list the
+   ``aggregator/data/emoji.tsv``, and each device's 2 typed words from ``aggregator/data/words.tsv`` (a list the
    aggregator never gets); ``--seed`` seeds only those draws, never the privatization.
 
 Then it waits until the worker has folded every report the server acknowledged, queries the sketches

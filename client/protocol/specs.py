@@ -55,16 +55,25 @@ def params_from_dict(data: object) -> Params:
 
 # -------------------------------------------------------------------------------------- secret sampling
 AMPLIFIED_EPSILON_NOTE = (
-    "the amplified ε holds only against an observer of the aggregate or of shuffled reports who does not know "
-    "which devices were sampled; the ingest server sees who connects, so against it each report is ε-LDP"
+    "the amplified ε covers a device's reports of one day (one sampling draw covers them all) and holds only "
+    "against an observer of the aggregate or of shuffled reports who does not know which devices were sampled; "
+    "the ingest server sees who connects, so against it each report is ε-LDP; a permanent randomized response's "
+    "lifetime level (ε∞) is not amplified across days"
 )
 
 
 def check_sample_rate(value: object) -> float:
     """A metric's ``sample_rate`` β: a number in (0, 1] (1: every device takes part)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < float(value) <= 1.0:
-        raise InvalidParameterError("sample_rate", "a number in (0, 1] (the share of devices that take part each day)", value)
-    return float(value)
+    allowed = "a number in (0, 1] (the share of devices that take part each day)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidParameterError("sample_rate", allowed, value)
+    try:
+        beta = float(value)
+    except OverflowError:  # an integer beyond float64 (JSON allows any): a 400, never a 500
+        raise InvalidParameterError("sample_rate", allowed, "an integer too large for a float") from None
+    if not 0.0 < beta <= 1.0:
+        raise InvalidParameterError("sample_rate", allowed, value)
+    return beta
 
 
 def amplified_epsilon(epsilon: float, sample_rate: float) -> float:
@@ -136,10 +145,12 @@ class MetricSpec:
 
     @property
     def amplified_epsilon(self) -> float:
-        """ln(1 + β(e^ε − 1)), β = ``sample_rate``: the ε of one report against an observer of the aggregate or
-        the shuffled reports who does not know which devices were sampled (:data:`AMPLIFIED_EPSILON_NOTE`);
-        against the ingest server, which sees who connects, each report is still ``effective_epsilon``-LDP."""
-        return amplified_epsilon(self.effective_epsilon, self.sample_rate)
+        """ln(1 + β(e^ε − 1)) with ε = :attr:`daily_epsilon`, β = ``sample_rate``: the ε of a device's reports of
+        one day (one sampling draw covers all of them, so the day's composition is what is sampled, not each
+        report) against an observer of the aggregate or the shuffled reports who does not know which devices were
+        sampled (:data:`AMPLIFIED_EPSILON_NOTE`); against the ingest server, which sees who connects, each report is
+        still ``effective_epsilon``-LDP, and a permanent randomization's lifetime level is not amplified."""
+        return amplified_epsilon(self.daily_epsilon, self.sample_rate)
 
     def expired(self, today: str) -> bool:
         """Past its ``expires`` day (``today`` is a UTC day ``YYYY-MM-DD``)."""

@@ -4,6 +4,7 @@ by β) cover the fleet's count; the amplified ε appears only with the sentence 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ def sampled(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPa
     drain(redis)
 
 
-def test_estimate_shows_the_fleet_and_the_amplified_epsilon_with_whom_it_holds_against(sampled: None) -> None:
+def test_estimate_shows_the_fleet_and_the_amplified_epsilon_with_whom_it_holds_against(sampled: None, redis: redis_lib.Redis) -> None:
     code, out, err = run_cli("estimate", "dark")
     assert code == 0, err
     assert "stderr: randomization" in out.splitlines()[0]
@@ -70,7 +71,12 @@ def test_estimate_shows_the_fleet_and_the_amplified_epsilon_with_whom_it_holds_a
     assert doc["uncertainty"] == "randomization" and "population" in doc["population"]["meaning"]
     fleet = doc["fleet"]
     assert fleet["sample_rate"] == 0.05 and fleet["amplified_epsilon_note"] == AMPLIFIED_EPSILON_NOTE
-    assert 0.25 < fleet["amplified_epsilon"] < 0.3  # ln(1 + 0.05(e² − 1)) ≈ 0.277 at ε = 2
+    # rr at ε = 2, one report a day: the day costs ε_irr (the report's charge beside its permanent response), and
+    # that day's composition is what the secret sample amplifies, not the one-shot ε = 2 (ln(1 + 0.05(e² − 1)) = 0.277)
+    spec = registry.get_metric(redis, "dark").current
+    assert fleet["epsilon"] == pytest.approx(spec.daily_epsilon) and spec.daily_epsilon > 2.0
+    assert fleet["amplified_epsilon"] == pytest.approx(math.log1p(0.05 * math.expm1(spec.daily_epsilon)))
+    assert fleet["amplified_epsilon"] > 0.3
     by_value = {r["value"]: r for r in doc["rows"]}
     assert fleet["rows"][1]["estimate"] == pytest.approx(by_value["true"]["estimate"] / 0.05)
     assert fleet["devices"] == pytest.approx(2000 / 0.05)

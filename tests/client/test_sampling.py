@@ -82,6 +82,9 @@ def test_sample_rate_round_trips_and_older_sdks_never_see_the_default() -> None:
     s = spec(0.05)
     assert MetricSpec.from_json(s.to_json()) == s and s.to_dict()["sample_rate"] == 0.05
     assert not s.same_privatization(spec(0.5))  # changing β is a new version
-    assert s.amplified_epsilon == pytest.approx(math.log(1 + 0.05 * (math.exp(s.effective_epsilon) - 1)))
+    # one draw covers the day: the day's composition (report_charge × reports_per_day) is what is amplified
+    assert s.amplified_epsilon == pytest.approx(math.log(1 + 0.05 * (math.exp(s.daily_epsilon) - 1)))
+    assert s.daily_epsilon > s.effective_epsilon or s.reports_per_day == 1
     assert amplified_epsilon(2.0, 1.0) == pytest.approx(2.0)
     assert "ingest server" in AMPLIFIED_EPSILON_NOTE and "does not know" in AMPLIFIED_EPSILON_NOTE
+    assert "one day" in AMPLIFIED_EPSILON_NOTE and "not amplified across days" in AMPLIFIED_EPSILON_NOTE

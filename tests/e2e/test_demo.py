@@ -102,9 +102,9 @@ def test_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path) -> None:
     # the summary
     assert re.search(r"^wall time: [\d.]+ s", out, re.M)
     assert "devices: 200 (seed 7" in out
-    assert "reports delivered: 1,400 of 1,400 queued" in out and "folded by the aggregator: 1,400" in out
-    # the discovered words (3 per device, no word list given to the aggregator) beside the truth
-    assert re.search(r"^demo\.words: pem, discovered with no word list · n = 600 reports · \d+ words at ≥ [\d.]+ stderr, "
+    assert "reports delivered: 1,200 of 1,200 queued" in out and "folded by the aggregator: 1,200" in out
+    # the discovered words (2 per device, no word list given to the aggregator) beside the truth
+    assert re.search(r"^demo\.words: pem, discovered with no word list · n = 400 reports · \d+ words at ≥ [\d.]+ stderr, "
                      r"[\d,]+ candidates examined in 12 rounds", out, re.M), out
     assert re.search(r"^true top \d+:", out, re.M), out
     assert re.search(r"^p99\s+[\d,.]+\s+\[[\d,.]+, [\d,.]+\]\s+[\d,.]+\s+(yes|NO)$", out, re.M), out  # session length

@@ -29,3 +29,14 @@ def test_the_narrowest_allowed_range_is_accepted(api) -> None:  # type: ignore[n
     resp = api.admin("POST", "/v1/metrics", json={"name": "narrow", "reports_per_day": 1,
                                                   "params": {"mechanism": "mean", "epsilon": 1.0, "lo": 0.0, "hi": 1e-12}})
     assert resp.status_code == 201, resp.get_data()
+
+
+@pytest.mark.parametrize("rate", [10**400, 0, 1.5, "0.5"], ids=["beyond-float64", "zero", "above-one", "string"])
+def test_a_bad_sample_rate_is_a_400_naming_it(api, redis, rate) -> None:  # type: ignore[no-untyped-def]
+    """An integer beyond float64 made check_sample_rate raise OverflowError: a 500 with a traceback (review)."""
+    before = snapshot(redis)
+    resp = api.admin("POST", "/v1/metrics", json={"name": "sampled", "reports_per_day": 1, "sample_rate": rate,
+                                                  "params": {"mechanism": "rr", "epsilon": 1.0}})
+    assert resp.status_code == 400, resp.get_data()
+    assert resp.json["parameter"] == "sample_rate"
+    assert snapshot(redis) == before
