@@ -9,6 +9,7 @@ variables below; the service itself is configured by the ``LDPTEL_*`` variables 
 
 import os
 
+from ldptel.server.proxies import parse_trusted_proxies
 from ldptel.server.gunicorn_hooks import (  # noqa: F401  (gunicorn looks these up by name)
     child_exit,
     on_exit,
@@ -38,7 +39,9 @@ logger_class = "ldptel.server.gunicorn_logger.AnonymousLogger"
 # The proxies whose forwarding headers are believed: the same LDPTEL_TRUSTED_PROXIES the app reads for the client
 # address (ldptel.server.proxies), here for X-Forwarded-Proto & co. (wsgi.url_scheme). Unset: no peer, not even
 # gunicorn's default 127.0.0.1 (a header is trusted only from a proxy the operator declared).
-forwarded_allow_ips = os.environ.get("LDPTEL_TRUSTED_PROXIES", "").strip()
+# Parsed by the app's own parser and handed on normalised: gunicorn's stricter one refuses "10.0.0.5/24" (host bits
+# set) and a trailing comma that the app accepts, and would then not start.
+forwarded_allow_ips = ",".join(str(n) for n in parse_trusted_proxies(os.environ.get("LDPTEL_TRUSTED_PROXIES", "")))
 # Access log without the client address, user agent, referer or query string: no identifiers in logs.
 accesslog = os.environ.get("LDPTEL_ACCESS_LOG", "-") or None
 access_log_format = '"%(m)s %(U)s" %(s)s %(B)s %(M)sms'
