@@ -9,13 +9,13 @@ variables below; the service itself is configured by the ``LDPTEL_*`` variables 
 
 import os
 
-from ldptel.server.proxies import parse_trusted_proxies
 from ldptel.server.gunicorn_hooks import (  # noqa: F401  (gunicorn looks these up by name)
     child_exit,
     on_exit,
     on_starting,
     post_worker_init,
 )
+from ldptel.server.proxies import parse_trusted_proxies
 
 wsgi_app = "ldptel.server:create_app()"
 bind = [os.environ.get("LDPTEL_BIND", "127.0.0.1:8000")]
