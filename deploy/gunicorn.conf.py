@@ -15,6 +15,7 @@ from ldptel.server.gunicorn_hooks import (  # noqa: F401  (gunicorn looks these 
     on_starting,
     post_worker_init,
 )
+from ldptel.server.proxies import parse_trusted_proxies
 
 wsgi_app = "ldptel.server:create_app()"
 bind = [os.environ.get("LDPTEL_BIND", "127.0.0.1:8000")]
@@ -38,7 +39,9 @@ logger_class = "ldptel.server.gunicorn_logger.AnonymousLogger"
 # The proxies whose forwarding headers are believed: the same LDPTEL_TRUSTED_PROXIES the app reads for the client
 # address (ldptel.server.proxies), here for X-Forwarded-Proto & co. (wsgi.url_scheme). Unset: no peer, not even
 # gunicorn's default 127.0.0.1 (a header is trusted only from a proxy the operator declared).
-forwarded_allow_ips = os.environ.get("LDPTEL_TRUSTED_PROXIES", "").strip()
+# Parsed by the app's own parser and handed on normalised: gunicorn's stricter one refuses "10.0.0.5/24" (host bits
+# set) and a trailing comma that the app accepts, and would then not start.
+forwarded_allow_ips = ",".join(str(n) for n in parse_trusted_proxies(os.environ.get("LDPTEL_TRUSTED_PROXIES", "")))
 # Access log without the client address, user agent, referer or query string: no identifiers in logs.
 accesslog = os.environ.get("LDPTEL_ACCESS_LOG", "-") or None
 access_log_format = '"%(m)s %(U)s" %(s)s %(B)s %(M)sms'

@@ -11,9 +11,12 @@ still count in the lifetime ledger.
 The three bounds and their defaults:
 
 ``max_report_epsilon`` = 4
-    ε of one report (the spec's effective ε). 4 is the largest per-report ε of Apple's published deployments
-    (emoji, Safari; "Learning with Privacy at Scale", 2017) and of this project's recommended sketch
-    configurations: one report shifts anyone's odds by at most e⁴ ≈ 55×.
+    ε of one report seen on its own (the spec's effective ε). 4 is the largest per-report ε of Apple's published
+    deployments (emoji, Safari; "Learning with Privacy at Scale", 2017) and of this project's recommended sketch
+    configurations: one report, to an observer who sees no other report of the device, shifts anyone's odds by
+    at most e⁴ ≈ 55×. Under a permanent randomized response (rr, grr, daily-mean) a report *beside the device's
+    other reports* costs ε_irr, more than ε (4.69 at ε = 4): that cost is what the daily bound below counts, and
+    what the level bound's ε∞ covers; this bound is deliberately the one-shot ε, so it does not describe it.
 ``max_daily_epsilon`` = 8
     ε one metric may spend per UTC day (``reports_per_day`` × the per-report charge, what the ledger
     enforces: the effective ε, or ε_irr under a permanent randomized response; the spec's ``daily_epsilon``). 8 is

@@ -161,6 +161,17 @@ def test_gunicorn_config_loads_and_names_our_app(monkeypatch: pytest.MonkeyPatch
     assert "%(h)s" not in conf["access_log_format"]  # no client address in access logs
 
 
+def test_trusted_proxies_the_app_accepts_also_start_gunicorn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LDPTEL_TRUSTED_PROXIES is read by the app (strict=False) and by gunicorn (strict): the config hands gunicorn
+    the app's normalised networks, so a value the app accepts never stops gunicorn (review finding 8)."""
+    from gunicorn.config import Config
+
+    monkeypatch.setenv("LDPTEL_TRUSTED_PROXIES", "10.0.0.5/24, 127.0.0.1,")
+    conf = runpy.run_path(str(DEPLOY / "gunicorn.conf.py"))
+    assert conf["forwarded_allow_ips"] == "10.0.0.0/24,127.0.0.1/32"
+    Config().set("forwarded_allow_ips", conf["forwarded_allow_ips"])  # gunicorn's own validation: raises if refused
+
+
 def _redis_settings(name: str) -> dict[str, str]:
     settings = {}
     for line in (DEPLOY / name).read_text().splitlines():
