@@ -94,6 +94,8 @@ export interface ReporterStats {
   droppedTooOld: number;
   /** Reports dropped at commit because another tab/process had spent the budget meanwhile. */
   droppedBudgetAtCommit: number;
+  /** Reports dropped at commit because another tab/process had drawn the day's sampling decision first: not sampled. */
+  droppedNotSampledAtCommit: number;
   invalidValue: number;
   notSampled: number;
   noSpec: number;
@@ -197,6 +199,7 @@ export class Reporter {
     droppedStale: 0,
     droppedTooOld: 0,
     droppedBudgetAtCommit: 0,
+    droppedNotSampledAtCommit: 0,
     invalidValue: 0,
     notSampled: 0,
     noSpec: 0,
@@ -322,7 +325,8 @@ export class Reporter {
     const now = this.now();
     const day = Math.max(utcDay(now), this.live.highDay);
     const key = valueKey(value, spec.params); // InvalidValueError before anything is spent
-    if (!this.takesPart(metric, day, spec.sampleRate)) {
+    const sample = this.sampleOf(metric, day, spec.sampleRate);
+    if (sample && sample.draw >= sample.threshold) {
       this.counters.notSampled += 1;
       return { status: "not_sampled", metric, version: spec.version };
     }
@@ -339,6 +343,7 @@ export class Reporter {
         : null,
       memoKey: null,
       record: new Uint8Array(0),
+      sample,
     };
     const why = refusal(this.live, op);
     if (why === "budget") {
@@ -375,10 +380,11 @@ export class Reporter {
   /**
    * Secret sampling (the Python SDK's rule, `ldptel.client.sdk.sampling`): the first report of a metric on a
    * budget day draws U = 53 CSPRNG bits (8 bytes little-endian >> 11) and keeps it for the day; the device
-   * takes part iff U < floor(β·2^53). β = 1 draws nothing.
+   * takes part iff U < floor(β·2^53). β = 1 draws nothing (null). The report op carries the draw: its commit
+   * decides again with the durable draw of the day, so another tab/process that drew first decides for all.
    */
-  private takesPart(metric: string, day: number, rate: number): boolean {
-    if (rate >= 1) return true;
+  private sampleOf(metric: string, day: number, rate: number): { draw: number; threshold: number } | null {
+    if (rate >= 1) return null;
     advanceDay(this.live, day);
     const prior = this.live.sampling?.[metric];
     let draw: number;
@@ -393,7 +399,7 @@ export class Reporter {
       this.pending.push(op);
       this.scheduleCommit();
     }
-    return draw < Math.floor(rate * 2 ** 53);
+    return { draw, threshold: Math.floor(rate * 2 ** 53) };
   }
 
   /** Upload everything queued now; true when nothing is left unacknowledged within `timeoutMs`. */
@@ -484,7 +490,8 @@ export class Reporter {
         return { state: s, result: applyOps(s, ops) };
       });
       this.counters.droppedBudgetAtCommit += result.dropped;
-      this.counters.queued -= result.dropped;
+      this.counters.droppedNotSampledAtCommit += result.notSampled;
+      this.counters.queued -= result.dropped + result.notSampled;
       this.rebase(state);
     } catch (e) {
       this.pending = [...(ops.filter((o) => o.kind !== "spec") as (ReportOp | SampleOp)[]), ...this.pending];

@@ -72,6 +72,8 @@ export interface ReportOp {
   lifetime: { fp: string; eps: number; cap: number } | null;
   memoKey: string | null;
   record: Uint8Array;
+  /** Secret sampling: the draw this report was decided with and floor(β·2^53); the commit decides again with the durable draw of the day. */
+  sample: { draw: number; threshold: number } | null;
 }
 
 export interface SpecOp {
@@ -119,12 +121,13 @@ export function advanceDay(s: State, day: number): void {
 }
 
 /** Apply one op to `s` in place; for a report, what happened to it. */
-export function applyOp(s: State, op: Op): "queued" | "memo_replaced" | "budget" | "lifetime" | null {
+export function applyOp(s: State, op: Op): "queued" | "memo_replaced" | "budget" | "lifetime" | "not_sampled" | null {
   if (op.kind === "sample") {
     advanceDay(s, op.day);
     const sampling = (s.sampling ??= {});
     const prior = sampling[op.metric];
-    if (!prior || prior.day !== op.day) sampling[op.metric] = { day: op.day, draw: op.draw };
+    // the first draw stored for a day wins; a draw of an earlier day never replaces a later one
+    if (op.day >= s.highDay && (!prior || prior.day < op.day)) sampling[op.metric] = { day: op.day, draw: op.draw };
     return null;
   }
   if (op.kind === "spec") {
@@ -134,6 +137,13 @@ export function applyOp(s: State, op: Op): "queued" | "memo_replaced" | "budget"
   }
   if (op.day < s.highDay) op = { ...op, day: s.highDay }; // a clock behind the durable one: the later day
   advanceDay(s, op.day);
+  if (op.sample) {
+    // one decision per metric and day across tabs/processes: the durable draw decides (this op's own if none yet)
+    const sampling = (s.sampling ??= {});
+    const prior = sampling[op.metric];
+    if (!prior || prior.day !== op.day) sampling[op.metric] = { day: op.day, draw: op.sample.draw };
+    if ((sampling[op.metric]?.draw ?? 0) >= op.sample.threshold) return "not_sampled";
+  }
   const why = refusal(s, op);
   if (why) return why;
   if (op.lifetime) {
@@ -158,13 +168,15 @@ export function applyOp(s: State, op: Op): "queued" | "memo_replaced" | "budget"
   return outcome;
 }
 
-export function applyOps(s: State, ops: Op[]): { dropped: number } {
+export function applyOps(s: State, ops: Op[]): { dropped: number; notSampled: number } {
   let dropped = 0;
+  let notSampled = 0;
   for (const op of ops) {
     const r = applyOp(s, op);
     if (r === "budget" || r === "lifetime") dropped += 1;
+    if (r === "not_sampled") notSampled += 1;
   }
-  return { dropped };
+  return { dropped, notSampled };
 }
 
 export function pendingCount(s: State): number {

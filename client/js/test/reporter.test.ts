@@ -306,3 +306,64 @@ test("Node: an app that never calls close() still commits its reports when the e
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("secret sampling across instances: one decision per metric and day, whoever draws first (two writers, one FileStore)", async () => {
+  await withServer(async (s) => {
+    const { stateFromJson } = await import("../src/state.js");
+    const dir = tmp();
+    try {
+      const names = Array.from({ length: 12 }, (_, i) => `m${i}`);
+      const specs = names.map((name) => ({ ...CMS, name, reports_per_day: 10, sample_rate: 0.5 }));
+      const threshold = Math.floor(0.5 * 2 ** 53);
+      let now = Date.UTC(2026, 0, 1);
+      const a = await Reporter.open(opts(s, { store: new FileStore(dir), specs, now: () => now, commitDelay: 1000 }));
+      const b = await Reporter.open(opts(s, { store: new FileStore(dir), specs, now: () => now, commitDelay: 1000 }));
+      let disagreed = 0;
+      for (let d = 0; d < 8; d++, now += DAY) {
+        const day = Math.floor(now / DAY);
+        // both draw before either commits; the committed draw decides for both
+        const sa = names.map((m) => a.report(m, "x").status);
+        const sb = names.map((m) => b.report(m, "y").status);
+        disagreed += sa.filter((st, i) => st !== sb[i]).length;
+        await (d % 2 ? b : a).commit();
+        await (d % 2 ? a : b).commit();
+        const durable = stateFromJson(readFileSync(join(dir, "state.json"), "utf8"));
+        for (const [i, m] of names.entries()) {
+          const entry = durable.sampling?.[m];
+          assert.equal(entry?.day, day, `${m}: the day's draw is stored`);
+          const sent = durable.reports.filter((r) => r.metric === m && r.day === day).length;
+          // an instance that drew "not sampled" sent nothing; one that drew "sampled" is overruled by a stored "not sampled"
+          const queued = [sa[i], sb[i]].filter((st) => st === "queued").length;
+          assert.equal(sent, (entry?.draw ?? 0) < threshold ? queued : 0, `${m} day ${d}: reports applied against the stored decision`);
+        }
+        // once committed, both instances follow the stored decision
+        for (const m of names) assert.equal(a.report(m, "z").status === "not_sampled", b.report(m, "z").status === "not_sampled");
+        await a.commit();
+        await b.commit();
+      }
+      // P(no disagreement in 96 metric-days at β = 0.5) = 2^-96; P(no overruled report) = 0.75^96 ≈ 1e-12
+      assert.ok(disagreed > 0, "the instances drew differently at least once (else the test proves nothing)");
+      assert.equal(a.stats().droppedNotSampledAtCommit + b.stats().droppedNotSampledAtCommit > 0, true);
+      await a.close(1);
+      await b.close(1);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+test("secret sampling: a draw of an earlier day (a late commit) never replaces the later day's draw", async () => {
+  const { applyOp, emptyState } = await import("../src/state.js");
+  const st = emptyState(new Uint8Array(32));
+  applyOp(st, { kind: "sample", metric: "m", day: 20, draw: 7 });
+  applyOp(st, { kind: "sample", metric: "m", day: 19, draw: 9 });
+  assert.deepEqual(st.sampling?.["m"], { day: 20, draw: 7 });
+  applyOp(st, { kind: "sample", metric: "m", day: 20, draw: 11 }); // the first draw stored for the day wins
+  assert.deepEqual(st.sampling?.["m"], { day: 20, draw: 7 });
+  // a report decided with its own draw is judged by the stored one
+  const report = { kind: "report" as const, metric: "m", version: 1, day: 20, eps: 1, reportsPerDay: 10, dailyEpsilon: 10, lifetime: null, memoKey: null, record: new Uint8Array(1) };
+  assert.equal(applyOp(st, { ...report, sample: { draw: 5, threshold: 7 } }), "not_sampled");
+  assert.equal(st.reports.length, 0);
+  assert.equal(applyOp(st, { ...report, sample: { draw: 9, threshold: 8 } }), "queued");
+  assert.equal(st.reports.length, 1);
+});

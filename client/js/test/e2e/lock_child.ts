@@ -1,0 +1,40 @@
+/**
+ * A process contending for the FileStore lock (test/lock.test.ts). `hold`: takes the lock and spins inside the
+ * transaction until it is SIGKILLed. `count N`: runs N transactions that each add 1 to a counter, and exits 3
+ * if it ever finds another process inside a transaction at the same time.
+ */
+import * as fs from "node:fs";
+import { join } from "node:path";
+import { FileStore } from "../../src/filestore.js";
+import { emptyState } from "../../src/state.js";
+
+const [dir, mode, n] = process.argv.slice(2) as [string, string, string];
+const store = new FileStore(dir);
+const inside = join(dir, "inside");
+if (mode === "hold") {
+  await store.transact(() => {
+    for (;;) {
+      // holds the lock until killed
+    }
+  });
+}
+process.stdout.write("ready\n");
+for (let i = 0; i < Number(n); i++) {
+  await store.transact((old) => {
+    try {
+      fs.closeSync(fs.openSync(inside, "wx"));
+    } catch {
+      process.stderr.write(`pid ${process.pid}: another process is inside the transaction\n`);
+      process.exit(3);
+    }
+    const s = old ?? emptyState(new Uint8Array(32));
+    const row = (s.ledger["c"] ??= { day: 0, count: 0, eps: 0 });
+    row.count += 1;
+    const until = Date.now() + 2;
+    while (Date.now() < until) {
+      // widen the window in which a second owner would be caught
+    }
+    fs.rmSync(inside);
+    return { state: s, result: null };
+  });
+}
