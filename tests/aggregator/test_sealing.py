@@ -256,7 +256,7 @@ def test_a_sealer_whose_clock_is_days_ahead_does_not_seal_a_day_that_can_still_r
     """The aggregator host's clock 10 days ahead: Redis's own TIME bounds the sealable days, so today (and the
     retry horizon before it) stays open, and what ingest acknowledges today is folded, never dead-lettered."""
     now = int(redis.time()[0])
-    today = dt.datetime.fromtimestamp(now, dt.timezone.utc).date()
+    today = dt.datetime.fromtimestamp(now, dt.UTC).date()
     old = (today - dt.timedelta(days=30)).isoformat()
     record = create(redis, MetricSpec(name="skew", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
     append_reports(redis, record, ["x", "y"] * 10, rng, day=old)
