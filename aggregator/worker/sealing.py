@@ -38,8 +38,9 @@ def seal_pass(r: redis_lib.Redis, metrics: list[str], *, horizon_days: int, owne
         if report.days_sealed or report.rollups_built or report.states_dropped:
             log.info("sealed days", extra={"event": "seal", **report.to_dict()})
         if report.late_states:
-            log.error("shard states written after their day was sealed are kept but not counted: an ingest clock "
-                      "is off by days, or LDPTEL_RETRY_HORIZON_DAYS differs between ingest and aggregator",
+            log.error("shard states written after their day was sealed are kept but not counted: reports arrived "
+                      "stamped with a day already sealed (an ingest host's clock is days behind, or the clocks of "
+                      "the aggregator host and Redis are days ahead of the ingest hosts); check the hosts' clocks",
                       extra={"event": "seal_late_states", "metric": name, "states": report.late_states})
         reports.append(report)
     return reports

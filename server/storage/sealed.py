@@ -10,7 +10,8 @@ start of that day (or of the next day, when another ingest's clock is already pa
 ``append.lua``). So day D is sealable when
 
 * D is at least ``horizon + 2`` days before today (``LDPTEL_RETRY_HORIZON_DAYS``: no ingest can still be on
-  day D, even with a skewed clock, and no retry of a batch of D is still deduplicated against it), and
+  day D, even with a skewed clock, and no retry of a batch of D is still deduplicated against it), where today
+  is the earlier of the sealer's clock and Redis's ``TIME`` (one fast host clock cannot seal an open day), and
 * on every shard, the first stream entry after the committed checkpoint (if any) has an id after the start of
   day D + 1, i.e. every entry that can carry day D is folded and committed. New entries get ids of today.
 
@@ -360,8 +361,13 @@ class SealReport:
 
 
 def sealable_through(r: redis_lib.Redis, metric: str, shards: int, *, today: dt.date, horizon_days: int) -> int:
-    """The last day number that can be sealed now (see the module docs)."""
-    limit = today.toordinal() - _EPOCH - horizon_days - 2
+    """The last day number that can be sealed now (see the module docs).
+
+    "Today" is the earlier of ``today`` (this host's clock) and Redis's own ``TIME``: a sealer whose clock runs
+    days ahead must not seal a day ingest can still stamp (the fold would then dead-letter acknowledged
+    reports). Only the day of ``TIME`` is used; it is never stored."""
+    redis_day = int(r.time()[0]) // 86_400
+    limit = min(today.toordinal() - _EPOCH, redis_day) - horizon_days - 2
     pipe = r.pipeline(transaction=False)
     for shard in range(shards):
         pipe.get(keys.checkpoint(metric, shard))

@@ -248,3 +248,27 @@ def test_a_metric_that_cannot_be_sealed_does_not_stop_the_worker(redis: redis_li
         worker.stop()
         thread.join(30)
     assert redis.get(keys.sketch("bad", 0, 1, DAYS[0])) == b"not a sketch state"  # left as it was
+
+
+def test_a_sealer_whose_clock_is_days_ahead_does_not_seal_a_day_that_can_still_receive_reports(
+    redis: redis_lib.Redis, rng: np.random.Generator,
+) -> None:
+    """The aggregator host's clock 10 days ahead: Redis's own TIME bounds the sealable days, so today (and the
+    retry horizon before it) stays open, and what ingest acknowledges today is folded, never dead-lettered."""
+    now = int(redis.time()[0])
+    today = dt.datetime.fromtimestamp(now, dt.UTC).date()
+    old = (today - dt.timedelta(days=30)).isoformat()
+    record = create(redis, MetricSpec(name="skew", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    append_reports(redis, record, ["x", "y"] * 10, rng, day=old)
+    first = append_reports(redis, record, ["x", "y"] * 20, rng, day=today.isoformat())
+    drain(redis)
+    sealed.seal_metric(redis, "skew", horizon_days=3, today=today + dt.timedelta(days=10))
+    view = sealed.read_view(redis, "skew")
+    sealed_days = {day for _, day in view.days}
+    assert sealed.day_number(old) in sealed_days  # old days still seal
+    assert max(sealed_days) <= sealed.day_number(today.isoformat()) - 3 - 2
+    later = append_reports(redis, record, ["y"] * 40, rng, day=today.isoformat(), batch_size=20)
+    stats = drain(redis)
+    assert stats.dead == 0 and stats.reports == later.batches[0].n * len(later.batches)
+    assert not any(redis.xlen(keys.dead_letters("skew", s)) for s in range(2))
+    assert first.batches  # today's first reports were folded into an open (unsealed) day
