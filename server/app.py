@@ -21,7 +21,7 @@ from ldptel.server.cors import CorsMiddleware
 from ldptel.server.errors import register_error_handlers
 from ldptel.server.fastpath import FastIngest
 from ldptel.server.prom import Telemetry
-from ldptel.server.proxies import TrustedProxies
+from ldptel.server.proxies import TrustedProxies, UndeclaredProxyCheck
 from ldptel.server.ratelimit import SourceFailureLimiter, TokenRateLimiter
 from ldptel.server.state import EXTENSION, IngestState, digest
 from ldptel.storage.append import BatchAppender
@@ -80,6 +80,9 @@ def create_app(config: ServerConfig | None = None) -> Flask:
     # The common ingest request (a valid binary batch) skips Flask's per-request machinery; anything else,
     # including every error, is answered by the blueprints. See fastpath.py.
     app.wsgi_app = FastIngest(app.wsgi_app, state)  # type: ignore[method-assign]  # Flask's documented middleware hook
+    # Outermost but CORS: a proxy in front that LDPTEL_TRUSTED_PROXIES does not declare is counted and logged once.
+    app.wsgi_app = UndeclaredProxyCheck(  # type: ignore[method-assign]
+        app.wsgi_app, state.proxies, state.telemetry.forwarded_from_undeclared_peer)
     if cfg.cors_origins:  # browsers (the web SDK): CORS on the report and spec routes only (cors.py)
         app.wsgi_app = CorsMiddleware(app.wsgi_app, cfg.cors_origins)  # type: ignore[method-assign]
     return app

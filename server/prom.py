@@ -48,8 +48,16 @@ class Telemetry:
                                           ["metric", "reason"], registry=r)
         self._requests = Counter("ldptel_http_requests", "HTTP requests by endpoint and status.",
                                  ["endpoint", "status"], registry=r)
+        self._undeclared_forwarding = Counter(
+            "ldptel_forwarded_from_undeclared_peer",
+            "Requests with X-Forwarded-For from a peer not in LDPTEL_TRUSTED_PROXIES (a proxy not declared?).",
+            registry=r)
         self._latency = Histogram("ldptel_http_request_duration_seconds", "Request latency by endpoint.",
                                   ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)
+
+    def forwarded_from_undeclared_peer(self) -> None:
+        """A request with ``X-Forwarded-For`` from a peer not in ``LDPTEL_TRUSTED_PROXIES`` (proxies.py)."""
+        self._undeclared_forwarding.inc()
 
     def accepted(self, metric: str, n: int, *, duplicate: bool) -> None:
         if duplicate:

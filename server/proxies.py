@@ -19,17 +19,28 @@ The rule (:meth:`TrustedProxies.source`):
   with a /64 could otherwise fail 2⁶⁴ times) and an IPv4-mapped IPv6 address by its IPv4 address.
 
 ``X-Real-IP`` and ``Forwarded`` (RFC 7239) are never read: one header, one rule.
+
+A forgotten setting is loud (:class:`UndeclaredProxyCheck`). A request that carries ``X-Forwarded-For`` from a
+peer that is not declared usually means a proxy sits in front and ``LDPTEL_TRUSTED_PROXIES`` was not set: then
+every request's source is the proxy, so anyone's wrong tokens spend one shared budget and lock the admin and
+metrics tokens out (429) for everyone. Such a request is counted in ``ldptel_forwarded_from_undeclared_peer_total``
+and the first one logs one warning per process; neither names the peer or the header's value. Its source stays
+the peer (believing the header would let any client choose the address it is limited under).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ldptel.client.errors import LdpError
 
-__all__ = ["ProxyConfigError", "TrustedProxies", "parse_trusted_proxies"]
+__all__ = ["ProxyConfigError", "TrustedProxies", "UndeclaredProxyCheck", "parse_trusted_proxies"]
+
+log = logging.getLogger("ldptel.server")
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -114,3 +125,45 @@ class TrustedProxies:
                 if not self.trusts(address):
                     return _key(address)
         return _key(peer)
+
+
+UNDECLARED_WARNING = (
+    "a request carried X-Forwarded-For from a peer that is not in LDPTEL_TRUSTED_PROXIES: if a reverse proxy is in "
+    "front of this service, declare it (nginx on the same host: its loopback address, see deploy/nginx.conf), or every "
+    "request counts as the proxy's and anyone's wrong tokens lock the admin and metrics tokens out (429); "
+    "counted in ldptel_forwarded_from_undeclared_peer_total; logged once per process")
+
+
+class UndeclaredProxyCheck:
+    """WSGI middleware: counts requests with ``X-Forwarded-For`` from an undeclared peer (``count``) and logs
+    :data:`UNDECLARED_WARNING` once per process. Never logs the peer or the header. Costs one dict lookup on a
+    request without the header; peers' verdicts are cached (a few proxies in practice; the cache is bounded)."""
+
+    _CACHE_MAX = 1024
+
+    def __init__(self, wsgi_app: Callable[..., Iterable[bytes]], proxies: TrustedProxies,
+                 count: Callable[[], None]) -> None:
+        self.wsgi_app = wsgi_app
+        self.proxies = proxies
+        self.count = count
+        self._trusted: dict[str, bool] = {}
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if _XFF in environ:
+            peer = str(environ.get("REMOTE_ADDR") or "")
+            trusted = self._trusted.get(peer)
+            if trusted is None:
+                trusted = self.proxies.trusts(_address(peer))
+                if len(self._trusted) >= self._CACHE_MAX:
+                    self._trusted.clear()
+                self._trusted[peer] = trusted
+            if not trusted:
+                self.count()
+                if not self._warned:
+                    with self._lock:
+                        if not self._warned:
+                            self._warned = True
+                            log.warning(UNDECLARED_WARNING)
+        return self.wsgi_app(environ, start_response)

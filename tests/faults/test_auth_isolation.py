@@ -24,11 +24,14 @@ from ldptel.storage.embedded import EmbeddedRedis
 from tests.faults.slow import create_metric
 from tests.faults.stack import gunicorn, nginx, nginx_binary
 from tests.server.srv_helpers import OCTET, cms_spec, make_batch
+from tests.server.test_server_http import ADMIN_TOKEN as ADMIN
 from tests.server.test_server_http import APP_TOKEN
 
 pytestmark = pytest.mark.slow
 
 OTHER_APP = "other-app-token-Vb7Nq2Lx9Rt4Kw6Z"  # a second app of the same fleet
+METRICS = "auth-metrics-token-Hd3Jx7Kv5Sb9Tg2W"
+UNDECLARED = "ldptel_forwarded_from_undeclared_peer_total"
 BURST = 20  # failed authentications a source may have per worker before its wrong tokens get 429
 WORKERS = 2
 ATTACKER, VICTIM, FRESH, SPOOFER = "127.0.0.66", "127.0.0.77", "127.0.0.88", "127.0.0.99"
@@ -42,7 +45,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int, 
     nginx_binary()
     tmp = tmp_path_factory.mktemp("auth")
     env = {"LDPTEL_APP_TOKENS": f"{APP_TOKEN},{OTHER_APP}", "LDPTEL_AUTH_FAILURE_LIMIT": f"0.001:{BURST}",
-           "LDPTEL_TRUSTED_PROXIES": "127.0.0.1", "LDPTEL_ACCESS_LOG": "-", "LDPTEL_LOG_LEVEL": "debug"}
+           "LDPTEL_TRUSTED_PROXIES": "127.0.0.1", "LDPTEL_ACCESS_LOG": "-", "LDPTEL_LOG_LEVEL": "debug",
+           "LDPTEL_ADMIN_TOKEN": ADMIN, "LDPTEL_METRICS_TOKEN": METRICS}
     glog = tmp / "gunicorn.log"
     with EmbeddedRedis(data_dir=tmp / "redis") as redis_server, \
             gunicorn(redis_server.url, glog, workers=WORKERS, extra_env=env) as (gport, _), \
@@ -60,6 +64,17 @@ def _post(port: int, source: str, token: str, body: bytes | None = None, headers
         response = conn.getresponse()
         response.read()
         return response.status
+    finally:
+        conn.close()
+
+
+def _get_metrics(port: int, source: str, token: str) -> tuple[int, str]:
+    """``GET /metrics`` (the Prometheus exposition) from ``source`` with ``token``: (status, body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20, source_address=(source, 0))
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
+        response = conn.getresponse()
+        return response.status, response.read().decode()
     finally:
         conn.close()
 
@@ -107,6 +122,44 @@ def test_the_limit_keys_on_the_real_client_and_a_valid_token_always_passes(
     _flood(port, ATTACKER)
     assert _post(port, FRESH, _wrong(0)) == 401  # before the fix: 429 (everyone was the proxy)
     assert [_post(port, ATTACKER, APP_TOKEN, _batch(200 + i)) for i in range(6)] == [202] * 6
+
+
+def test_a_guessing_client_behind_nginx_cannot_block_the_admin_or_metrics_token(
+        stack: tuple[int, int, Path, Path, EmbeddedRedis]) -> None:
+    """With LDPTEL_TRUSTED_PROXIES=127.0.0.1 (the documented host setup), a client over its failure budget gets
+    429 on admin and metrics tokens too (guessing them stays bounded per source), while the operator at another
+    address is served; nginx is declared, so nothing is counted as an undeclared proxy and nothing is warned."""
+    port, glog = stack[0], stack[3]
+    _flood(port, ATTACKER)
+    assert _get_metrics(port, ATTACKER, ADMIN)[0] == 429  # a right guess looks like a wrong one from a guessing source
+    for token in (ADMIN, METRICS):
+        status, body = _get_metrics(port, VICTIM, token)
+        assert status == 200, (token, status)
+    assert f"{UNDECLARED} 0.0" in body
+    assert "LDPTEL_TRUSTED_PROXIES" not in glog.read_text()
+
+
+def test_behind_an_undeclared_nginx_the_forgotten_setting_is_warned_once_and_counted(tmp_path: Path) -> None:
+    """The host install's mistake: nginx in front, LDPTEL_TRUSTED_PROXIES unset. Every request's source is nginx,
+    so the ingest cannot tell clients apart; it says so: one warning per process (without any address or
+    header value) and a Prometheus counter of such requests (before the fix: silence)."""
+    env = {"LDPTEL_APP_TOKENS": APP_TOKEN, "LDPTEL_AUTH_FAILURE_LIMIT": f"0.001:{BURST}", "LDPTEL_ADMIN_TOKEN": ADMIN,
+           "LDPTEL_ACCESS_LOG": "-", "LDPTEL_LOG_LEVEL": "debug"}
+    glog = tmp_path / "gunicorn.log"
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as redis_server, \
+            gunicorn(redis_server.url, glog, workers=1, extra_env=env) as (gport, _), \
+            nginx(gport, tmp_path / "nginx") as (port, nlog):
+        assert [_post(port, VICTIM, _wrong(i)) for i in range(3)] == [401] * 3
+        assert _post(port, ATTACKER, _wrong(9), headers={"X-Forwarded-For": "198.51.100.23"}) == 401
+        status, body = _get_metrics(port, FRESH, ADMIN)
+        assert status == 200
+        assert f"{UNDECLARED} 5.0" in body  # the four posts and this GET, all forwarded by nginx
+        logs = glog.read_text()
+    warnings = [line for line in logs.splitlines() if "LDPTEL_TRUSTED_PROXIES" in line]
+    assert len(warnings) == 1, warnings  # one per process, whatever the number of requests
+    assert "deploy/nginx.conf" in warnings[0] and "127.0.0." not in warnings[0]  # no address, not even nginx's
+    for address in ADDRESSES + ("198.51.100.",):
+        assert address not in logs + nlog.read_text(), address
 
 
 def test_a_client_cannot_dodge_the_limit_with_its_own_forwarding_headers(
