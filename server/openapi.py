@@ -58,7 +58,7 @@ _NAME = {"type": "string", "pattern": f"^{NAME_RE.pattern}$"}
 _REPORTS_PER_DAY = {"type": "integer", "minimum": 1, "maximum": MAX_REPORTS_PER_DAY}
 _DESCRIPTION = {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS}
 _SAMPLE_RATE = {
-    "type": "number", "minimum": 0, "maximum": 1,
+    "type": "number", "exclusiveMinimum": 0, "maximum": 1,
     "description": "secret sampling, in (0, 1] (0 is refused): each device takes part on a UTC day with this probability, "
     "decided on the device "
     "(absent: 1, every device); a change makes a new version",

@@ -25,7 +25,7 @@ _TYPES: dict[str, Any] = {
 }
 _KNOWN = {
     "$ref", "type", "enum", "const", "oneOf", "required", "properties", "additionalProperties", "items",
-    "minItems", "maxItems", "uniqueItems", "minimum", "maximum", "minLength", "maxLength", "pattern",
+    "minItems", "maxItems", "uniqueItems", "minimum", "exclusiveMinimum", "maximum", "minLength", "maxLength", "pattern",
     "description", "format",
 }  # fmt: skip
 
@@ -86,6 +86,8 @@ def validate(value: Any, schema: dict[str, Any], where: str = "$") -> None:
     numeric = _is_type(value, "number")
     if numeric and "minimum" in schema and value < schema["minimum"]:
         raise SchemaViolation(f"{where}: {value!r} < {schema['minimum']}")
+    if numeric and "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+        raise SchemaViolation(f"{where}: {value!r} <= {schema['exclusiveMinimum']} (exclusive minimum)")
     if numeric and "maximum" in schema and value > schema["maximum"]:
         raise SchemaViolation(f"{where}: {value!r} > {schema['maximum']}")
     if isinstance(value, str):
