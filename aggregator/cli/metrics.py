@@ -39,7 +39,8 @@ NAME = "metrics"
 EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 RECORD_FORMATS = ("table", "json")
-RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "expires", "owner")
+RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "min reports",
+                  "expires", "owner")
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
 # options of `metrics create` that are params fields, passed to params_from_dict when given
@@ -87,6 +88,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
     mcreate.add_argument("--notes", default="", help="metadata: free text")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
+    mcreate.add_argument("--min-reports", type=int, metavar="N",
+                         help="reporting threshold: estimates of a day with fewer than N reports are withheld "
+                              "everywhere, and left out of every total (0: off, a new metric's default; left out: "
+                              "unchanged). Lowering it releases days that were withheld")
     mcreate.add_argument("--allow-above-default-policy", action="store_true",
                          help="register a spec beyond the default device PrivacyPolicy (ε 4 per report, 8 per day, "
                          "ε∞ 8): only for fleets whose apps set a wider policy; without it such a spec is refused")
@@ -134,13 +139,18 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if action == "list":
             _write_records(registry.list_metrics(r), args.format, out)
         elif action == "show":
-            write_json(with_sampling(registry.get_metric(r, args.name)), out)
+            record = registry.get_metric(r, args.name)
+            write_json({**with_sampling(record), "min_reports": record.min_reports}, out)
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
             spec = spec_from_args(args)
             registry.check_default_policy(r, [spec], allow=args.allow_above_default_policy)
+            if args.min_reports is not None:
+                registry.check_min_reports(args.min_reports)  # before anything is written
             rec, change = registry.register_metric(r, spec, shards=args.shards)
+            if args.min_reports is not None:  # a record field, not a version: set after the spec (idempotent)
+                rec = registry.set_min_reports(r, spec.name, args.min_reports)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
                 write_json(rec.to_dict(), out)
@@ -175,7 +185,9 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
     records = registry.list_metrics(r)
     changes, missing = metrics_file.plan_file(records, metrics)
     retention = metrics_file.retention_changes(records, metrics)
+    thresholds = metrics_file.min_reports_changes(records, metrics)
     lines = [f"~ {name}: retention_days {'forever' if before is None else before} → {after}" for name, before, after in retention]
+    lines += [f"~ {name}: min_reports {before or 'off'} → {after or 'off'}" for name, before, after in thresholds]
     if action == "diff":
         differs = metrics_file.write_diff(changes, missing, out)
         out.writelines(line + "\n" for line in lines)
@@ -188,10 +200,14 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
         changes = [change for _, change in applied]
         for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
             registry.set_retention(r, name, after)
+        for name, _before, threshold in thresholds:
+            registry.set_min_reports(r, name, threshold)
     if fmt == "json":
         doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
         if retention:
             doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
+        if thresholds:
+            doc["min_reports"] = [{"name": n, "before": b, "after": a} for n, b, a in thresholds]
         write_json(doc, out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
@@ -271,7 +287,8 @@ def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> No
         return
     rows = [
         [rec.name, _status(rec, today) + ("" if _above_policy(rec) is None else " (above default policy)"), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
-         _shape(rec), rec.current.reports_per_day, rec.shards, rec.current.expires or "", rec.current.owner]
+         _shape(rec), rec.current.reports_per_day, rec.shards, rec.min_reports or "off", rec.current.expires or "",
+         rec.current.owner]
         for rec in records
     ]
     table(RECORD_HEADERS, rows, out, left=(0, 1, len(RECORD_HEADERS) - 1))
