@@ -323,7 +323,7 @@ def compose_days(per_day: Mapping[str, CentralPrivacy]) -> CentralPrivacy:
 
 
 # ------------------------------------------------------------------------------------------------- stored days
-def _release_stats(r: Any, record: Any, version: int, days: Sequence[str]) -> Mapping[str, Any]:
+def _release_stats(r: Any, record: Any, version: int, days: Sequence[str], cell: str) -> Mapping[str, Any]:
     """The shuffle stage's statistics of each day (``ldptel.storage.shuffle.release_stats``); {} without the stage."""
     try:
         from ldptel.storage import shuffle  # type: ignore[attr-defined,unused-ignore]
@@ -332,22 +332,34 @@ def _release_stats(r: Any, record: Any, version: int, days: Sequence[str]) -> Ma
     stats = getattr(shuffle, "release_stats", None)
     if stats is None:
         return {}
-    out: Mapping[str, Any] = stats(r, record.name, version=version, days=list(days), shards=record.shards)
+    out: Mapping[str, Any] = stats(r, record.name, version=version, days=list(days), shards=record.shards, cell=cell)
     return out
 
 
-def release_central(r: Any, record: Any, version: int, days: Sequence[str], *,
+def release_central(r: Any, record: Any, version: int, days: Sequence[str], *, cells: Sequence[str] = ("",),
                     delta: float | None = None) -> tuple[dict[str, CentralPrivacy], CentralPrivacy]:
     """Each released day's central (ε, δ) (:func:`central_for_day`, from the day's folded report count and the shuffle
-    stage's statistics) and the range's (:func:`compose_days`), for ``record``'s ``version``."""
+    stage's statistics) and the range's (:func:`compose_days`), for ``record``'s ``version``. Over several breakdown
+    ``cells`` (shuffled apart: a report hides only among its own cell's block) a day's is its worst cell's."""
     from ldptel.aggregator.withholding import day_counts
 
     if not days:
         return {}, compose_days({})
     spec = record.versions[version]
-    folded = day_counts(r, record, version, days)
-    stats = _release_stats(r, record, version, days)
-    per = {day: central_for_day(spec, day, folded[day], stats.get(day), delta=delta) for day in days}
+    per: dict[str, CentralPrivacy] = {}
+    for cell in cells:
+        folded = day_counts(r, record, version, days, (cell,))
+        stats = _release_stats(r, record, version, days, cell)
+        for day in days:
+            if folded[day] == 0:
+                continue
+            one = central_for_day(spec, day, folded[day], stats.get(day), delta=delta)
+            if cell and isinstance(one, NotApplicable):
+                one = NotApplicable(condition=one.condition, reason=f"combination {cell}: {one.reason}")
+            now = per.get(day)
+            if now is None or isinstance(one, NotApplicable) or (isinstance(now, Central) and one.epsilon > now.epsilon):
+                if not isinstance(now, NotApplicable):
+                    per[day] = one
     return per, compose_days(per)
 
 

@@ -42,6 +42,7 @@ import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
 from ldptel.aggregator.amplification import CentralPrivacy, compose_days, release_central
+from ldptel.aggregator.breakdowns import breakdown_cells, check_where, sum_summed
 from ldptel.aggregator.fleet import fleet_of
 from ldptel.aggregator.percentiles import check_percentiles
 from ldptel.aggregator.results import (
@@ -57,7 +58,7 @@ from ldptel.aggregator.results import (
 from ldptel.aggregator.selection import Selection, select
 from ldptel.aggregator.selection import check_method as check_selection
 from ldptel.aggregator.withholding import Withheld, release_plan
-from ldptel.client import Estimate, estimate
+from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import Kind, Mechanism
@@ -109,6 +110,8 @@ class QueryOptions:
     percentiles: Sequence[object] | None = None
     selection: str = "bonferroni"  # rows of counts: marked distinguishable from zero over all of them, or "none"
     simultaneous: bool = False  # the rows' intervals hold together over all the candidates (Bonferroni)
+    # breakdown metrics: only the cells with these (dimension, value) pairs (ldptel.aggregator.breakdowns); () = all
+    where: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.version is not None:
@@ -128,6 +131,7 @@ class QueryOptions:
             check_percentiles(self.percentiles)
         if self.selection != "none":
             check_selection(self.selection)
+        object.__setattr__(self, "where", check_where(self.where))
         if self.simultaneous and self.selection == "none":
             raise InvalidParameterError("simultaneous", "used with a selection method (bonferroni or bh), not 'none'", True)
 
@@ -188,9 +192,15 @@ class Target:
         version = record.current_version if version is None else version
         return cls(name=name, record=record, version=version, spec=registry.spec_for(record, version))
 
+    def cells(self, r: redis_lib.Redis, where: tuple[tuple[str, str], ...] = ()) -> list[str]:
+        """The breakdown cells a query reads: ``[""]`` for a metric without breakdown, else the stored cells that
+        match ``where`` (checked against the metric's dimensions and the profile schema)."""
+        return breakdown_cells(r, self, where)
+
     def days(self, r: redis_lib.Redis, options: QueryOptions) -> list[str]:
         """The days in the asked range that have reports of the version; :class:`EmptyRangeError` when none has."""
-        all_days = store.available_days(r, self.name, self.record.shards, version=self.version)
+        all_days = sorted({d for cell in self.cells(r, options.where)
+                           for d in store.available_days(r, self.name, self.record.shards, version=self.version, cell=cell)})
         days = select_days(all_days, day_from=options.day_from, day_to=options.day_to)
         if not days:
             have = f"it has days {all_days[0]} to {all_days[-1]}" if all_days else "it has no folded reports yet"
@@ -202,27 +212,32 @@ class Target:
         return days
 
 
-def summed_state(r: redis_lib.Redis, target: Target, days: Sequence[str]) -> Summed:
+def summed_state(r: redis_lib.Redis, target: Target, days: Sequence[str], where: tuple[tuple[str, str], ...] = ()) -> Summed:
     """The state of ``target``'s version summed over its shards (and sealed days, :mod:`ldptel.storage.sealed`) from
-    the first to the last of ``days``: the one place a query reads sketches. Its ``days`` may be wider than asked
-    where retention left only roll-ups at an edge."""
-    return sealed_summed_state(r, target.name, params=target.params, version=target.version, shards=target.record.shards,
-                               day_from=days[0], day_to=days[-1])
+    the first to the last of ``days``, and over its breakdown cells matching ``where``: the one place a query reads
+    sketches. Its ``days`` may be wider than asked where retention left only roll-ups at an edge."""
+    parts = [sealed_summed_state(r, target.name, params=target.params, version=target.version,
+                                 shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)
+             for cell in target.cells(r, where)]
+    if not parts:
+        return Summed(SketchState.empty(target.params), (), None, None)
+    return sum_summed(parts) if len(parts) > 1 else parts[0]
 
 
-def released_state(r: redis_lib.Redis, target: Target, days: Sequence[str]) -> tuple[Summed, tuple[Withheld, ...]]:
+def released_state(r: redis_lib.Redis, target: Target, days: Sequence[str], where: tuple[tuple[str, str], ...] = ()
+                   ) -> tuple[Summed, tuple[Withheld, ...]]:
     """:func:`summed_state` of the released units only: a day (or roll-up) with fewer reports than the metric's
     ``min_reports`` is left out of the sum (so no two ranges differ by it) and listed as withheld
     (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld."""
-    plan = release_plan(r, target.record, target.version, days)
+    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, where))
     if not plan.withheld:
-        return summed_state(r, target, days), ()
+        return summed_state(r, target, days, where), ()
     if not plan.runs:
         what = ", ".join(w.what for w in plan.withheld[:3]) + (" …" if len(plan.withheld) > 3 else "")
         raise WithheldRangeError(
             f"{target.name!r} version {target.version}: {what}: {plan.withheld[0].reason}",
             metric=target.name, version=target.version, mechanism=target.params.mechanism, withheld=plan.withheld)
-    parts = [summed_state(r, target, [first, last]) for first, last in plan.runs]
+    parts = [summed_state(r, target, [first, last], where) for first, last in plan.runs]
     state = parts[0].state
     for part in parts[1:]:
         state.add_inplace(part.state)
@@ -275,7 +290,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
             "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", opts.estimator
         )
 
-    summed, held = released_state(r, target, target.days(r, opts))  # withheld days are in no sum
+    summed, held = released_state(r, target, target.days(r, opts), opts.where)  # withheld days are in no sum
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     est = estimate(params, state, candidates=candidates, confidence=opts.confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not sketch)
@@ -317,7 +332,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         estimate=est, postprocess=method, adjusted=adjusted, estimator=opts.estimator, corrected=corrected,
         corrected_adjusted=corrected_adjusted, note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
         fleet=fleet_of(target.spec, est, counts_rows=kind.counts), withheld=held,
-        local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days)[1],
+        local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days, cells=target.cells(r, opts.where))[1],
         **derived,
     )
 
@@ -409,8 +424,10 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     days = target.days(r, pinned)
     each = pinned.with_(top=None)
     # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
-    spans = sealed_periods(r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1])
-    plan = release_plan(r, target.record, target.version, days)  # withheld days: listed, never estimated
+    spans = sorted({span for cell in target.cells(r, opts.where) for span in sealed_periods(
+        r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)})
+    # withheld days: listed, never estimated
+    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, opts.where))
     spans = [span for span in spans if span in set(plan.spans)] if plan.withheld else spans
     if not spans:
         raise WithheldRangeError(

@@ -67,29 +67,36 @@ class ReleasePlan:
     spans: tuple[tuple[str, str], ...]  # every released unit (a day, or a roll-up's first and last day)
 
 
-def day_counts(r: redis_lib.Redis, record: MetricRecord, version: int, days: Sequence[str]) -> dict[str, int]:
-    """Raw reports of ``version`` on each of ``days`` (unsealed: the per-shard states' row counts, read without the
-    counters; sealed: the count kept beside the sealed state, also past retention). Days without reports are 0."""
+def day_counts(r: redis_lib.Redis, record: MetricRecord, version: int, days: Sequence[str],
+               cells: Sequence[str] = ("",)) -> dict[str, int]:
+    """Raw reports of ``version`` on each of ``days``, summed over breakdown ``cells`` (unsealed: the per-shard
+    states' row counts, read without the counters; sealed: the count kept beside the sealed state, also past
+    retention). Days without reports are 0."""
     wanted = set(days)
-    pairs = [(shard, v, day) for shard, members in store.sketch_index(r, record.name, record.shards).items()
-             for v, day in members if v == version and day in wanted]
-    counts = store.day_reports(r, record.name, params=record.versions[version].params, pairs=pairs)
-    for day, n in sealed.sealed_reports(r, record.name, version=version).items():
-        if day in wanted:
-            counts[day] = n  # sealed wins: a sealer may not have removed a sealed day's shard states yet
-    return {day: counts.get(day, 0) for day in days}
+    total = dict.fromkeys(days, 0)
+    for cell in cells:
+        pairs = [(shard, v, day) for shard, members in store.sketch_index(r, record.name, record.shards, cell=cell).items()
+                 for v, day in members if v == version and day in wanted]
+        counts = store.day_reports(r, record.name, params=record.versions[version].params, pairs=pairs, cell=cell)
+        for day, n in sealed.sealed_reports(r, record.name, version=version, cell=cell).items():
+            if day in wanted:
+                counts[day] = n  # sealed wins: a sealer may not have removed a sealed day's shard states yet
+        for day in days:
+            total[day] += counts.get(day, 0)
+    return total
 
 
-def release_plan(r: redis_lib.Redis, record: MetricRecord, version: int, days: Sequence[str]) -> ReleasePlan:
+def release_plan(r: redis_lib.Redis, record: MetricRecord, version: int, days: Sequence[str],
+                 cells: Sequence[str] = ("",)) -> ReleasePlan:
     """Which units of the range [days[0], days[-1]] (``days``: those with reports) are released, and the runs of
-    released units to sum (module docstring). With no threshold: one run, nothing withheld."""
-    if not days:
-        return ReleasePlan((), (), ())
-    spans = sealed.periods(r, record.name, version=version, shards=record.shards, day_from=days[0], day_to=days[-1])
+    released units to sum (module docstring), counting the reports of every breakdown cell in ``cells`` (a query's
+    cells: its total over them is what it shows). With no threshold: nothing is read, nothing withheld."""
     threshold = threshold_of(record)
-    if threshold <= 0:
-        return ReleasePlan(((spans[0][0], spans[-1][1]),) if spans else (), (), tuple(spans))
-    counts = day_counts(r, record, version, sorted({d for f, t in spans for d in _days_in(f, t)}))
+    if not days or threshold <= 0:
+        return ReleasePlan(((days[0], days[-1]),) if days else (), (), ())
+    spans = sorted({span for cell in cells for span in sealed.periods(
+        r, record.name, version=version, shards=record.shards, day_from=days[0], day_to=days[-1], cell=cell)})
+    counts = day_counts(r, record, version, sorted({d for f, t in spans for d in _days_in(f, t)}), cells)
     runs: list[tuple[str, str]] = []
     held: list[Withheld] = []
     released: list[tuple[str, str]] = []

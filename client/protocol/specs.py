@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from ldptel.client.errors import InvalidParameterError
@@ -48,6 +48,10 @@ def params_from_dict(data: object) -> Params:
             raise InvalidParameterError(key, f"not set: {mech} takes {sorted(allowed)}", kwargs[key])
     tuples = {field.name for field in fields(cls) if str(field.type).startswith("tuple")}
     kwargs = {key: tuple(value) if key in tuples and isinstance(value, list) else value for key, value in kwargs.items()}
+    missing = [f.name for f in fields(cls) if f.init and f.name not in kwargs
+               and f.default is MISSING and f.default_factory is MISSING]  # fmt: skip
+    if missing:  # named as the JSON/TOML keys they are (never a Python __init__() message)
+        raise InvalidParameterError("params", f"{mech} params with {' and '.join(missing)} (missing)", sorted(kwargs))
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required field is missing

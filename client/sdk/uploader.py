@@ -235,7 +235,7 @@ class Uploader:
             resp = self._tx.post_batch(batch.body, age_days=age)
         except NETWORK_ERRORS as exc:
             self._retry(None)
-            self._notify(_batch_error(batch, f"network error: {exc!r}", status=None, outcome="retry"))
+            self._notify(_batch_error(batch, f"network error reaching {self._tx.where}: {exc!r}", status=None, outcome="retry"))
             return False
         outcome = classify(resp.status)
         if outcome == "retry" or outcome == "auth":
@@ -260,7 +260,8 @@ class Uploader:
             resp = self._tx.post_batch(encode_upload([b.body for b in batches]), age_days=max(known) if known else None)
         except NETWORK_ERRORS as exc:
             self._retry(None)
-            self._notify(UploadError(f"network error: {exc!r}", outcome="retry", n=sum(b.n for b in batches)))
+            self._notify(UploadError(f"network error reaching {self._tx.where}: {exc!r}", outcome="retry",
+                                     n=sum(b.n for b in batches)))
             return False
         results = _part_results(resp, len(batches))
         if results is None:

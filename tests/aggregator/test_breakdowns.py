@@ -174,3 +174,54 @@ def test_ingest_answers_400_invalid_profile_and_writes_nothing(
         assert status == 400, body
         assert body["error"] == "invalid_profile" and needle in str(body["message"]), body
     assert redis.xlen(keys.stream("clicks", 0)) == 0 and redis.xlen(keys.stream("plain", 0)) == 0
+
+
+# -------------------------------------------------------------------------------------------- sealing
+def _append_cell(r: redis_lib.Redis, spec: MetricSpec, shards: int, values: list[str], rng: np.random.Generator, *,
+                 day: str, cell: str, batch_size: int = 40) -> list[object]:
+    from ldptel.storage.append import BatchAppender
+
+    appender, batches = BatchAppender(r), []
+    for lo in range(0, len(values), batch_size):
+        batch = privatize_batch(values[lo : lo + batch_size], spec.params, rng=rng)
+        bid = os.urandom(16)
+        data = encode_batch(metric=spec.name, version=spec.version, batch_id=bid, batch=batch, params=spec.params,
+                            profile=cell.encode())
+        assert not appender.append(metric=spec.name, shards=shards, batch_id=bid, version=spec.version, n=batch.n,
+                                   data=data, day=day, dedupe_days=1, cell=cell).duplicate
+        batches.append(batch)
+    return batches
+
+
+def test_sealing_and_rollups_work_per_cell_and_read_back_exactly(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    import datetime as dt
+
+    from ldptel.storage import sealed
+
+    registry.set_profile(redis, SCHEMA)
+    spec = registry.create_metric(redis, _grr(), shards=3).current
+    sent: dict[str, list[object]] = {}
+    days = ["2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04"]
+    for i, day in enumerate(days):
+        for cell in ("os=android", "os=ios", "os=other"):
+            if cell == "os=ios" and i == 2:
+                continue  # a cell with a gap
+            sent.setdefault(cell, []).extend(
+                _append_cell(redis, spec, 3, list(rng.choice(["a", "b", "c"], size=50 + 10 * i)), rng, day=day, cell=cell))
+    drain(redis, metrics=("clicks",))
+    before = {c: sealed.summed_state(redis, "clicks", params=spec.params, version=1, shards=3, cell=c).state
+              for c in sent}
+    report = sealed.seal_metric(redis, "clicks", horizon_days=3, today=dt.date(2026, 3, 30))
+    assert report.days_sealed == 4 * 3 - 1 and report.late_states == [] and report.rollups_built > 0
+    assert store.sketch_index(redis, "clicks", 3, cell="os=android") == {0: [], 1: [], 2: []}  # shard states removed
+    assert set(store.cells(redis, "clicks", 3)) == set(sent)
+    for cell, batches in sent.items():
+        after = sealed.summed_state(redis, "clicks", params=spec.params, version=1, shards=3, cell=cell)
+        assert after.state.equals(before[cell]) and after.state.equals(fold(spec.params, batches)), cell
+        assert after.states <= 3  # a 4-day range from roll-ups: 1 (the 4-day block) … 3
+        one = sealed.summed_state(redis, "clicks", params=spec.params, version=1, shards=3, cell=cell,
+                                  day_from="2026-03-02", day_to="2026-03-02")
+        assert one.days == ("2026-03-02",)
+    assert sealed.read_view(redis, "clicks").through == sealed.day_number("2026-03-25")
+    # a second pass seals nothing twice
+    assert sealed.seal_metric(redis, "clicks", horizon_days=3, today=dt.date(2026, 3, 30)).days_sealed == 0

@@ -11,8 +11,8 @@ import pytest
 import redis as redis_lib
 
 from ldptel.aggregator.cli import RESULT_COLUMNS
-from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.aggregator.query import EmptyRangeError, estimate_by_day, estimate_metric
+from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.client import CmsParams, MetricSpec, RrParams
 from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 

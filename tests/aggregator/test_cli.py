@@ -13,8 +13,8 @@ import pytest
 import redis as redis_lib
 
 from ldptel.aggregator.cli import RESULT_COLUMNS, main
-from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.aggregator.query import estimate_metric
+from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
 from ldptel.storage import registry
 from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, run_cli

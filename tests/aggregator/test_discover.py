@@ -15,9 +15,9 @@ import redis as redis_lib
 from flask.testing import FlaskClient
 
 from ldptel.aggregator.cli import RESULT_COLUMNS, main
-from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import EmptyRangeError, estimate_metric
+from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.client import CmsParams, MetricSpec, PemParams
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism
