@@ -143,8 +143,10 @@ def params_dict(mechanism: str, epsilon: float, args: argparse.Namespace) -> dic
     missing = [f for f in required if f not in given]
     if missing:
         names = " and ".join(flag(f) for f in missing)
+        if {"lo", "hi"} <= set(missing):
+            names += " (or --range LO HI)"
         hints = "; ".join(f"{flag(f)}: {fields[f].get('description') or _describe(fields[f])}" for f in missing)
-        raise UserError(f"--mechanism {mechanism} needs {names} ({hints})")
+        raise UserError(f"--mechanism {mechanism} needs {names} ({hints}; TOML: {', '.join(missing)})")
     return {"mechanism": mechanism, "epsilon": epsilon, **given}
 
 
