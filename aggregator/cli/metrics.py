@@ -11,6 +11,7 @@ spec with the current version's privatization edits its metadata in place; any o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from ldptel.aggregator.cli import metrics_file
 from ldptel.aggregator.cli.common import (
     EXIT_OK,
     UserError,
+    comma_list,
     connected,
     day,
     positive_int,
@@ -27,6 +29,7 @@ from ldptel.aggregator.cli.common import (
 )
 from ldptel.aggregator.cli.output import table, write_json
 from ldptel.aggregator.cli.params_options import add_params_options, params_dict
+from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
@@ -39,7 +42,8 @@ NAME = "metrics"
 EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 RECORD_FORMATS = ("table", "json")
-RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "expires", "owner")
+RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "min reports",
+                  "expires", "owner")
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
 
@@ -71,6 +75,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
     mcreate.add_argument("--notes", default="", help="metadata: free text")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
+    mcreate.add_argument("--min-reports", type=int, metavar="N",
+                         help="reporting threshold: estimates of a day with fewer than N reports are withheld "
+                              "everywhere, and left out of every total (0: off, a new metric's default; left out: "
+                              "unchanged). Lowering it releases days that were withheld")
+    mcreate.add_argument("--breakdown", type=comma_list, metavar="DIM[,DIM]", default=[],
+                         help="profile dimensions to break the metric down by (declared with `ldptel metrics profile`); "
+                              "their values travel in clear with each batch: docs/breakdowns.md")
     mcreate.add_argument("--allow-above-default-policy", action="store_true",
                          help="register a spec beyond the default device PrivacyPolicy (ε 4 per report, 8 per day, "
                          "ε∞ 8): only for fleets whose apps set a wider policy; without it such a spec is refused")
@@ -90,6 +101,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     keep.add_argument("--days", type=int, metavar="DAYS", help="days a sealed day keeps its own state (0 or more)")
     keep.add_argument("--forever", action="store_true", help="keep every day's state (the default of a new metric)")
     mret.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mprof = msub.add_parser("profile", parents=[common], help="show or change the profile schema (breakdown dimensions)",
+                            description="The registry's profile schema: each dimension's declared values ('other' is "
+                            "implicit). Metrics name dimensions in breakdown = [...]. Growing a dimension's values (a "
+                            "new release) is no new version. Profile values are not privatized: docs/breakdowns.md")
+    mprof.add_argument("--set", action="append", metavar="DIM=V1,V2,...", default=[],
+                       help="declare DIM with exactly these values (repeatable; replaces DIM's list)")
+    mprof.add_argument("--remove", action="append", metavar="DIM", default=[],
+                       help="remove a dimension no active metric uses")
+    mprof.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -118,11 +138,21 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if action == "list":
             _write_records(registry.list_metrics(r), args.format, out)
         elif action == "show":
-            write_json(with_sampling(registry.get_metric(r, args.name)), out)
+            record = registry.get_metric(r, args.name)
+            doc = {**with_sampling(record), "min_reports": record.min_reports}
+            if record.current.breakdown:
+                doc["breakdown"] = metrics_file.breakdown_facts(record.current)
+            write_json(doc, out)
+        elif action == "profile":
+            _run_profile(r, args, out)
         elif action == "create":
             spec = spec_from_args(args)
             registry.check_default_policy(r, [spec], allow=args.allow_above_default_policy)
+            if args.min_reports is not None:
+                registry.check_min_reports(args.min_reports)  # before anything is written
             rec, change = registry.register_metric(r, spec, shards=args.shards)
+            if args.min_reports is not None:  # a record field, not a version: set after the spec (idempotent)
+                rec = registry.set_min_reports(r, spec.name, args.min_reports)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
                 write_json(rec.to_dict(), out)
@@ -150,19 +180,33 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
     ``plan`` and ``apply`` refuse a metric beyond the default device policy unless it (or ``allow``) allows it."""
     from ldptel.storage import registry
 
-    metrics = metrics_file.load_metrics_file(path)
+    metrics, profile = metrics_file.load_metrics_document(path)
+    schema = registry.get_profile(r) if profile is None else profile
+    try:
+        registry.check_breakdowns(schema, [item.spec for item in metrics])
+    except InvalidParameterError as exc:
+        raise UserError(f"metrics file {path}: {exc}; nothing was changed") from None
+    metrics = [dataclasses.replace(item, spec=registry.with_profile(item.spec, schema)) for item in metrics]
     if action != "diff":
         registry.check_default_policy(r, [item.spec for item in metrics],
                                       allow=allow or {item.spec.name for item in metrics if item.allow_above_default_policy})
     records = registry.list_metrics(r)
     changes, missing = metrics_file.plan_file(records, metrics)
     retention = metrics_file.retention_changes(records, metrics)
+    thresholds = metrics_file.min_reports_changes(records, metrics)
     lines = [f"~ {name}: retention_days {'forever' if before is None else before} → {after}" for name, before, after in retention]
+    lines += [f"~ {name}: min_reports {before or 'off'} → {after or 'off'}" for name, before, after in thresholds]
     if action == "diff":
         differs = metrics_file.write_diff(changes, missing, out)
         out.writelines(line + "\n" for line in lines)
         return EXIT_DIFFERS if differs or lines else EXIT_OK
+    before_profile = registry.get_profile(r)
+    if profile is not None and profile != before_profile:
+        lines.insert(0, f"~ profile: {json.dumps(before_profile.to_dict())} → {json.dumps(profile.to_dict())} "
+                        "(declared values; metrics broken down by them are edited in place)")
     if action == "apply":
+        if profile is not None and profile != before_profile:
+            registry.set_profile(r, profile)  # first: the metrics below may name its new dimensions
         try:
             applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
         except registry.RegistryConflictError as exc:
@@ -170,15 +214,46 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
         changes = [change for _, change in applied]
         for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
             registry.set_retention(r, name, after)
+        for name, _before, threshold in thresholds:
+            registry.set_min_reports(r, name, threshold)
     if fmt == "json":
         doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
         if retention:
             doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
+        if thresholds:
+            doc["min_reports"] = [{"name": n, "before": b, "after": a} for n, b, a in thresholds]
         write_json(doc, out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
         out.writelines(line + "\n" for line in lines)
     return EXIT_OK
+
+
+def _run_profile(r: redis.Redis, args: argparse.Namespace, out: TextIO) -> None:
+    """``metrics profile``: print the schema, after ``--set``/``--remove`` if given (one transaction)."""
+    from ldptel.client.protocol.breakdown import ProfileSchema
+    from ldptel.storage import registry
+
+    schema = registry.get_profile(r)
+    if args.set or args.remove:
+        dims = dict(schema.dimensions)
+        for text in args.set:
+            dim, eq, values = text.partition("=")
+            if not eq:
+                raise UserError(f"--set takes DIM=V1,V2,..., got {text!r}")
+            dims[dim.strip()] = tuple(comma_list(values))
+        for dim in args.remove:
+            if dim not in dims:
+                raise UserError(f"--remove {dim}: no such dimension; declared: {', '.join(dims) or 'none'}")
+            del dims[dim]
+        schema = registry.set_profile(r, ProfileSchema(dims))
+    if args.format == "json":
+        write_json({"dimensions": schema.to_dict(), "implicit": "other"}, out)
+        return
+    if not schema.dimensions:
+        out.write("no profile dimensions declared (ldptel metrics profile --set os=android,ios,web)\n")
+        return
+    table(["dimension", "values"], [[d, ", ".join(schema.values(d))] for d in schema.dimensions], out)
 
 
 def spec_from_args(args: argparse.Namespace) -> MetricSpec:
@@ -205,6 +280,7 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         owner=args.owner,
         expires=args.expires,
         notes=args.notes,
+        breakdown=tuple(args.breakdown),
     )
 
 
@@ -251,7 +327,8 @@ def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> No
         return
     rows = [
         [rec.name, _status(rec, today) + ("" if _above_policy(rec) is None else " (above default policy)"), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
-         _shape(rec), rec.current.reports_per_day, rec.shards, rec.current.expires or "", rec.current.owner]
+         _shape(rec), rec.current.reports_per_day, rec.shards, rec.min_reports or "off", rec.current.expires or "",
+         rec.current.owner]
         for rec in records
     ]
     table(RECORD_HEADERS, rows, out, left=(0, 1, len(RECORD_HEADERS) - 1))
