@@ -1,8 +1,9 @@
 """``ldptel metrics list|show|create|retire|plan|diff|apply``: the metric registry (:mod:`ldptel.storage.registry`).
 
-``create`` builds the spec from a ``--spec-file`` (a MetricSpec as JSON) or from options: the mechanism
-options the user gave (:data:`PARAMS_OPTIONS`) go to :func:`~ldptel.client.protocol.specs.params_from_dict`
-as they are, so the params themselves say which options a mechanism takes and which values are valid. A
+``create`` builds the spec from a ``--spec-file`` (a MetricSpec as JSON) or from options: a flag per params field,
+derived from the mechanisms' params schemas (:mod:`ldptel.aggregator.cli.params_options`: TOML key ``hash_seed`` is
+``--hash-seed``), the ones given going to :func:`~ldptel.client.protocol.specs.params_from_dict` as they are, so the
+params themselves say which values are valid. A
 spec with the current version's privatization edits its metadata in place; any other is a new version.
 ``plan``, ``diff`` and ``apply`` take a TOML file of many metrics (:mod:`ldptel.aggregator.cli.metrics_file`).
 """
@@ -25,11 +26,11 @@ from ldptel.aggregator.cli.common import (
     day,
     positive_int,
     read_text,
-    read_values,
 )
 from ldptel.aggregator.cli.output import table, write_json
+from ldptel.aggregator.cli.params_options import add_params_options, params_dict
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import Sketch, get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.mechanisms import mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
 if TYPE_CHECKING:
@@ -45,12 +46,9 @@ RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", 
                   "expires", "owner")
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
-# options of `metrics create` that are params fields, passed to params_from_dict when given
-PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes", "variant", "encoding")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    sketches = ", ".join(mechanism_names(having=Sketch))
     met = sub.add_parser(NAME, help="manage the metric registry",
                          description="List, show, create, grow or retire metrics, or plan, diff and apply a TOML file of them.")
     msub = met.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -67,20 +65,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--spec-file", metavar="FILE", help="a MetricSpec as JSON instead of the options below")
     mcreate.add_argument("--mechanism", choices=mechanism_names())
     mcreate.add_argument("--epsilon", type=float, help="ε per report")
-    mcreate.add_argument("--k", type=int, help=f"sketch rows ({sketches})")
-    mcreate.add_argument("--m", type=int, help=f"sketch columns, a power of two ({sketches})")
-    mcreate.add_argument("--hash-seed", type=int, help="sketch hash seed (default 0)")
-    mcreate.add_argument("--domain", type=comma_list, metavar="A,B,...", help="grr labels, comma-separated")
-    mcreate.add_argument("--domain-file", metavar="FILE", help="grr labels, one per line")
-    mcreate.add_argument("--prob-bits", type=int, help="probability resolution in bits (default: automatic)")
-    mcreate.add_argument("--max-bytes", type=int, help="discovery metrics: longest value in UTF-8 bytes")
-    numeric = mcreate.add_argument_group("numeric metrics (values are clipped to the range on the device)")
-    numeric.add_argument("--range", type=float, nargs=2, metavar=("LO", "HI"), help="the declared value range")
-    numeric.add_argument("--variant", help="mean: auto (default) | onebit | dhm")
-    numeric.add_argument("--buckets", type=int, metavar="D", help="histogram: D buckets over --range")
-    numeric.add_argument("--scale", default="linear", help="histogram buckets: linear (default) | log")
-    numeric.add_argument("--edges", type=comma_list, metavar="E0,E1,...", help="histogram: explicit bucket edges")
-    numeric.add_argument("--encoding", help="histogram: auto (default) | grr | oue")
+    add_params_options(mcreate)
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
     mcreate.add_argument("--sample-rate", type=float, default=1.0, metavar="BETA",
                          help="secret sampling: each device takes part on a day with probability BETA in (0, 1], "
@@ -161,8 +146,6 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         elif action == "profile":
             _run_profile(r, args, out)
         elif action == "create":
-            if args.domain_file:
-                args.domain = read_values(args.domain_file, what="domain file")
             spec = spec_from_args(args)
             registry.check_default_policy(r, [spec], allow=args.allow_above_default_policy)
             if args.min_reports is not None:
@@ -288,12 +271,9 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         raise UserError("metrics create needs a NAME (or a --spec-file that has one)")
     if not args.mechanism or args.epsilon is None:
         raise UserError("metrics create needs --mechanism and --epsilon (or --spec-file FILE)")
-    given = {name: getattr(args, name) for name in PARAMS_OPTIONS if getattr(args, name) is not None}
-    given.update(_numeric_params(args))
-    _check_required(args.mechanism, given)
     return MetricSpec(
         name=args.name,
-        params=params_from_dict({"mechanism": args.mechanism, "epsilon": args.epsilon, **given}),
+        params=params_from_dict(params_dict(args.mechanism, args.epsilon, args)),
         reports_per_day=args.reports_per_day,
         sample_rate=args.sample_rate,
         description=args.description,
@@ -302,26 +282,6 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         notes=args.notes,
         breakdown=tuple(args.breakdown),
     )
-
-
-def _flag(field_name: str) -> str:
-    """The option of a params field: its TOML key with '-' for '_' (lo/hi: the --range LO HI pair)."""
-    return "--range LO HI" if field_name in ("lo", "hi") else f"--{field_name.replace('_', '-')}"
-
-
-def _check_required(mechanism: str, given: dict[str, Any]) -> None:
-    """A mechanism's required params fields missing → one clear error naming the options (issue 31 §3)."""
-    schema, required = get_mechanism(mechanism).params_schema()
-    if any(name not in schema for name in given):
-        return  # an option the mechanism does not take: params_from_dict names it first
-    missing = [name for name in required if name not in given and name not in ("mechanism", "epsilon")]
-    if not missing:
-        return
-    flags = list(dict.fromkeys(_flag(name) for name in missing))
-    what = "; ".join(f"{name}: {schema.get(name, {}).get('description', 'required')}" for name in missing
-                     if schema.get(name, {}).get("description"))
-    raise UserError(f"--mechanism {mechanism} needs {' and '.join(flags)}" + (f" ({what})" if what else "")
-                    + f" (TOML: {', '.join(missing)})")
 
 
 def with_sampling(record: MetricRecord) -> dict[str, Any]:
@@ -372,19 +332,3 @@ def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> No
         for rec in records
     ]
     table(RECORD_HEADERS, rows, out, left=(0, 1, len(RECORD_HEADERS) - 1))
-
-
-def _numeric_params(args: argparse.Namespace) -> dict[str, object]:
-    """Numeric metrics' params from the options: ``edges`` (explicit, or --buckets over --range), else lo/hi."""
-    from ldptel.client import bucket_edges
-
-    if args.edges is not None:
-        try:
-            return {"edges": [float(e) for e in args.edges]}
-        except ValueError:
-            raise UserError(f"--edges takes numbers separated by commas, got {','.join(args.edges)!r}") from None
-    if args.buckets is not None:
-        if args.range is None:
-            raise UserError("--buckets needs --range LO HI")
-        return {"edges": list(bucket_edges(args.range[0], args.range[1], args.buckets, scale=args.scale))}
-    return {} if args.range is None else {"lo": args.range[0], "hi": args.range[1]}
