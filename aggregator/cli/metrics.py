@@ -27,6 +27,7 @@ from ldptel.aggregator.cli.common import (
     read_values,
 )
 from ldptel.aggregator.cli.output import table, write_json
+from ldptel.aggregator.json_api import versioned
 from ldptel.client.mechanisms import Sketch, get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
@@ -53,8 +54,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     msub = met.add_subparsers(dest="action", metavar="ACTION", required=True)
     mlist = msub.add_parser("list", parents=[common], help="every metric (status 'expired' past its expires day)")
     mlist.add_argument("--format", choices=RECORD_FORMATS, default="table")
-    mshow = msub.add_parser("show", parents=[common], help="one metric's record (JSON)")
+    mshow = msub.add_parser("show", parents=[common], help="one metric's record (JSON by default)")
     mshow.add_argument("name", metavar="NAME")
+    mshow.add_argument("--format", choices=RECORD_FORMATS, default="json",
+                       help="json (default: the versioned record, docs/json-output.md) or table (a readable summary)")
     mcreate = msub.add_parser(
         "create", parents=[common], help="create a metric, a new version of it, or edit its metadata",
         description="Create a metric. On an existing one: a new version when the privatization (params or "
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if action == "list":
             _write_records(registry.list_metrics(r), args.format, out)
         elif action == "show":
-            write_json(with_sampling(registry.get_metric(r, args.name)), out)
+            _write_show(with_sampling(registry.get_metric(r, args.name)), args.format, out)
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
@@ -143,20 +146,20 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             rec, change = registry.register_metric(r, spec, shards=args.shards)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
-                write_json(rec.to_dict(), out)
+                write_json(versioned("metric", rec.to_dict()), out)
             else:
                 _write_records([rec], "table", out)
         elif action == "grow":
-            _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out)
+            _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out, one=True)
         elif action == "retention":
             rec = registry.set_retention(r, args.name, None if args.forever else args.days)
             if args.format == "json":
-                write_json(rec.to_dict(), out)
+                write_json(versioned("metric", rec.to_dict()), out)
             else:
                 _write_records([rec], "table", out)
                 out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
         elif action == "retire":
-            _write_records([registry.retire_metric(r, args.name)], args.format, out)
+            _write_records([registry.retire_metric(r, args.name)], args.format, out, one=True)
         else:
             return _run_file(r, action, args.file, args.format if action != "diff" else "table", out,
                              allow=getattr(args, "allow_above_default_policy", False))
@@ -192,7 +195,7 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
         doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
         if retention:
             doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
-        write_json(doc, out)
+        write_json(versioned("metrics-plan", doc), out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
         out.writelines(line + "\n" for line in lines)
@@ -281,11 +284,32 @@ def _above_policy(record: MetricRecord) -> str | None:
     return None if found is None else found[0].replace("the device policy", "the default device policy")
 
 
-def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> None:
+def _write_show(doc: dict[str, Any], fmt: str, out: TextIO) -> None:
+    """``metrics show``: the record as JSON (default; versioned) or a readable summary of every version."""
+    if fmt == "json":
+        write_json(versioned("metric", doc), out)
+        return
+    out.write(f"{doc['name']} · {doc['status']} · {doc['shards']} shards · current version {doc['current_version']}\n")
+    for version, spec in doc["versions"].items():
+        params = spec["params"]
+        rest = ", ".join(f"{k}={v}" for k, v in params.items() if k not in ("mechanism", "epsilon", "domain"))
+        if "domain" in params:
+            rest = ", ".join(filter(None, [rest, f"domain of {len(params['domain'])} labels"]))
+        out.write(f"  v{version}: {params['mechanism']} · ε = {params['epsilon']:g}" + (f" · {rest}" if rest else "") + "\n")
+    for key in ("description", "owner", "expires", "notes"):
+        if doc["current"].get(key):
+            out.write(f"  {key}: {doc['current'][key]}\n")
+
+
+def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO, *, one: bool = False) -> None:
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     if fmt == "json":
-        write_json([{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
-                    for rec in records], out)
+        docs = [{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
+                for rec in records]
+        if one:
+            write_json(versioned("metric", docs[0]), out)
+        else:
+            write_json(versioned("metrics-list", {"metrics": docs}), out)
         return
     if not records:
         out.write("no metrics registered (create one: ldptel metrics create NAME --mechanism ... --epsilon ...)\n")
