@@ -18,6 +18,7 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "metric": 1,  # metrics show / create / grow / retire / retention
     "metrics-list": 1,
     "metrics-plan": 1,  # metrics plan / apply
+    "profile": 1,  # metrics profile
     "status": 1,
     "plan": 1,
     "aggregate": 1,  # aggregate --once (one line)

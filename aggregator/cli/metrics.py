@@ -10,6 +10,7 @@ spec with the current version's privatization edits its metadata in place; any o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from ldptel.aggregator.cli.common import (
 )
 from ldptel.aggregator.cli.output import table, write_json
 from ldptel.aggregator.json_api import versioned
+from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import Sketch, get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
@@ -90,6 +92,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
     mcreate.add_argument("--notes", default="", help="metadata: free text")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
+    mcreate.add_argument("--breakdown", type=comma_list, metavar="DIM[,DIM]", default=[],
+                         help="profile dimensions to break the metric down by (declared with `ldptel metrics profile`); "
+                              "their values travel in clear with each batch: docs/breakdowns.md")
     mcreate.add_argument("--allow-above-default-policy", action="store_true",
                          help="register a spec beyond the default device PrivacyPolicy (ε 4 per report, 8 per day, "
                          "ε∞ 8): only for fleets whose apps set a wider policy; without it such a spec is refused")
@@ -109,6 +114,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     keep.add_argument("--days", type=int, metavar="DAYS", help="days a sealed day keeps its own state (0 or more)")
     keep.add_argument("--forever", action="store_true", help="keep every day's state (the default of a new metric)")
     mret.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mprof = msub.add_parser("profile", parents=[common], help="show or change the profile schema (breakdown dimensions)",
+                            description="The registry's profile schema: each dimension's declared values ('other' is "
+                            "implicit). Metrics name dimensions in breakdown = [...]. Growing a dimension's values (a "
+                            "new release) is no new version. Profile values are not privatized: docs/breakdowns.md")
+    mprof.add_argument("--set", action="append", metavar="DIM=V1,V2,...", default=[],
+                       help="declare DIM with exactly these values (repeatable; replaces DIM's list)")
+    mprof.add_argument("--remove", action="append", metavar="DIM", default=[],
+                       help="remove a dimension no active metric uses")
+    mprof.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -137,7 +151,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if action == "list":
             _write_records(registry.list_metrics(r), args.format, out)
         elif action == "show":
-            _write_show(with_sampling(registry.get_metric(r, args.name)), args.format, out)
+            record = registry.get_metric(r, args.name)
+            doc = with_sampling(record)
+            if record.current.breakdown:
+                doc["breakdown"] = metrics_file.breakdown_facts(record.current)
+            _write_show(doc, args.format, out)
+        elif action == "profile":
+            _run_profile(r, args, out)
         elif action == "create":
             if args.domain_file:
                 args.domain = read_values(args.domain_file, what="domain file")
@@ -171,7 +191,13 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
     ``plan`` and ``apply`` refuse a metric beyond the default device policy unless it (or ``allow``) allows it."""
     from ldptel.storage import registry
 
-    metrics = metrics_file.load_metrics_file(path)
+    metrics, profile = metrics_file.load_metrics_document(path)
+    schema = registry.get_profile(r) if profile is None else profile
+    try:
+        registry.check_breakdowns(schema, [item.spec for item in metrics])
+    except InvalidParameterError as exc:
+        raise UserError(f"metrics file {path}: {exc}; nothing was changed") from None
+    metrics = [dataclasses.replace(item, spec=registry.with_profile(item.spec, schema)) for item in metrics]
     if action != "diff":
         registry.check_default_policy(r, [item.spec for item in metrics],
                                       allow=allow or {item.spec.name for item in metrics if item.allow_above_default_policy})
@@ -183,7 +209,13 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
         differs = metrics_file.write_diff(changes, missing, out)
         out.writelines(line + "\n" for line in lines)
         return EXIT_DIFFERS if differs or lines else EXIT_OK
+    before_profile = registry.get_profile(r)
+    if profile is not None and profile != before_profile:
+        lines.insert(0, f"~ profile: {json.dumps(before_profile.to_dict())} → {json.dumps(profile.to_dict())} "
+                        "(declared values; metrics broken down by them are edited in place)")
     if action == "apply":
+        if profile is not None and profile != before_profile:
+            registry.set_profile(r, profile)  # first: the metrics below may name its new dimensions
         try:
             applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
         except registry.RegistryConflictError as exc:
@@ -200,6 +232,33 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
         out.writelines(line + "\n" for line in lines)
     return EXIT_OK
+
+
+def _run_profile(r: redis.Redis, args: argparse.Namespace, out: TextIO) -> None:
+    """``metrics profile``: print the schema, after ``--set``/``--remove`` if given (one transaction)."""
+    from ldptel.client.protocol.breakdown import ProfileSchema
+    from ldptel.storage import registry
+
+    schema = registry.get_profile(r)
+    if args.set or args.remove:
+        dims = dict(schema.dimensions)
+        for text in args.set:
+            dim, eq, values = text.partition("=")
+            if not eq:
+                raise UserError(f"--set takes DIM=V1,V2,..., got {text!r}")
+            dims[dim.strip()] = tuple(comma_list(values))
+        for dim in args.remove:
+            if dim not in dims:
+                raise UserError(f"--remove {dim}: no such dimension; declared: {', '.join(dims) or 'none'}")
+            del dims[dim]
+        schema = registry.set_profile(r, ProfileSchema(dims))
+    if args.format == "json":
+        write_json(versioned("profile", {"dimensions": schema.to_dict(), "implicit": "other"}), out)
+        return
+    if not schema.dimensions:
+        out.write("no profile dimensions declared (ldptel metrics profile --set os=android,ios,web)\n")
+        return
+    table(["dimension", "values"], [[d, ", ".join(schema.values(d))] for d in schema.dimensions], out)
 
 
 def spec_from_args(args: argparse.Namespace) -> MetricSpec:
@@ -229,6 +288,7 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         owner=args.owner,
         expires=args.expires,
         notes=args.notes,
+        breakdown=tuple(args.breakdown),
     )
 
 

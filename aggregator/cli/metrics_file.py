@@ -15,6 +15,12 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     shards = 4                     # only when the metric is created
     retention_days = 90            # days each sealed day keeps its own state (then 32-day roll-ups only;
                                    #   left out: unchanged, new metrics keep every day; see ldptel.storage.sealed)
+    breakdown = ["os"]             # profile dimensions it is broken down by (declared in [profile]; not privatized)
+
+    [profile]                      # the registry's profile schema: each dimension's declared values ('other' is
+    os = ["android", "ios", "web"] #   implicit); applied before the metrics; growing a list is not a new version
+
+Breakdowns: docs/breakdowns.md.
 
 Params, ``reports_per_day`` and ``sample_rate`` are the privatization: changing them is a new version, which devices see as a
 new metric (see :func:`consequences`). Metadata is edited in place. The whole file is read and validated before
@@ -36,6 +42,7 @@ from ldptel.aggregator.cli.common import UserError, read_text
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
+from ldptel.client.protocol.breakdown import ProfileSchema
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
 from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
@@ -43,7 +50,7 @@ from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
 if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
-SPEC_KEYS = ("reports_per_day", "sample_rate", *METADATA_FIELDS)  # a metric's keys besides its params and shards
+SPEC_KEYS = ("reports_per_day", "sample_rate", "breakdown", *METADATA_FIELDS)  # a metric's keys besides its params and shards
 RECORD_KEYS = ("shards", "retention_days", "allow_above_default_policy")  # keys of the record or the file, not of a version
 PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
@@ -61,11 +68,22 @@ class FileMetric:
 
 def load_metrics_file(path: str) -> list[FileMetric]:
     """Every metric of the TOML file at ``path``, validated; a :class:`UserError` listing every problem."""
+    return load_metrics_document(path)[0]
+
+
+def load_metrics_document(path: str) -> tuple[list[FileMetric], ProfileSchema | None]:
+    """The metrics of the TOML file at ``path`` and its ``[profile]`` schema (None: the file has none)."""
     text = read_text(path, what="metrics file")
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"metrics file {path} is not valid TOML: {exc}") from None
+    profile = None
+    if "profile" in document:
+        try:
+            profile = ProfileSchema.from_dict(document.pop("profile"))
+        except InvalidParameterError as exc:
+            raise UserError(f"metrics file {path}, [profile]: {exc}; nothing was changed") from None
     extra = sorted(set(document) - {"metrics"})
     tables = document.get("metrics")
     if extra or not isinstance(tables, dict) or not tables:
@@ -79,7 +97,7 @@ def load_metrics_file(path: str) -> list[FileMetric]:
     if errors:
         lines = "\n  ".join(errors)
         raise UserError(f"metrics file {path}: {len(errors)} invalid metric(s), nothing was changed:\n  {lines}")
-    return metrics
+    return metrics, profile
 
 
 def _file_metric(name: str, table: object) -> FileMetric:
@@ -142,8 +160,14 @@ def plan_file(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) ->
 
 
 def flat_fields(spec: MetricSpec) -> dict[str, object]:
-    """A spec as the file writes it: params fields, then reports_per_day and the metadata."""
-    return {**spec.params.to_dict(), **{key: getattr(spec, key) for key in SPEC_KEYS}}
+    """A spec as the file writes it: params fields, then reports_per_day and the metadata (and a breakdown's values)."""
+    out = {**spec.params.to_dict(), **{key: getattr(spec, key) for key in SPEC_KEYS}}
+    if not spec.breakdown:
+        del out["breakdown"]
+    else:
+        out["breakdown"] = list(spec.breakdown)
+        out.update({f"profile.{d}": list(v) for d, v in spec.profile})
+    return out
 
 
 def differences(old: MetricSpec | None, new: MetricSpec) -> list[tuple[str, object, object]]:
@@ -154,7 +178,7 @@ def differences(old: MetricSpec | None, new: MetricSpec) -> list[tuple[str, obje
 
 
 def privatization_field(key: str) -> bool:
-    return key not in METADATA_FIELDS
+    return key not in METADATA_FIELDS and not key.startswith("profile.")  # declared values are edited in place
 
 
 def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
@@ -203,6 +227,8 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
         head = f"{SYMBOLS[change.kind]} {spec.name}"
         if change.kind == "create":
             out.write(f"{head}: create v1 ({spec.mechanism}, ε {spec.params.epsilon:g}, {spec.reports_per_day} reports/day)\n")
+            if spec.breakdown:
+                out.write(f"    {breakdown_note(spec)}\n")
             if mechanism_of(spec.params).permanent_channel(spec.params) is not None:
                 out.write(f"    {longitudinal_note(spec.params)}\n")
         elif change.kind == "unchanged":
@@ -220,6 +246,8 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
             if change.kind == "version":
                 for line in consequences(old.current, spec):
                     out.write(f"    !! {line}\n")
+                if spec.breakdown != old.current.breakdown and spec.breakdown:
+                    out.write(f"    {breakdown_note(spec)}\n")
     for name in missing:
         out.write(f"  {name}: registered but not in the file (left as it is)\n")
 
@@ -237,6 +265,7 @@ def plan_document(changes: Sequence[Change], missing: Sequence[str], *, applied:
             "current_version": None if old is None else old.current_version,
             "fields": [{"field": k, "before": b, "after": a, "privatization": privatization_field(k)} for k, b, a in fields],
             "consequences": consequences(old.current, change.spec) if old is not None and change.kind == "version" else [],
+            **({"breakdown": breakdown_facts(change.spec)} if change.spec.breakdown else {}),
         })  # fmt: skip
     return {"applied": applied, "metrics": metrics, "not_in_file": list(missing)}
 
@@ -276,3 +305,43 @@ def write_diff(changes: Sequence[Change], missing: Sequence[str], out: TextIO) -
     if not differs:
         out.write("no differences: the registry matches the file\n")
     return differs
+
+
+# --------------------------------------------------------------------------------------------- breakdowns
+def breakdown_facts(spec: MetricSpec) -> dict[str, Any]:
+    """A breakdown's combinations, worst-case memory and what it reveals (``metrics plan``/``show``)."""
+    from ldptel.client.protocol.breakdown import MAX_COMBINATIONS, combinations
+    from ldptel.storage.registry import state_counters
+
+    cells = combinations(spec.breakdown, spec.profile_schema)
+    per_cell = state_counters(spec) * 4
+    return {
+        "dimensions": list(spec.breakdown),
+        "values": {d: [*v, "other"] for d, v in spec.profile},
+        "combinations": cells,
+        "max_combinations": MAX_COMBINATIONS,
+        "bytes_per_combination_per_shard_day": per_cell,
+        "worst_case_bytes_per_shard_day": cells * per_cell,
+        "reveals": BREAKDOWN_REVEALS,
+    }
+
+
+BREAKDOWN_REVEALS = (
+    "profile values are sent in clear with each batch (not privatized, not covered by ε): the server and anyone "
+    "who reads the streams learn each batch's combination; and a report hides among the reports of its combination "
+    "only, so a combination with few devices is a small crowd (its estimate is noisier, and central ε from shuffling "
+    "is computed per combination); combinations below min_reports are withheld from results. docs/breakdowns.md"
+)
+
+
+def breakdown_note(spec: MetricSpec) -> str:
+    """One line for a plan: the dimensions, combinations and memory, and that the values are not privatized."""
+    facts = breakdown_facts(spec)
+    per = facts["bytes_per_combination_per_shard_day"]
+    return (f"breakdown by {', '.join(spec.breakdown)}: {facts['combinations']} combinations (cap "
+            f"{facts['max_combinations']}), ≤ {_mib(facts['worst_case_bytes_per_shard_day'])} of state per shard-day "
+            f"({_mib(per)} each before sealing); NOT privatized: {BREAKDOWN_REVEALS}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"

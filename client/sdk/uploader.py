@@ -42,7 +42,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -82,7 +82,9 @@ class Uploader:
         backoff: Backoff,
         notify: Notifier,
         retry_horizon_days: int,
+        profile: Mapping[str, str] | None = None,
     ) -> None:
+        self._profile = dict(profile or {})  # the device's system profile (breakdowns), sent in clear with batches
         self._db = connect(storage_dir, synchronous="FULL")
         self._tx = transport
         self._specs = specs
@@ -208,7 +210,7 @@ class Uploader:
             if unbatched > 0 and (due or unbatched >= self._batch_size):
                 res = _queue.form_batches(
                     self._db, batch_size=self._batch_size, partial=due, spec_of=self._specs.spec_of,
-                    day=_utc_day(self._clock()))
+                    day=_utc_day(self._clock()), profile=self._profile)
                 with self._state:
                     self._counters.unbatched -= res.moved
                     self._counters.pending -= res.unencodable

@@ -42,6 +42,7 @@ PINNED: dict[str, tuple[int, set[str]]] = {
     "metrics list[0]": (0, METRIC - {"schema_version"} | {"expired", "above_default_policy"}),
     "metrics plan": (1, {"schema_version", "applied", "metrics", "not_in_file"}),
     "status": (1, {"schema_version", "shards"}),
+    "metrics profile": (1, {"schema_version", "dimensions", "implicit"}),
     "status.shards[0]": (0, {"metric", "shard", "length", "lag", "checkpoint", "owner", "lease_ms"}),
     "aggregate --once": (1, {"schema_version", "commits", "dead", "elapsed", "entries", "lag", "reports", "shards",
                              "unclaimed"}),
@@ -93,6 +94,7 @@ def documents(redis: redis_lib.Redis, env_url: str, rng: np.random.Generator, tm
     toml.write_text('[metrics.flag]\nmechanism = "rr"\nepsilon = 1\n')
     docs["metrics plan"] = _json("metrics", "plan", str(toml), "--format", "json")
     docs["status"] = _json("status", "--format", "json")
+    docs["metrics profile"] = _json("metrics", "profile", "--format", "json")
     docs["status.shards[0]"] = docs["status"]["shards"][0]
     for question, argv in (("share", ["--share", "--error", "1pp"]), ("top-k", ["--top-k", "20", "--error", "1pp"]),
                            ("range", ["--range", "0", "600", "--error", "1%"]),
