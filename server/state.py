@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -21,7 +22,8 @@ from redis.exceptions import RedisClusterException
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
-from ldptel.client.protocol.specs import Params
+from ldptel.client.protocol.breakdown import ProfileSchema, cell_of
+from ldptel.client.protocol.specs import MetricSpec, Params
 from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
@@ -39,6 +41,8 @@ __all__ = [
     "BatchAgeError",
     "BatchIdConflictError",
     "append_batch",
+    "batch_cell",
+    "cached_profile",
     "check_batch_age",
     "validated_payload",
     "bearer_digest",
@@ -74,6 +78,8 @@ class IngestState:
     records: dict[bytes | str, MetricRecord]  # parsed records by their exact registry JSON
     recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
     records_lock: threading.Lock
+    # the registry's profile schema, as records: (monotonic fetch time, schema), read again after registry_ttl
+    profile: list[tuple[float, ProfileSchema]] = field(default_factory=list)
 
 
 def current_state() -> IngestState:
@@ -141,6 +147,45 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
     return record
 
 
+def cached_profile(state: IngestState) -> ProfileSchema:
+    """The registry's profile schema (``ldp:v1:profile``), reused for ``registry_ttl`` seconds like a record; an
+    unreadable or absent schema declares nothing (every value is then ``other``). While Redis cannot answer, the
+    schema seen before serves on."""
+    now = time.monotonic()
+    hit = state.profile[0] if state.profile else None
+    if hit is not None and now - hit[0] < state.config.registry_ttl:
+        return hit[1]
+    try:
+        raw = state.redis.get(keys.profile())
+    except (redis.RedisError, RedisClusterException):
+        if hit is None:
+            raise
+        return hit[1]
+    schema = parse_profile_schema(raw)
+    state.profile[:] = [(now, schema)]
+    return schema
+
+
+def parse_profile_schema(raw: bytes | str | None) -> ProfileSchema:
+    """The stored profile schema (None: none declared yet)."""
+    if raw is None:
+        return ProfileSchema({})
+    try:
+        return ProfileSchema.from_dict(json.loads(raw))
+    except (LdpError, ValueError):
+        return ProfileSchema({})
+
+
+def batch_cell(state: IngestState, spec: MetricSpec, header: BatchHeader) -> str:
+    """The canonical breakdown cell of a batch (:func:`~ldptel.client.protocol.breakdown.cell_of`): "" for a
+    metric without breakdown; raises WireFormatError for a profile the metric does not declare."""
+    if not spec.breakdown:
+        if header.profile:
+            cell_of(header.profile, (), ProfileSchema({}))  # raises: names dimensions the metric does not declare
+        return ""
+    return cell_of(header.profile, spec.breakdown, cached_profile(state))
+
+
 class BatchAgeError(LdpError):
     """The batch's age (``X-Ldptel-Batch-Age-Days``) is invalid (400) or beyond the retry horizon (422)."""
 
@@ -181,7 +226,7 @@ class BatchIdConflictError(LdpError):
 
 def append_batch(
     state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes,
-    age: str | None = None,
+    age: str | None = None, cell: str = "",
 ) -> dict[str, Any]:
     """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
 
@@ -201,6 +246,7 @@ def append_batch(
         day=day,
         dedupe_days=state.config.retry_horizon_days + 1,  # see check_batch_age
         earlier_shards=record.earlier_shards(state.config.retry_horizon_days + 1),  # after a shard-count growth
+        cell=cell,
     )
     if result.conflict:
         raise BatchIdConflictError(batch_id)

@@ -17,6 +17,7 @@ from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.capabilities import on_device
 from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.mechanisms.registry import get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.protocol.breakdown import check_dimensions
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_day, check_int, check_text
 
@@ -104,6 +105,7 @@ class MetricSpec:
     expires: str | None = None
     notes: str = ""
     sample_rate: float = 1.0
+    breakdown: tuple[str, ...] = ()  # profile dimensions, in order (ldptel.client.protocol.breakdown; not privatized)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
@@ -119,6 +121,7 @@ class MetricSpec:
         if self.expires is not None:
             check_day(self.expires, what="expires")
         object.__setattr__(self, "sample_rate", check_sample_rate(self.sample_rate))
+        object.__setattr__(self, "breakdown", check_dimensions(self.breakdown))
 
     @property
     def mechanism(self) -> str:
@@ -144,7 +147,7 @@ class MetricSpec:
         """Devices privatize, budget and sample alike: equal params, ``reports_per_day`` and ``sample_rate``
         (metadata aside)."""
         return (self.params == other.params and self.reports_per_day == other.reports_per_day
-                and self.sample_rate == other.sample_rate)
+                and self.sample_rate == other.sample_rate and self.breakdown == other.breakdown)
 
     @property
     def amplified_epsilon(self) -> float:
@@ -171,6 +174,7 @@ class MetricSpec:
             "notes": self.notes,
             "effective_epsilon": self.effective_epsilon,
             **({} if self.sample_rate == 1.0 else {"sample_rate": self.sample_rate}),  # older SDKs never see the key
+            **({"breakdown": list(self.breakdown)} if self.breakdown else {}),
         }
 
     def to_json(self) -> str:
@@ -180,7 +184,8 @@ class MetricSpec:
     def from_dict(cls, data: object) -> MetricSpec:
         if not isinstance(data, dict):
             raise InvalidParameterError("metric", "a JSON object", type(data).__name__)
-        allowed = {"name", "version", "params", "reports_per_day", *METADATA_FIELDS, "effective_epsilon", "sample_rate"}
+        allowed = {"name", "version", "params", "reports_per_day", *METADATA_FIELDS, "effective_epsilon", "sample_rate",
+                   "breakdown"}
         for key in data:
             if key not in allowed:
                 raise InvalidParameterError(key, f"not set: a metric takes {sorted(allowed)}", data[key])
@@ -196,6 +201,7 @@ class MetricSpec:
             expires=data.get("expires"),
             notes=data.get("notes", ""),
             sample_rate=data.get("sample_rate", 1.0),
+            breakdown=data.get("breakdown", ()),
         )
 
     @classmethod
