@@ -304,7 +304,7 @@ class Reporter:
         except BaseException:
             self._db.close()
             raise
-        self._release_due()  # periods that ended while the app was not running (on-device aggregation)
+        self.release_due()  # periods that ended while the app was not running (on-device aggregation)
         if start:
             self._uploader.start()
 
@@ -407,7 +407,7 @@ class Reporter:
                 "metric", f"a metric aggregated on the device; {metric!r} takes values: call report()", metric)
         return self._tally_and_release(spec, mech, n)
 
-    def _release_due(self) -> None:
+    def release_due(self) -> None:
         """Report every on-device metric's period that has ended (at start-up and on :meth:`flush`)."""
         with self._state:
             if self._closed:
@@ -526,7 +526,7 @@ class Reporter:
         """
         if self._closed:
             return self.stats().pending == 0
-        self._release_due()
+        self.release_due()
         return self._uploader.flush(timeout)
 
     def wait_for_specs(self, timeout: float = 10.0) -> bool:
