@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -42,7 +41,6 @@ __all__ = [
     "BatchIdConflictError",
     "append_batch",
     "batch_cell",
-    "cached_profile",
     "check_batch_age",
     "validated_payload",
     "bearer_digest",
@@ -78,8 +76,6 @@ class IngestState:
     records: dict[bytes | str, MetricRecord]  # parsed records by their exact registry JSON
     recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
     records_lock: threading.Lock
-    # the registry's profile schema, as records: (monotonic fetch time, schema), read again after registry_ttl
-    profile: list[tuple[float, ProfileSchema]] = field(default_factory=list)
 
 
 def current_state() -> IngestState:
@@ -147,43 +143,15 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
     return record
 
 
-def cached_profile(state: IngestState) -> ProfileSchema:
-    """The registry's profile schema (``ldp:v1:profile``), reused for ``registry_ttl`` seconds like a record; an
-    unreadable or absent schema declares nothing (every value is then ``other``). While Redis cannot answer, the
-    schema seen before serves on."""
-    now = time.monotonic()
-    hit = state.profile[0] if state.profile else None
-    if hit is not None and now - hit[0] < state.config.registry_ttl:
-        return hit[1]
-    try:
-        raw = state.redis.get(keys.profile())
-    except (redis.RedisError, RedisClusterException):
-        if hit is None:
-            raise
-        return hit[1]
-    schema = parse_profile_schema(raw)
-    state.profile[:] = [(now, schema)]
-    return schema
-
-
-def parse_profile_schema(raw: bytes | str | None) -> ProfileSchema:
-    """The stored profile schema (None: none declared yet)."""
-    if raw is None:
-        return ProfileSchema({})
-    try:
-        return ProfileSchema.from_dict(json.loads(raw))
-    except (LdpError, ValueError):
-        return ProfileSchema({})
-
-
 def batch_cell(state: IngestState, spec: MetricSpec, header: BatchHeader) -> str:
-    """The canonical breakdown cell of a batch (:func:`~ldptel.client.protocol.breakdown.cell_of`): "" for a
-    metric without breakdown; raises WireFormatError for a profile the metric does not declare."""
+    """The canonical breakdown cell of a batch (:func:`~ldptel.client.protocol.breakdown.cell_of`) by the values the
+    spec declares (the registry keeps them current in the record: no extra read): "" for a metric without
+    breakdown; raises WireFormatError for a profile the metric does not declare."""
     if not spec.breakdown:
         if header.profile:
             cell_of(header.profile, (), ProfileSchema({}))  # raises: names dimensions the metric does not declare
         return ""
-    return cell_of(header.profile, spec.breakdown, cached_profile(state))
+    return cell_of(header.profile, spec.breakdown, spec.profile_schema)
 
 
 class BatchAgeError(LdpError):

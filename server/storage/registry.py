@@ -42,6 +42,7 @@ __all__ = [
     "check_breakdowns",
     "get_profile",
     "set_profile",
+    "with_profile",
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
     "Change",
@@ -350,7 +351,9 @@ def register_metrics(
     check_int("shards", default_shards, 1, MAX_SHARDS)
     if not specs:
         return []
-    check_breakdowns(get_profile(r), [spec for spec, _ in specs])
+    schema = get_profile(r)
+    check_breakdowns(schema, [spec for spec, _ in specs])
+    specs = [(with_profile(spec, schema), shards) for spec, shards in specs]
     key = keys.registry()
     for _ in range(_MAX_WATCH_RETRIES):
         with r.pipeline(transaction=True) as pipe:
@@ -495,13 +498,38 @@ def check_breakdowns(schema: ProfileSchema, specs: Sequence[MetricSpec]) -> None
             check_breakdown(spec.name, spec.breakdown, schema, state_counters(spec))
 
 
+def with_profile(spec: MetricSpec, schema: ProfileSchema) -> MetricSpec:
+    """``spec`` with the declared values of its breakdown dimensions from ``schema`` (what devices and ingest map by)."""
+    values = tuple((d, schema.dimensions[d]) for d in spec.breakdown if d in schema.dimensions)
+    return spec if values == spec.profile else dataclasses.replace(spec, profile=values)
+
+
 def set_profile(r: redis.Redis, schema: ProfileSchema) -> ProfileSchema:
-    """Store ``schema`` as the registry's profile schema, unless an active metric's breakdown would name a
-    dimension it lacks or outgrow the caps (InvalidParameterError, nothing written). Values are stored by name, so
-    adding a value (a new release) changes no metric version; a removed value's old cells stay readable and new
-    reports of it count as ``other``."""
+    """Store ``schema`` as the registry's profile schema and copy its values into the current spec of every metric
+    broken down by its dimensions (in place, like metadata: growing an enumeration is not a new version), all in one
+    transaction; refused (InvalidParameterError, nothing written) when an active metric's breakdown would name a
+    dimension it lacks or outgrow the caps. Values are stored by name: a removed value's old cells stay readable
+    and new reports of it count as ``other``."""
     if not isinstance(schema, ProfileSchema):
         raise InvalidParameterError("profile", "a ProfileSchema", type(schema).__name__)
-    check_breakdowns(schema, [rec.current for rec in list_metrics(r) if rec.active])
-    r.set(keys.profile(), json.dumps(schema.to_dict(), sort_keys=True, separators=(",", ":")))
-    return schema
+    key = keys.registry()
+    for _ in range(_MAX_WATCH_RETRIES):
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key, keys.profile())  # type: ignore[no-untyped-call]
+                records = [parse_record(raw) for raw in pipe.hvals(key)]
+                check_breakdowns(schema, [rec.current for rec in records if rec.active])
+                changed = []
+                for rec in records:
+                    spec = with_profile(rec.current, schema)
+                    if spec is not rec.current:
+                        changed.append(dataclasses.replace(rec, versions={**rec.versions, rec.current_version: spec}))
+                pipe.multi()
+                pipe.set(keys.profile(), json.dumps(schema.to_dict(), sort_keys=True, separators=(",", ":")))
+                for rec in changed:
+                    pipe.hset(key, rec.name, rec.to_json())
+                pipe.execute()
+                return schema
+            except redis.WatchError:
+                continue
+    raise RegistryConflictError("the registry is being changed concurrently; try again")

@@ -105,7 +105,9 @@ def test_registry_refuses_undeclared_dimensions_and_breakdowns_past_the_caps(red
     record = registry.create_metric(redis, _grr(breakdown=("os", "app_version")))
     assert record.current_version == 2
     registry.set_profile(redis, ProfileSchema({**registry.get_profile(redis).dimensions, "os": ("android", "ios", "web", "tv")}))
-    assert registry.get_metric(redis, "clicks").current_version == 2
+    grown = registry.get_metric(redis, "clicks")
+    assert grown.current_version == 2  # the values are copied into the current spec in place
+    assert dict(grown.current.profile)["os"] == ("android", "ios", "web", "tv")
 
 
 # -------------------------------------------------------------------------------------- ingest and fold

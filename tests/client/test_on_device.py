@@ -200,7 +200,7 @@ def test_a_year_of_calls_keeps_one_bounded_row_per_metric(storage: Path) -> None
     rng = np.random.default_rng(29)
     rep = _reporter(storage, specs, clock)
     try:
-        for day in range(366):
+        for _day in range(366):
             calls = int(rng.integers(0, 4))
             for _ in range(calls):
                 for spec in specs:
