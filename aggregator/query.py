@@ -32,6 +32,7 @@ always kept beside the post-processed values.
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -62,7 +63,7 @@ from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import Kind, Mechanism
-from ldptel.client.mechanisms.capabilities import candidate_role, proportion_label
+from ldptel.client.mechanisms.capabilities import candidate_role, on_device, proportion_label
 from ldptel.client.mechanisms.state import z_value
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.specs import MetricSpec
@@ -269,6 +270,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     target = Target.resolve(r, name, opts.version)
     params = target.params
     mechanism = mechanism_of(params)
+    opts = as_reported(mechanism, params, opts)  # aggregated on the device: read the days its reports arrive on
     kind = result_type(mechanism.kind)
     method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
     if not kind.counts and method != "none":
@@ -330,7 +332,9 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     return kind(
         metric=name, version=target.version, mechanism=mechanism.name, days=tuple(days), shards=target.record.shards,
         estimate=est, postprocess=method, adjusted=adjusted, estimator=opts.estimator, corrected=corrected,
-        corrected_adjusted=corrected_adjusted, note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
+        corrected_adjusted=corrected_adjusted,
+        note=" ".join(x for x in (mechanism.estimate_note(params), _described_note(mechanism, params, days),
+                                  coarse_note(summed)) if x),
         fleet=fleet_of(target.spec, est, counts_rows=kind.counts), withheld=held,
         local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days, cells=target.cells(r, opts.where))[1],
         **derived,
@@ -349,6 +353,47 @@ def _labels(est: Estimate, candidates: Sequence[object], name: str) -> np.ndarra
 def _select(est: Estimate, keep: np.ndarray) -> Estimate:
     labels = tuple(est.labels[i] for i in keep.tolist())
     return Estimate(est.mechanism, labels, est.counts[keep], est.stderr[keep], est.n, est.confidence, est.estimator)
+
+
+# ------------------------------------------------------------------------------ on-device aggregation (issue 29)
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+def _day_number(day: str) -> int:
+    return (datetime.date.fromisoformat(day) - _EPOCH).days
+
+
+def _day_text(number: int) -> str:
+    return (_EPOCH + datetime.timedelta(days=number)).isoformat()
+
+
+def as_reported(mechanism: Mechanism[Any, Any], params: ParamsBase, opts: QueryOptions) -> QueryOptions:
+    """A metric aggregated on the device reports each period during the next one
+    (:class:`~ldptel.client.mechanisms.capabilities.OnDevice`): its asked days are the days the reports describe, so
+    read the days they arrive on. Any other metric: ``opts`` unchanged."""
+    od = on_device(mechanism)
+    if od is None:
+        return opts
+    first = None if opts.day_from is None else _day_text(od.reported_days(params, *(2 * [_day_number(opts.day_from)]))[0])
+    last = None if opts.day_to is None else _day_text(od.reported_days(params, *(2 * [_day_number(opts.day_to)]))[1])
+    return opts.with_(day_from=first, day_to=last)
+
+
+def described(mechanism: Mechanism[Any, Any], params: ParamsBase, first: str, last: str) -> tuple[str, str]:
+    """The days described by the reports of an on-device metric received on days [first, last] (unchanged for any
+    other metric)."""
+    od = on_device(mechanism)
+    if od is None:
+        return first, last
+    a, b = od.described_days(params, _day_number(first), _day_number(last))
+    return _day_text(a), _day_text(b)
+
+
+def _described_note(mechanism: Mechanism[Any, Any], params: ParamsBase, days: Sequence[str]) -> str:
+    if on_device(mechanism) is None or not days:
+        return ""
+    a, b = described(mechanism, params, days[0], days[-1])
+    return f"reports received {days[0]}..{days[-1]} describe {a}..{b}."
 
 
 # ------------------------------------------------------------------------------------------ per day
@@ -421,7 +466,8 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     opts = query_options(options, changes)
     target = Target.resolve(r, name, opts.version)
     pinned = opts.with_(version=target.version)
-    days = target.days(r, pinned)
+    mechanism = mechanism_of(target.params)
+    days = target.days(r, as_reported(mechanism, target.params, pinned))
     each = pinned.with_(top=None)
     # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
     spans = sorted({span for cell in target.cells(r, opts.where) for span in sealed_periods(
@@ -433,6 +479,8 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         raise WithheldRangeError(
             f"{name!r} version {target.version}: every day in the range: {plan.withheld[0].reason}",
             metric=name, version=target.version, mechanism=target.params.mechanism, withheld=plan.withheld)
+    # on-device metrics: one result per period the reports describe (estimate_metric maps it back to their days)
+    spans = list(dict.fromkeys(described(mechanism, target.params, first, last) for first, last in spans))
     results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
     values: tuple[object, ...] | None = None
     if opts.top is not None:
@@ -448,7 +496,7 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
 
 __all__ = [
     "ESTIMATOR_CHOICES", "OPTION_FIELDS", "DailyResult", "EmptyRangeError", "EstimatorChoice", "FrequencyResult",
-    "HistogramResult", "Proportion", "QueryOptions", "QueryResult", "SummaryResult", "Target", "estimate_by_day",
-    "WithheldRangeError", "candidate_role", "estimate_metric", "estimator_choices", "metric_kind", "query_options",
-    "released_state", "select_days", "summed_state",
+    "HistogramResult", "Proportion", "QueryOptions", "QueryResult", "SummaryResult", "Target", "as_reported",
+    "described", "estimate_by_day", "WithheldRangeError", "candidate_role", "estimate_metric", "estimator_choices",
+    "metric_kind", "query_options", "released_state", "select_days", "summed_state",
 ]

@@ -26,7 +26,7 @@ RESULT = {"schema_version", "metric", "version", "mechanism", "kind", "days", "s
 PRIVACY = {"local_epsilon", "central"}  # docs/central-privacy.md
 METRIC = {"schema_version", "name", "status", "current_version", "shards", "current", "versions"}
 ANSWER = {"question", "reachable", "recommendation", "alternative", "mechanism", "params", "epsilon", "effective_epsilon",
-          "odds_bound", "central_epsilon", "target", "error", "error_one_day", "unit", "reports_needed", "days",
+          "odds_bound", "central_epsilon", "central_delta", "target", "error", "error_one_day", "unit", "reports_needed", "days",
           "reports_per_day", "reports", "confidence", "assumptions", "warnings"}  # fmt: skip
 
 # document → (the schema_version it is pinned at, the keys it must keep)
