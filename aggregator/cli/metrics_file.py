@@ -15,6 +15,8 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     shards = 4                     # only when the metric is created
     retention_days = 90            # days each sealed day keeps its own state (then 32-day roll-ups only;
                                    #   left out: unchanged, new metrics keep every day; see ldptel.storage.sealed)
+    min_reports = 50               # reporting threshold: a day (or combination) with fewer reports is withheld
+                                   #   from every estimate (left out: unchanged; new metrics 0 = off)
     breakdown = ["os"]             # profile dimensions it is broken down by (declared in [profile]; not privatized)
 
     [profile]                      # the registry's profile schema: each dimension's declared values ('other' is
@@ -51,7 +53,7 @@ if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
 SPEC_KEYS = ("reports_per_day", "sample_rate", "breakdown", *METADATA_FIELDS)  # a metric's keys besides its params and shards
-RECORD_KEYS = ("shards", "retention_days", "allow_above_default_policy")  # keys of the record or the file, not of a version
+RECORD_KEYS = ("shards", "retention_days", "min_reports", "allow_above_default_policy")  # keys of the record or the file, not of a version
 PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
@@ -63,6 +65,7 @@ class FileMetric:
     spec: MetricSpec
     shards: int | None
     retention_days: int | None = None  # None: not in the file (the registry's value is left as it is)
+    min_reports: int | None = None  # None: not in the file (the registry's value is left as it is)
     allow_above_default_policy: bool = False  # registered even beyond the default device PrivacyPolicy
 
 
@@ -120,11 +123,17 @@ def _file_metric(name: str, table: object) -> FileMetric:
     retention = table.get("retention_days")
     if retention is not None:
         check_int("retention_days", retention, 0, 36_500)
+    min_reports = table.get("min_reports")
+    if min_reports is not None:
+        from ldptel.storage.registry import check_min_reports
+
+        check_min_reports(min_reports)
     allow = table.get("allow_above_default_policy", False)
     if not isinstance(allow, bool):
         raise InvalidParameterError("allow_above_default_policy", "true or false", allow)
     spec = MetricSpec(name=name, params=params_from_dict(params), **fields)
-    return FileMetric(spec=spec, shards=shards, retention_days=retention, allow_above_default_policy=allow)
+    return FileMetric(spec=spec, shards=shards, retention_days=retention, min_reports=min_reports,
+                      allow_above_default_policy=allow)
 
 
 def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int | None, int]]:
@@ -136,6 +145,19 @@ def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMet
         before = None if old is None else old.retention_days
         if item.retention_days is not None and item.retention_days != before:
             out.append((item.spec.name, before, item.retention_days))
+    return out
+
+
+def min_reports_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int, int]]:
+    """``(name, before, after)`` of every metric whose file sets a ``min_reports`` the registry does not have
+    (a new metric's before is 0, no threshold)."""
+    by_name = {rec.name: rec for rec in records}
+    out = []
+    for item in metrics:
+        old = by_name.get(item.spec.name)
+        before = 0 if old is None else old.min_reports
+        if item.min_reports is not None and item.min_reports != before:
+            out.append((item.spec.name, before, item.min_reports))
     return out
 
 
@@ -248,6 +270,10 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
                     out.write(f"    !! {line}\n")
                 if spec.breakdown != old.current.breakdown and spec.breakdown:
                     out.write(f"    {breakdown_note(spec)}\n")
+        if change.kind in ("create", "version"):
+            from ldptel.aggregator.amplification import planned_line
+
+            out.write(f"    {planned_line(spec)}\n")
     for name in missing:
         out.write(f"  {name}: registered but not in the file (left as it is)\n")
 
@@ -266,8 +292,17 @@ def plan_document(changes: Sequence[Change], missing: Sequence[str], *, applied:
             "fields": [{"field": k, "before": b, "after": a, "privatization": privatization_field(k)} for k, b, a in fields],
             "consequences": consequences(old.current, change.spec) if old is not None and change.kind == "version" else [],
             **({"breakdown": breakdown_facts(change.spec)} if change.spec.breakdown else {}),
+            **({"central": _planned_central(change.spec)} if change.kind in ("create", "version") else {}),
         })  # fmt: skip
     return {"applied": applied, "metrics": metrics, "not_in_file": list(missing)}
+
+
+def _planned_central(spec: MetricSpec) -> list[dict[str, Any]]:
+    """The central (ε, δ) of ``spec``'s reports in a shuffled block of each planned size (or why none)."""
+    from ldptel.aggregator.amplification import PLAN_SIZES, central_for_n, randomizer
+
+    r = randomizer(spec)[1]
+    return [{"devices_per_block": n, **central_for_n(spec, n * r).to_dict()} for n in PLAN_SIZES]
 
 
 def write_change_note(change: Change, err: TextIO) -> None:
