@@ -43,6 +43,7 @@ from ldptel.client.sdk.ledger import lifetime_epsilon
 from ldptel.client.sdk.store import DB_FILE
 from tests.longitudinal_audit import History, audit
 from tests.stats import assert_close_normal
+from tests.wait import wait_until
 
 DAY = 86_400
 # A Thursday 00:00:01 UTC, day 20,000 = 2024-10-04 (a Friday); periods of 7 days start on day 20,006 (a multiple of 7)
@@ -159,6 +160,18 @@ def test_a_period_that_ended_while_the_app_was_closed_is_reported_by_the_next_re
     rep = _reporter(storage, [spec], clock)  # start-up reports the day that ended
     try:
         assert _queued(storage) == [("ev", DAY0 + 1)]
+    finally:
+        rep.close(timeout=0)
+
+
+def test_the_upload_thread_reports_a_period_that_ended_without_a_count(storage: Path) -> None:
+    clock = Clock(DAY0)
+    rep = Reporter("http://127.0.0.1:9", "t", storage, clock=clock, flush_interval=0.05,
+                   specs=[MetricSpec(name="u1", params=UniqueDevicesParams(epsilon=1, window_days=1))])
+    try:
+        rep.count("u1")
+        clock.next_day()  # the app keeps running and never counts again
+        wait_until(lambda: rep.stats().queued == 1, timeout=30, what="the background thread's release")
     finally:
         rep.close(timeout=0)
 
