@@ -70,6 +70,7 @@ from ldptel.storage.registry import MetricRecord
 from ldptel.storage.sealed import Summed, coarse_note
 from ldptel.storage.sealed import periods as sealed_periods
 from ldptel.storage.sealed import summed_state as sealed_summed_state
+from ldptel.storage.sealed import summed_states as sealed_summed_states
 
 
 class EmptyRangeError(LdpError, ValueError):
@@ -220,7 +221,13 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     """
     opts = query_options(options, changes)
     target = Target.resolve(r, name, opts.version)
-    params = target.params
+    candidates = _checked(target, opts)
+    return _result(target, opts, candidates, summed_state(r, target, target.days(r, opts)))
+
+
+def _checked(target: Target, opts: QueryOptions) -> list[object] | None:
+    """Refuse options the metric cannot take (before anything is read); the unique candidates of a sketch."""
+    name, params = target.name, target.params
     mechanism = mechanism_of(params)
     kind = result_type(mechanism.kind)
     method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
@@ -242,8 +249,17 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         raise InvalidParameterError(
             "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", opts.estimator
         )
+    return candidates
 
-    summed = summed_state(r, target, target.days(r, opts))
+
+def _result(target: Target, opts: QueryOptions, candidates: list[object] | None, summed: Summed) -> QueryResult:
+    """The result of a query whose options :func:`_checked` accepted, from the state it read."""
+    name, params = target.name, target.params
+    mechanism = mechanism_of(params)
+    kind = result_type(mechanism.kind)
+    method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
+    role = candidate_role(mechanism)
+    sketch = role == "required"
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     est = estimate(params, state, candidates=candidates, confidence=opts.confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not sketch)
@@ -367,7 +383,12 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     each = pinned.with_(top=None)
     # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
     spans = sealed_periods(r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1])
-    results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
+    candidates = _checked(target, each)
+    # every span's state in one read (one plan, pipelined GETs); each estimated on its own
+    summed = sealed_summed_states(r, name, params=target.params, version=target.version, shards=target.record.shards,
+                                  spans=spans)
+    results = tuple(_result(target, each.with_(day_from=first, day_to=last), candidates, s)
+                    for (first, last), s in zip(spans, summed, strict=True))
     values: tuple[object, ...] | None = None
     if opts.top is not None:
         ranked_by = "plain" if results[0].estimator == "plain" else "corrected"
