@@ -180,7 +180,9 @@ class FaultRun:
         cmd = [sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--worker-id", worker_id,
                "--lease-ttl", str(LEASE_TTL), "--checkpoint-seconds", "0.2", "--block", "0.2", "--rescan", "0.5",
                "--retention", "86400", "--log-level", "warning"]
-        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.url},
+        # Real shuffle blocks (docs/shuffle.md): a block of ≥ 4 uploads, or whatever is held after 1 s.
+        shuffle = {"LDPTEL_SHUFFLE_N_MIN": "4", "LDPTEL_SHUFFLE_MAX_BLOCK_UPLOADS": "0", "LDPTEL_SHUFFLE_HOLD_SECONDS": "1"}
+        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.url, **shuffle},
                                                        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.close()
         return worker_id
