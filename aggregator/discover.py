@@ -52,6 +52,10 @@ class DiscoverResult:
     def rows(self) -> list[dict[str, Any]]:
         return self.result.rows()
 
+    @property
+    def n(self) -> int:
+        return self.result.n
+
     def to_dict(self) -> dict[str, Any]:
         d = self.discovery
         out = self.result.to_dict()
@@ -89,7 +93,7 @@ def discover_metric(
     params = target.params
     mechanism = mechanism_of(params)
     found_by = require(mechanism, Discovering, f"a metric whose mechanism discovers values, not {name}")  # type: ignore[type-abstract]
-    summed = summed_state(r, target, target.days(r, opts))
+    summed = summed_state(r, target, target.days(r, opts), opts.where)
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     found = found_by.discover(params, state, keep=opts.keep, threshold=opts.threshold, alpha=opts.alpha,
                                confidence=opts.confidence, progress=progress)

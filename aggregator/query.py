@@ -41,6 +41,7 @@ import numpy as np
 import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.breakdowns import breakdown_cells, check_where, sum_summed
 from ldptel.aggregator.fleet import fleet_of
 from ldptel.aggregator.percentiles import check_percentiles
 from ldptel.aggregator.results import (
@@ -55,7 +56,7 @@ from ldptel.aggregator.results import (
 )
 from ldptel.aggregator.selection import Selection, select
 from ldptel.aggregator.selection import check_method as check_selection
-from ldptel.client import Estimate, estimate
+from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import Kind, Mechanism
@@ -98,6 +99,8 @@ class QueryOptions:
     percentiles: Sequence[object] | None = None
     selection: str = "bonferroni"  # rows of counts: marked distinguishable from zero over all of them, or "none"
     simultaneous: bool = False  # the rows' intervals hold together over all the candidates (Bonferroni)
+    # breakdown metrics: only the cells with these (dimension, value) pairs (ldptel.aggregator.breakdowns); () = all
+    where: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.version is not None:
@@ -117,6 +120,7 @@ class QueryOptions:
             check_percentiles(self.percentiles)
         if self.selection != "none":
             check_selection(self.selection)
+        object.__setattr__(self, "where", check_where(self.where))
         if self.simultaneous and self.selection == "none":
             raise InvalidParameterError("simultaneous", "used with a selection method (bonferroni or bh), not 'none'", True)
 
@@ -177,9 +181,15 @@ class Target:
         version = record.current_version if version is None else version
         return cls(name=name, record=record, version=version, spec=registry.spec_for(record, version))
 
+    def cells(self, r: redis_lib.Redis, where: tuple[tuple[str, str], ...] = ()) -> list[str]:
+        """The breakdown cells a query reads: ``[""]`` for a metric without breakdown, else the stored cells that
+        match ``where`` (checked against the metric's dimensions and the profile schema)."""
+        return breakdown_cells(r, self, where)
+
     def days(self, r: redis_lib.Redis, options: QueryOptions) -> list[str]:
         """The days in the asked range that have reports of the version; :class:`EmptyRangeError` when none has."""
-        all_days = store.available_days(r, self.name, self.record.shards, version=self.version)
+        all_days = sorted({d for cell in self.cells(r, options.where)
+                           for d in store.available_days(r, self.name, self.record.shards, version=self.version, cell=cell)})
         days = select_days(all_days, day_from=options.day_from, day_to=options.day_to)
         if not days:
             have = f"it has days {all_days[0]} to {all_days[-1]}" if all_days else "it has no folded reports yet"
@@ -191,12 +201,16 @@ class Target:
         return days
 
 
-def summed_state(r: redis_lib.Redis, target: Target, days: Sequence[str]) -> Summed:
+def summed_state(r: redis_lib.Redis, target: Target, days: Sequence[str], where: tuple[tuple[str, str], ...] = ()) -> Summed:
     """The state of ``target``'s version summed over its shards (and sealed days, :mod:`ldptel.storage.sealed`) from
-    the first to the last of ``days``: the one place a query reads sketches. Its ``days`` may be wider than asked
-    where retention left only roll-ups at an edge."""
-    return sealed_summed_state(r, target.name, params=target.params, version=target.version, shards=target.record.shards,
-                               day_from=days[0], day_to=days[-1])
+    the first to the last of ``days``, and over its breakdown cells matching ``where``: the one place a query reads
+    sketches. Its ``days`` may be wider than asked where retention left only roll-ups at an edge."""
+    parts = [sealed_summed_state(r, target.name, params=target.params, version=target.version,
+                                 shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)
+             for cell in target.cells(r, where)]
+    if not parts:
+        return Summed(SketchState.empty(target.params), (), None, None)
+    return sum_summed(parts) if len(parts) > 1 else parts[0]
 
 
 def estimator_choices(mechanism: Mechanism[Any, Any]) -> tuple[EstimatorChoice, ...]:
@@ -243,7 +257,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
             "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", opts.estimator
         )
 
-    summed = summed_state(r, target, target.days(r, opts))
+    summed = summed_state(r, target, target.days(r, opts), opts.where)
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     est = estimate(params, state, candidates=candidates, confidence=opts.confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not sketch)
@@ -366,7 +380,8 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     days = target.days(r, pinned)
     each = pinned.with_(top=None)
     # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
-    spans = sealed_periods(r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1])
+    spans = sorted({span for cell in target.cells(r, opts.where) for span in sealed_periods(
+        r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)})
     results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
     values: tuple[object, ...] | None = None
     if opts.top is not None:

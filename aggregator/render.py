@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from ldptel.aggregator.breakdowns import BreakdownResult
     from ldptel.aggregator.discover import DiscoverResult
     from ldptel.aggregator.fleet import Fleet
     from ldptel.aggregator.percentiles import Percentile
@@ -219,6 +220,44 @@ class Renderer:
                per_day=True)
         _rows_table(first, result.rows(), out, front=DAILY_COLUMNS)
 
+    def group_rows(self, result: Any, *, summary: bool = False) -> list[dict[str, Any]]:
+        """The rows one group of a breakdown shows (``--by``; a kind may show its summary instead)."""
+        rows: list[dict[str, Any]] = self.rows_of(result).rows()
+        return rows
+
+    def breakdown(self, result: BreakdownResult, fmt: str, out: TextIO, *, summary: bool = False) -> None:
+        """``--by``: each group's rows with its values and ``n`` in front; withheld groups say so."""
+        if fmt == "json":
+            write_json(result.to_dict(), out)
+            return
+        front = (*result.by, "n")
+        rows = result.rows(summary=summary)
+        first = self.rows_of(result.total)
+        if fmt == "csv":
+            writer = csv.DictWriter(out, fieldnames=[*front, *_group_columns(first, summary), "withheld"],
+                                    lineterminator="\n", extrasaction="ignore")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: (repr(v) if isinstance(v, float) else "" if v is None else v) for k, v in row.items()})
+            return
+        _title(first, out, days=first.days, n=first.n, per_day=False)
+        where = ", ".join(f"{d}={v}" for d, v in result.where)
+        out.write(f"by {', '.join(result.by)}{f' where {where}' if where else ''} · {len(result.shown)} of "
+                  f"{len(result.groups)} groups shown (min_reports {result.min_reports}) · {PROFILE_NOTE_SHORT}\n")
+        if first.note:
+            out.write(f"{first.note}\n")
+        shown = [row for row in rows if row.get("withheld") is None]
+        if summary or not first.counts:
+            cols = ("estimate", "stderr", "ci_low", "ci_high")
+            table([*front, "value", *cols], [[*(row[c] for c in front), row["value"],
+                                               *("" if row.get(c) is None else row[c] for c in cols)] for row in shown],
+                  out, left=set(range(len(front) + 1)) - {len(front) - 1})
+        else:
+            _rows_table(first, shown, out, front=front)
+        for row in rows:
+            if row.get("withheld") is not None:
+                out.write(f"{', '.join(f'{d}={row[d]}' for d in result.by)}: {row['withheld']}\n")
+
     def plot(self, result: Any, path: str, *, max_bars: int = 50) -> None:
         """Bars of the raw estimates with their intervals, post-processed values as markers."""
         first = self.rows_of(result)
@@ -301,6 +340,10 @@ class HistogramRenderer(Renderer):
                    for pc in result.percentiles], out)
             unresolved_note(result.percentiles, out)
 
+    def group_rows(self, result: Any, *, summary: bool = False) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = result.summary_rows() if summary else result.rows()
+        return rows
+
     def summary(self, result: Any, fmt: str, out: TextIO) -> None:
         rows = result.summary_rows()
         if fmt == "csv":
@@ -368,6 +411,18 @@ def write_result(result: Any, fmt: str, out: TextIO, *, summary: bool = False) -
 def write_daily(result: DailyResult, fmt: str, out: TextIO) -> None:
     """``--by-day``: :func:`write_result` with the :data:`DAILY_COLUMNS` (day, that day's n) in front."""
     renderer(result.results[0].kind).daily(result, fmt, out)
+
+
+def write_breakdown(result: BreakdownResult, fmt: str, out: TextIO, *, summary: bool = False) -> None:
+    """``--by``: a breakdown (:mod:`ldptel.aggregator.breakdowns`) through the renderer of its groups' kind."""
+    renderer(result.kind).breakdown(result, fmt, out, summary=summary)
+
+
+def _group_columns(first: QueryResult, summary: bool) -> tuple[str, ...]:
+    return ("value", "estimate", "stderr", "ci_low", "ci_high") if summary or not first.counts else _columns(first)
+
+
+PROFILE_NOTE_SHORT = "profile values are not privatized (docs/breakdowns.md)"
 
 
 def plot_result(result: Any, path: str, *, max_bars: int = 50) -> None:

@@ -27,7 +27,7 @@ from ldptel.aggregator.cli.common import (
     read_values,
 )
 from ldptel.aggregator.cli.output import table, write_json
-from ldptel.client.mechanisms import Sketch, mechanism_names, mechanism_of
+from ldptel.client.mechanisms import Sketch, get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
 if TYPE_CHECKING:
@@ -216,6 +216,7 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         raise UserError("metrics create needs --mechanism and --epsilon (or --spec-file FILE)")
     given = {name: getattr(args, name) for name in PARAMS_OPTIONS if getattr(args, name) is not None}
     given.update(_numeric_params(args))
+    _check_required(args.mechanism, given)
     return MetricSpec(
         name=args.name,
         params=params_from_dict({"mechanism": args.mechanism, "epsilon": args.epsilon, **given}),
@@ -226,6 +227,26 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         expires=args.expires,
         notes=args.notes,
     )
+
+
+def _flag(field_name: str) -> str:
+    """The option of a params field: its TOML key with '-' for '_' (lo/hi: the --range LO HI pair)."""
+    return "--range LO HI" if field_name in ("lo", "hi") else f"--{field_name.replace('_', '-')}"
+
+
+def _check_required(mechanism: str, given: dict[str, Any]) -> None:
+    """A mechanism's required params fields missing → one clear error naming the options (issue 31 §3)."""
+    schema, required = get_mechanism(mechanism).params_schema()
+    if any(name not in schema for name in given):
+        return  # an option the mechanism does not take: params_from_dict names it first
+    missing = [name for name in required if name not in given and name not in ("mechanism", "epsilon")]
+    if not missing:
+        return
+    flags = list(dict.fromkeys(_flag(name) for name in missing))
+    what = "; ".join(f"{name}: {schema.get(name, {}).get('description', 'required')}" for name in missing
+                     if schema.get(name, {}).get("description"))
+    raise UserError(f"--mechanism {mechanism} needs {' and '.join(flags)}" + (f" ({what})" if what else "")
+                    + f" (TOML: {', '.join(missing)})")
 
 
 def with_sampling(record: MetricRecord) -> dict[str, Any]:

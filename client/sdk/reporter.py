@@ -111,6 +111,7 @@ from typing import Literal
 
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.protocol.breakdown import check_profile
 from ldptel.client.protocol.keyed import privatization_fingerprint
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
 from ldptel.client.protocol.validate import check_int, check_number
@@ -210,6 +211,10 @@ class Reporter:
     :param retry_horizon_days: a batch formed longer ago than this many UTC days is dropped (counted in
         ``dropped_too_old``), never sent: the server (``LDPTEL_RETRY_HORIZON_DAYS``, the same default) forgets
         batch ids after that and refuses such batches, so a late retry can never count twice.
+    :param profile: this device's system profile for breakdowns, ``{"os": "android", "app_version": "2.1",
+        "channel": "beta"}``, given once. A batch of a metric broken down by some of these dimensions carries
+        their values **in clear** (they are not privatized; ``docs/breakdowns.md``); a value the metric's spec does
+        not declare is sent as ``other``, and so is a dimension missing here. Metrics without breakdown send none.
 
     Parts: the spec cache (:class:`~ldptel.client.sdk.spec_cache.SpecCache`) and the uploader
     (:class:`~ldptel.client.sdk.uploader.Uploader`), which owns the one transport (uploads and spec fetches)
@@ -247,7 +252,9 @@ class Reporter:
         backoff_base: float = 1.0,
         backoff_cap: float = 300.0,
         retry_horizon_days: int = DEFAULT_RETRY_HORIZON_DAYS,
+        profile: Mapping[str, str] | None = None,
     ) -> None:
+        profile = check_profile(profile)  # breakdowns: sent in clear with each batch (docs/breakdowns.md)
         self._batch_size = check_int("batch_size", batch_size, 1, MAX_BATCH_SIZE)
         self._max_queue = check_int("max_queue", max_queue, 1, sys.maxsize)
         upload_parts = check_int("upload_parts", upload_parts, 1, MAX_UPLOAD_PARTS)
@@ -296,7 +303,7 @@ class Reporter:
                 storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
                 clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size, upload_parts=upload_parts,
                 flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap),
-                notify=self._notify, retry_horizon_days=retry_horizon_days)
+                notify=self._notify, retry_horizon_days=retry_horizon_days, profile=profile)
         except BaseException:
             self._db.close()
             raise

@@ -188,7 +188,7 @@ class SpecCache:
         try:
             resp = transport.get_metric(metric)
         except NETWORK_ERRORS as exc:
-            return UploadError(f"could not fetch the spec of {metric!r}: {exc}", metric=metric)
+            return UploadError(f"could not fetch the spec of {metric!r} from {transport.where}: {exc}", metric=metric)
         body = resp.json()
         spec = _spec_from_body(body, metric) if resp.status == 200 else None
         if spec is None:

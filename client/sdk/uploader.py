@@ -42,7 +42,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -82,7 +82,9 @@ class Uploader:
         backoff: Backoff,
         notify: Notifier,
         retry_horizon_days: int,
+        profile: Mapping[str, str] | None = None,
     ) -> None:
+        self._profile = dict(profile or {})  # the device's system profile (breakdowns), sent in clear with batches
         self._db = connect(storage_dir, synchronous="FULL")
         self._tx = transport
         self._specs = specs
@@ -208,7 +210,7 @@ class Uploader:
             if unbatched > 0 and (due or unbatched >= self._batch_size):
                 res = _queue.form_batches(
                     self._db, batch_size=self._batch_size, partial=due, spec_of=self._specs.spec_of,
-                    day=_utc_day(self._clock()))
+                    day=_utc_day(self._clock()), profile=self._profile)
                 with self._state:
                     self._counters.unbatched -= res.moved
                     self._counters.pending -= res.unencodable
@@ -235,7 +237,7 @@ class Uploader:
             resp = self._tx.post_batch(batch.body, age_days=age)
         except NETWORK_ERRORS as exc:
             self._retry(None)
-            self._notify(_batch_error(batch, f"network error: {exc!r}", status=None, outcome="retry"))
+            self._notify(_batch_error(batch, f"network error reaching {self._tx.where}: {exc!r}", status=None, outcome="retry"))
             return False
         outcome = classify(resp.status)
         if outcome == "retry" or outcome == "auth":
@@ -260,7 +262,8 @@ class Uploader:
             resp = self._tx.post_batch(encode_upload([b.body for b in batches]), age_days=max(known) if known else None)
         except NETWORK_ERRORS as exc:
             self._retry(None)
-            self._notify(UploadError(f"network error: {exc!r}", outcome="retry", n=sum(b.n for b in batches)))
+            self._notify(UploadError(f"network error reaching {self._tx.where}: {exc!r}", outcome="retry",
+                                     n=sum(b.n for b in batches)))
             return False
         results = _part_results(resp, len(batches))
         if results is None:

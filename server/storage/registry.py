@@ -26,16 +26,23 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+import numpy as np
 import redis
 
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.mechanisms.state import state_shape
+from ldptel.client.protocol.breakdown import ProfileSchema, check_breakdown
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import keys
 from ldptel.storage.append import DAY_MS
 
 __all__ = [
+    "check_breakdowns",
+    "get_profile",
+    "set_profile",
+    "with_profile",
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
     "Change",
@@ -344,6 +351,9 @@ def register_metrics(
     check_int("shards", default_shards, 1, MAX_SHARDS)
     if not specs:
         return []
+    schema = get_profile(r)
+    check_breakdowns(schema, [spec for spec, _ in specs])
+    specs = [(with_profile(spec, schema), shards) for spec, shards in specs]
     key = keys.registry()
     for _ in range(_MAX_WATCH_RETRIES):
         with r.pipeline(transaction=True) as pipe:
@@ -460,3 +470,66 @@ def spec_for(record: MetricRecord, version: int) -> MetricSpec:
         return record.versions[version]
     except (KeyError, TypeError):
         raise UnknownVersionError(record.name, version, sorted(record.versions)) from None
+
+
+# ------------------------------------------------------------------------------------------ profile schema
+def get_profile(r: redis.Redis) -> ProfileSchema:
+    """The registry's profile schema (dimension → declared values; empty when none was set)."""
+    raw = r.get(keys.profile())
+    if raw is None:
+        return ProfileSchema({})
+    try:
+        return ProfileSchema.from_dict(json.loads(raw))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RegistryCorruptError(f"the profile schema is not valid JSON: {exc}") from None
+
+
+def state_counters(spec: MetricSpec) -> int:
+    """Counters of one state of ``spec`` (its memory is at most 4 bytes each before sealing: k·m·4 for a sketch)."""
+    shape, rows = state_shape(spec.params)
+    return int(np.prod(shape)) + rows
+
+
+def check_breakdowns(schema: ProfileSchema, specs: Sequence[MetricSpec]) -> None:
+    """Every spec's breakdown names dimensions of ``schema`` and stays within the caps
+    (:func:`ldptel.client.protocol.breakdown.check_breakdown`); InvalidParameterError otherwise."""
+    for spec in specs:
+        if spec.breakdown:
+            check_breakdown(spec.name, spec.breakdown, schema, state_counters(spec))
+
+
+def with_profile(spec: MetricSpec, schema: ProfileSchema) -> MetricSpec:
+    """``spec`` with the declared values of its breakdown dimensions from ``schema`` (what devices and ingest map by)."""
+    values = tuple((d, schema.dimensions[d]) for d in spec.breakdown if d in schema.dimensions)
+    return spec if values == spec.profile else dataclasses.replace(spec, profile=values)
+
+
+def set_profile(r: redis.Redis, schema: ProfileSchema) -> ProfileSchema:
+    """Store ``schema`` as the registry's profile schema and copy its values into the current spec of every metric
+    broken down by its dimensions (in place, like metadata: growing an enumeration is not a new version), all in one
+    transaction; refused (InvalidParameterError, nothing written) when an active metric's breakdown would name a
+    dimension it lacks or outgrow the caps. Values are stored by name: a removed value's old cells stay readable
+    and new reports of it count as ``other``."""
+    if not isinstance(schema, ProfileSchema):
+        raise InvalidParameterError("profile", "a ProfileSchema", type(schema).__name__)
+    key = keys.registry()
+    for _ in range(_MAX_WATCH_RETRIES):
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key, keys.profile())  # type: ignore[no-untyped-call]
+                records = [parse_record(raw) for raw in pipe.hvals(key)]
+                check_breakdowns(schema, [rec.current for rec in records if rec.active])
+                changed = []
+                for rec in records:
+                    spec = with_profile(rec.current, schema)
+                    if spec is not rec.current:
+                        changed.append(dataclasses.replace(rec, versions={**rec.versions, rec.current_version: spec}))
+                pipe.multi()
+                pipe.set(keys.profile(), json.dumps(schema.to_dict(), sort_keys=True, separators=(",", ":")))
+                for rec in changed:
+                    pipe.hset(key, rec.name, rec.to_json())
+                pipe.execute()
+                return schema
+            except redis.WatchError:
+                continue
+    raise RegistryConflictError("the registry is being changed concurrently; try again")

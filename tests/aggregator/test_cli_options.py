@@ -19,8 +19,8 @@ from tests.aggregator.agg_helpers import run_cli
         (("--mechanism", "rr", "--epsilon", "1", "--k", "4"), "k must be not set: rr takes"),
         (("--mechanism", "grr", "--epsilon", "1", "--domain", "a,b", "--m", "64"), "m must be not set: grr takes"),
         (("--mechanism", "cms", "--epsilon", "4", "--domain", "a,b"), "domain must be not set: cms takes"),
-        (("--mechanism", "cms", "--epsilon", "4"), "complete cms params"),
-        (("--mechanism", "grr", "--epsilon", "1"), "complete grr params"),
+        (("--mechanism", "cms", "--epsilon", "4"), "--mechanism cms needs --k and --m"),
+        (("--mechanism", "grr", "--epsilon", "1"), "--mechanism grr needs --domain"),
     ],
 )
 def test_a_wrong_option_for_the_mechanism_is_the_params_error(
