@@ -75,6 +75,7 @@ DEFAULT_N_MIN = 100  # distinct uploads a block must hold (unless released at th
 DEFAULT_HOLD_SECONDS = 3600.0  # longest time an upload is held before its group is released anyway
 MAX_BLOCK_BYTES = 64 << 20  # a block's batch bytes (one script argument); a larger group is cut into several
 DEFAULT_PASS_ENTRIES = 10_000  # held entries read per pass and shard (oldest first)
+CACHE_BYTES = 256 << 20  # held uploads' bytes a shuffler keeps in memory between passes (beyond: read at release)
 ZERO_BATCH_ID = bytes(16)
 _LUA = resources.files(__package__).joinpath("shuffle.lua").read_text(encoding="utf-8")
 _STATS = ("reports", "blocks", "below", "min_reports", "min_uploads", "min_distinct", "n_min")
@@ -188,47 +189,90 @@ class Shuffler:
         self._params_of = params_of
         self._release = r.register_script(_LUA)
         self._marks: dict[tuple[str, int], list[tuple[float, StreamId]]] = defaultdict(list)
+        self._index: dict[tuple[str, int], _HeldIndex] = {}
+        self._cached = 0  # bytes of held uploads kept in the indexes
         self._last_purge: dict[str, float] = {}
         self._dirty: dict[str, str] = {}  # node name → a key it holds: released on since its last AOF rewrite
 
     def shuffle(self, metric: str, shard: int, *, flush: bool = False) -> PassResult:
-        """One pass over a shard's held uploads (the oldest ``pass_entries``): release every group that has
-        ≥ n_min uploads or whose oldest upload is due; ``flush`` releases every group now (below n_min if short)."""
+        """One pass over a shard's held uploads: read the ones appended since the last pass (up to
+        ``pass_entries``), then release every group that has ≥ n_min uploads or whose oldest upload is due;
+        ``flush`` releases every group now (below n_min if short).
+
+        Each upload is read once into an in-memory index (its bytes kept while the index holds less than
+        ``CACHE_BYTES``, else read again at its release), so a pass costs what arrived since the last one. A
+        release that finds an upload gone (another shuffler took it) drops the index: the next pass rebuilds it."""
         cfg = self.config
         held_key = keys.held(metric, shard)
+        index = self._index.setdefault((metric, shard), _HeldIndex())
+        low = "-" if index.cursor is None else "(" + index.cursor.decode()
         entries: list[tuple[bytes, dict[bytes, bytes]]] = self.r.xrange(  # type: ignore[assignment]
-            held_key, "-", "+", count=cfg.pass_entries)
-        if not entries:
+            held_key, low, "+", count=cfg.pass_entries)
+        for eid, fields in entries:
+            data = fields.pop(b"b", b"")
+            keep = self._cached + len(data) <= CACHE_BYTES
+            self._cached += len(data) if keep else 0
+            group = tuple(sorted((k, v) for k, v in fields.items() if k not in _SMALL_FIELDS_SKIP))
+            index.groups.setdefault(group, []).append(_Held(eid, fields, data if keep else None, len(data)))
+            index.cursor = eid
+        if not index.groups:
             self._marks.pop((metric, shard), None)
             if self._dirty:
                 self.maybe_purge()
             return PassResult()
-        now = time.monotonic()
-        due = self._due_through(metric, shard, now, parse_id(entries[-1][0]))
-        groups: dict[tuple[tuple[bytes, bytes], ...], list[tuple[bytes, dict[bytes, bytes]]]] = defaultdict(list)
-        for eid, fields in entries:
-            groups[tuple(sorted((k, v) for k, v in fields.items() if k not in _SMALL_FIELDS_SKIP))].append(
-                (eid, fields))
+        due = self._due_through(metric, shard, time.monotonic(), parse_id(index.cursor or b"0-0"))
         n_min = cfg.n_min_for(metric)
-        blocks = reports = uploads = below = held = 0
-        for group_key, members in groups.items():
-            overdue = flush or (due is not None and parse_id(members[0][0]) <= due)
+        blocks = reports = uploads = below = 0
+        for group_key, members in list(index.groups.items()):
+            overdue = flush or (due is not None and parse_id(members[0].eid) <= due)
             for block in _cut(members, n_min=n_min, max_bytes=cfg.max_block_bytes, max_uploads=cfg.max_block_uploads,
                               overdue=overdue):
-                released = self._release_block(metric, shard, dict(group_key), block, n_min=n_min)
-                if released is None:
-                    continue
+                released = self._release_block(metric, shard, dict(group_key), self._with_bytes(held_key, block),
+                                               n_min=n_min)
+                self._forget(block)
+                taken = {h.eid for h in block}
+                members[:] = [h for h in members if h.eid not in taken]
+                if released is None:  # the index is stale: rebuilt from the stream next pass
+                    self._drop_index(metric, shard)
+                    return self._result(held_key, blocks, reports, uploads, below, 0)
                 blocks += 1
                 reports += released
                 uploads += len(block)
                 below += len(block) < n_min
-            if not overdue and len(members) < n_min:
-                held += len(members)
+            if not members:
+                del index.groups[group_key]
+        held = sum(len(m) for m in index.groups.values())
+        return self._result(held_key, blocks, reports, uploads, below, held)
+
+    def _result(self, held_key: str, blocks: int, reports: int, uploads: int, below: int, held: int) -> PassResult:
         if blocks:
             self._dirty[_node_name(self.r, held_key)] = held_key
         if self._dirty:
             self.maybe_purge()
         return PassResult(blocks=blocks, reports=reports, uploads=uploads, below_n_min=below, held=held)
+
+    def _with_bytes(self, held_key: str, block: list[_Held]) -> list[tuple[bytes, dict[bytes, bytes]]]:
+        """The block's entries with their bytes (read again for the ones the index did not keep)."""
+        missing = [h.eid for h in block if h.data is None]
+        fetched: dict[bytes, bytes] = {}
+        if missing:
+            pipe = self.r.pipeline(transaction=False)
+            for eid in missing:
+                pipe.xrange(held_key, eid, eid, count=1)
+            for found in pipe.execute():
+                for eid, fields in found:
+                    fetched[eid] = fields.get(b"b", b"")
+        return [(h.eid, {**h.fields, b"b": h.data if h.data is not None else fetched.get(h.eid, b"")})
+                for h in block]
+
+    def _forget(self, block: list[_Held]) -> None:
+        self._cached -= sum(h.size for h in block if h.data is not None)
+
+    def _drop_index(self, metric: str, shard: int) -> None:
+        index = self._index.pop((metric, shard), None)
+        if index is not None:
+            for members in index.groups.values():
+                self._forget(members)
 
     def maybe_purge(self, *, wait: bool = False) -> None:
         """Ask every node this shuffler released on since its last AOF rewrite for a new one (:func:`purge_aof`),
@@ -309,14 +353,32 @@ class Shuffler:
         return total or None
 
 
-def _cut(members: list[tuple[bytes, dict[bytes, bytes]]], *, n_min: int, max_bytes: int, max_uploads: int,
-         overdue: bool) -> list[list[tuple[bytes, dict[bytes, bytes]]]]:
+@dataclass(eq=False, slots=True)
+class _Held:
+    """One held upload as a shuffler's index knows it."""
+
+    eid: bytes
+    fields: dict[bytes, bytes]  # every field but the bytes
+    data: bytes | None  # the batch bytes (None: not kept, read again at release)
+    size: int
+
+
+@dataclass(eq=False)
+class _HeldIndex:
+    """A shard's held uploads read so far, per group, oldest first, and the last id read."""
+
+    cursor: bytes | None = None
+    groups: dict[tuple[tuple[bytes, bytes], ...], list[_Held]] = field(default_factory=dict)
+
+
+def _cut(members: list[_Held], *, n_min: int, max_bytes: int, max_uploads: int,
+         overdue: bool) -> list[list[_Held]]:
     """The blocks to release from one group's held uploads (oldest first): blocks of ≥ n_min uploads, each closed
     at about ``max_bytes`` or ``max_uploads`` uploads, a short rest joined to the block before it; a group short
     of n_min only when ``overdue`` (then as one block below n_min)."""
     if len(members) < n_min and not overdue:
         return []
-    blocks: list[list[tuple[bytes, dict[bytes, bytes]]]] = [[]]
+    blocks: list[list[_Held]] = [[]]
     size = 0
     for entry in members:
         full = size >= max_bytes or (max_uploads and len(blocks[-1]) >= max_uploads)
@@ -324,7 +386,7 @@ def _cut(members: list[tuple[bytes, dict[bytes, bytes]]], *, n_min: int, max_byt
             blocks.append([])
             size = 0
         blocks[-1].append(entry)
-        size += len(entry[1].get(b"b", b""))
+        size += entry.size
     if len(blocks) > 1 and len(blocks[-1]) < n_min and not max_uploads:
         blocks[-2].extend(blocks.pop())
     elif len(blocks) > 1 and len(blocks[-1]) < n_min and not overdue:

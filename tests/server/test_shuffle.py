@@ -247,3 +247,20 @@ def test_bad_settings_are_refused() -> None:
             ShuffleConfig(**bad)  # type: ignore[arg-type]
     assert ShuffleConfig(n_min=3, n_min_by_metric=(("x", 7),)).n_min_for("x") == 7
     assert math.isfinite(ShuffleConfig().hold_seconds)
+
+
+def test_a_stale_index_is_rebuilt_and_nothing_is_released_twice(redis: redis_lib.Redis) -> None:
+    """A shuffler indexes uploads between passes; when another shuffler released some of them meanwhile, its
+    release writes nothing and it reads the held stream afresh."""
+    slow, fast = _shuffler(redis, n_min=3), _shuffler(redis, n_min=1)
+    sent = _uploads(redis, 2)
+    assert slow.shuffle(CMS.name, 0).held == 2
+    assert fast.shuffle(CMS.name, 0).uploads == 2
+    sent.batches += _uploads(redis, 2, seed=2).batches
+    assert slow.shuffle(CMS.name, 0).blocks == 0  # 4 indexed, 2 of them gone: nothing written, index dropped
+    assert slow.shuffle(CMS.name, 0).held == 2
+    sent.batches += _uploads(redis, 1, seed=3).batches
+    assert slow.shuffle(CMS.name, 0).uploads == 3
+    assert slow._cached == 0 and redis.xlen(keys.held(CMS.name, 0)) == 0
+    released = [decode_batch(f[b"b"], CMS.params)[1] for _, f in _released(redis)]
+    assert fold(CMS.params, released).equals(sent.expected_state())
