@@ -264,3 +264,22 @@ def test_a_stale_index_is_rebuilt_and_nothing_is_released_twice(redis: redis_lib
     assert slow._cached == 0 and redis.xlen(keys.held(CMS.name, 0)) == 0
     released = [decode_batch(f[b"b"], CMS.params)[1] for _, f in _released(redis)]
     assert fold(CMS.params, released).equals(sent.expected_state())
+
+
+def test_ldptel_shuffle_is_the_only_reader_of_held_uploads_beside_no_shuffle_workers(
+        redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split deployment: `ldptel shuffle` releases, `ldptel aggregate --no-shuffle` folds only blocks."""
+    import json
+
+    monkeypatch.setenv("LDPTEL_SHUFFLE_MAX_BLOCK_UPLOADS", "0")  # blocks of any size (the suite's default is 1)
+    from tests.aggregator.agg_helpers import ldptel
+
+    sent = _uploads(redis, 6)
+    folded = ldptel("aggregate", "--once", "--no-shuffle", redis_url=redis_url)
+    assert folded.returncode == 0 and json.loads(folded.stdout)["reports"] == 0, folded.stderr
+    done = ldptel("shuffle", "--once", "--n-min", "4", redis_url=redis_url)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) | {"purge_seconds": 0} == {"blocks": 1, "uploads": 6, "reports": 30,
+                                                              "below_n_min": 0, "purge_seconds": 0}
+    folded = ldptel("aggregate", "--once", "--no-shuffle", redis_url=redis_url)
+    assert json.loads(folded.stdout)["reports"] == sent.n
