@@ -242,7 +242,7 @@ def central_for_n(spec: SpecLike, n: int, *, delta: float | None = None, n_min: 
     if not math.isfinite(eps0) or eps0 <= 0 or eps0 > MAX_EPSILON0:
         return NotApplicable(condition="no_report_epsilon",
                              reason=f"{spec.mechanism} reports have no finite ε₀ the bound can start from ({eps0:g})")
-    devices = int(n) // r if r > 1 else int(n)
+    devices = -(-int(n) // r)  # a device sends at most r reports a day: at least ⌈n / r⌉ devices
     if n < n_min:
         return NotApplicable(condition="too_few_reports",
                              reason=f"{n:,} reports is below the shuffle's release minimum n_min = {n_min:,}")
@@ -256,6 +256,38 @@ def central_for_n(spec: SpecLike, n: int, *, delta: float | None = None, n_min: 
     how = (f"ε₀ = {eps0:.4g} per report among {devices:,} shuffled reports" if r == 1 else
            f"ε₀ = {r} × {eps0 / r:.4g} per device ({r} reports a day count as one randomizer) among ≥ {devices:,} devices")
     return Central(epsilon=eps, delta=d, epsilon0=eps0, n=devices, basis=how)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A planned metric for :func:`central_epsilon`: one report a day of ε₀ each."""
+
+    report_charge: float
+    reports_per_day: int = 1
+    mechanism: str = "planned"
+
+
+def central_epsilon(*, local_epsilon: float, n: int, delta: float | None = None, n_min: int = 1) -> float | None:
+    """The central ε of ``n`` reports of ``local_epsilon`` each released in ONE shuffled block (``ldptel plan``: what a
+    planned n gives; a day whose reports are released in several blocks gets its smallest block's), at
+    :func:`default_delta`; None where the bound gives nothing (too few reports to amplify)."""
+    out = central_for_n(_Planned(float(local_epsilon)), int(n), delta=delta, n_min=n_min)
+    return out.epsilon if isinstance(out, Central) else None
+
+
+PLAN_SIZES = (10_000, 100_000, 1_000_000)  # block sizes `metrics plan` shows the central ε of
+
+
+def planned_line(spec: SpecLike, sizes: Sequence[int] = PLAN_SIZES) -> str:
+    """One line for ``metrics plan``: the central (ε, δ) ``spec``'s reports would have in a shuffled block of each size."""
+    eps0, r = randomizer(spec)
+    parts = []
+    for n in sizes:
+        out = central_for_n(spec, n * r)
+        parts.append(f"{n:,}: " + (f"{out.epsilon:.3g} (δ {out.delta:.0e})" if isinstance(out, Central) else "none"))
+    per = f"ε₀ {eps0:.3g}" + ("" if r == 1 else f" per device ({r} reports/day)")
+    return (f"central ε after shuffling ({per}; ldp-math-2 §5, only where its conditions hold), by devices per "
+            f"released block: " + " · ".join(parts))
 
 
 class ReleaseStatsLike(Protocol):
@@ -287,10 +319,12 @@ def central_for_day(spec: SpecLike, day: str, folded: int, stats: ReleaseStatsLi
                              reason=f"reports not shuffled: {unshuffled:,} of {day}'s reports were folded without the shuffle stage")
     if getattr(stats, "mixed_versions", False):
         return NotApplicable(condition="mixed_versions", reason=f"a released block of {day} mixed metric versions")
-    if stats.smallest_block < stats.n_min:
+    below = int(getattr(stats, "below_n_min", 0) or 0)
+    uploads = int(getattr(stats, "smallest_block_uploads", stats.smallest_block))
+    if below > 0 or uploads < stats.n_min:
         return NotApplicable(condition="not_shuffled",
-                             reason=f"reports not shuffled: a released block of {day} held {stats.smallest_block:,} "
-                                    f"reports, fewer than n_min = {stats.n_min:,}")
+                             reason=f"reports not shuffled: a released block of {day} came from fewer than "
+                                    f"n_min = {stats.n_min:,} uploads (released at the hold bound)")
     out = central_for_n(spec, stats.smallest_block, delta=delta, n_min=stats.n_min)
     if isinstance(out, Central):
         return Central(epsilon=out.epsilon, delta=out.delta, epsilon0=out.epsilon0, n=out.n,
@@ -311,14 +345,58 @@ def compose_days(per_day: Mapping[str, CentralPrivacy]) -> CentralPrivacy:
     if len(days) == 1:
         return days[0]
     eps0 = max(one.epsilon0 for one in days)
+    count = sum(one.days for one in days)
     return Central(epsilon=sum(one.epsilon for one in days), delta=sum(one.delta for one in days), epsilon0=eps0,
-                   n=min(one.n for one in days), days=len(days),
-                   basis=f"basic composition of {len(days)} daily releases of the same devices (Σ ε_d, Σ δ_d; "
+                   n=min(one.n for one in days), days=count,
+                   basis=f"basic composition of {count} daily releases of the same devices (Σ ε_d, Σ δ_d; "
                          f"each day's smallest block ≥ {min(one.n for one in days):,})")
+
+
+
+
+# ------------------------------------------------------------------------------------------------- stored days
+def _release_stats(r: Any, record: Any, version: int, days: Sequence[str], cell: str) -> Mapping[str, Any]:
+    """The shuffle stage's statistics of each day (``ldptel.storage.shuffle.release_stats``); {} without the stage."""
+    try:
+        from ldptel.storage import shuffle  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return {}
+    stats = getattr(shuffle, "release_stats", None)
+    if stats is None:
+        return {}
+    out: Mapping[str, Any] = stats(r, record.name, version=version, days=list(days), shards=record.shards, cell=cell)
+    return out
+
+
+def release_central(r: Any, record: Any, version: int, days: Sequence[str], *, cells: Sequence[str] = ("",),
+                    delta: float | None = None) -> tuple[dict[str, CentralPrivacy], CentralPrivacy]:
+    """Each released day's central (ε, δ) (:func:`central_for_day`, from the day's folded report count and the shuffle
+    stage's statistics) and the range's (:func:`compose_days`), for ``record``'s ``version``. Over several breakdown
+    ``cells`` (shuffled apart: a report hides only among its own cell's block) a day's is its worst cell's."""
+    from ldptel.aggregator.withholding import day_counts
+
+    if not days:
+        return {}, compose_days({})
+    spec = record.versions[version]
+    per: dict[str, CentralPrivacy] = {}
+    for cell in cells:
+        folded = day_counts(r, record, version, days, (cell,))
+        stats = _release_stats(r, record, version, days, cell)
+        for day in days:
+            if folded[day] == 0:
+                continue
+            one = central_for_day(spec, day, folded[day], stats.get(day), delta=delta)
+            if cell and isinstance(one, NotApplicable):
+                one = NotApplicable(condition=one.condition, reason=f"combination {cell}: {one.reason}")
+            now = per.get(day)
+            if now is None or isinstance(one, NotApplicable) or (isinstance(now, Central) and one.epsilon > now.epsilon):
+                if not isinstance(now, NotApplicable):
+                    per[day] = one
+    return per, compose_days(per)
 
 
 __all__ = [
     "CONDITIONS", "Central", "CentralPrivacy", "Condition", "DEFAULT_DELTA", "GRID", "MEANING", "NotApplicable",
-    "central_for_day", "central_for_n", "compose_days", "default_delta", "fmt_closed_form", "randomizer",
-    "shuffle_epsilon", "shuffle_epsilons",
+    "PLAN_SIZES", "central_epsilon", "central_for_day", "central_for_n", "compose_days", "default_delta",
+    "fmt_closed_form", "planned_line", "randomizer", "release_central", "shuffle_epsilon", "shuffle_epsilons",
 ]

@@ -32,6 +32,7 @@ always kept beside the post-processed values.
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -41,6 +42,7 @@ import numpy as np
 import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
+from ldptel.aggregator.amplification import CentralPrivacy, compose_days, release_central
 from ldptel.aggregator.breakdowns import breakdown_cells, check_where, sum_summed
 from ldptel.aggregator.fleet import fleet_of
 from ldptel.aggregator.percentiles import check_percentiles
@@ -56,11 +58,12 @@ from ldptel.aggregator.results import (
 )
 from ldptel.aggregator.selection import Selection, select
 from ldptel.aggregator.selection import check_method as check_selection
+from ldptel.aggregator.withholding import Withheld, release_plan
 from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import Kind, Mechanism
-from ldptel.client.mechanisms.capabilities import candidate_role, proportion_label
+from ldptel.client.mechanisms.capabilities import candidate_role, on_device, proportion_label
 from ldptel.client.mechanisms.state import z_value
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.specs import MetricSpec
@@ -79,6 +82,15 @@ class EmptyRangeError(LdpError, ValueError):
     def __init__(self, message: str, *, metric: str, version: int, mechanism: str) -> None:
         super().__init__(message)
         self.metric, self.version, self.mechanism = metric, version, mechanism
+
+
+class WithheldRangeError(EmptyRangeError):
+    """Every day of the asked range has fewer reports than the metric's ``min_reports``: nothing is shown
+    (:mod:`~ldptel.aggregator.withholding`); ``withheld`` lists the units."""
+
+    def __init__(self, message: str, *, metric: str, version: int, mechanism: str, withheld: tuple[Withheld, ...]) -> None:
+        super().__init__(message, metric=metric, version=version, mechanism=mechanism)
+        self.withheld = withheld
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,6 +225,28 @@ def summed_state(r: redis_lib.Redis, target: Target, days: Sequence[str], where:
     return sum_summed(parts) if len(parts) > 1 else parts[0]
 
 
+def released_state(r: redis_lib.Redis, target: Target, days: Sequence[str], where: tuple[tuple[str, str], ...] = ()
+                   ) -> tuple[Summed, tuple[Withheld, ...]]:
+    """:func:`summed_state` of the released units only: a day (or roll-up) with fewer reports than the metric's
+    ``min_reports`` is left out of the sum (so no two ranges differ by it) and listed as withheld
+    (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld."""
+    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, where))
+    if not plan.withheld:
+        return summed_state(r, target, days, where), ()
+    if not plan.runs:
+        what = ", ".join(w.what for w in plan.withheld[:3]) + (" …" if len(plan.withheld) > 3 else "")
+        raise WithheldRangeError(
+            f"{target.name!r} version {target.version}: {what}: {plan.withheld[0].reason}",
+            metric=target.name, version=target.version, mechanism=target.params.mechanism, withheld=plan.withheld)
+    parts = [summed_state(r, target, [first, last], where) for first, last in plan.runs]
+    state = parts[0].state
+    for part in parts[1:]:
+        state.add_inplace(part.state)
+    covered = tuple(d for part in parts for d in part.days)
+    return Summed(state, covered, parts[0].first, parts[-1].last, tuple(c for part in parts for c in part.coarse),
+                  sum(part.states for part in parts)), plan.withheld
+
+
 def estimator_choices(mechanism: Mechanism[Any, Any]) -> tuple[EstimatorChoice, ...]:
     """The estimators a query of this mechanism may ask for (corrected ones only where candidates are required)."""
     return ESTIMATOR_CHOICES if candidate_role(mechanism) == "required" else ("plain",)
@@ -236,6 +270,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     target = Target.resolve(r, name, opts.version)
     params = target.params
     mechanism = mechanism_of(params)
+    opts = as_reported(mechanism, params, opts)  # aggregated on the device: read the days its reports arrive on
     kind = result_type(mechanism.kind)
     method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
     if not kind.counts and method != "none":
@@ -257,7 +292,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
             "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", opts.estimator
         )
 
-    summed = summed_state(r, target, target.days(r, opts), opts.where)
+    summed, held = released_state(r, target, target.days(r, opts), opts.where)  # withheld days are in no sum
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     est = estimate(params, state, candidates=candidates, confidence=opts.confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not sketch)
@@ -297,8 +332,12 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     return kind(
         metric=name, version=target.version, mechanism=mechanism.name, days=tuple(days), shards=target.record.shards,
         estimate=est, postprocess=method, adjusted=adjusted, estimator=opts.estimator, corrected=corrected,
-        corrected_adjusted=corrected_adjusted, note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
-        fleet=fleet_of(target.spec, est, counts_rows=kind.counts), **derived,
+        corrected_adjusted=corrected_adjusted,
+        note=" ".join(x for x in (mechanism.estimate_note(params), _described_note(mechanism, params, days),
+                                  coarse_note(summed)) if x),
+        fleet=fleet_of(target.spec, est, counts_rows=kind.counts), withheld=held,
+        local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days, cells=target.cells(r, opts.where))[1],
+        **derived,
     )
 
 
@@ -314,6 +353,47 @@ def _labels(est: Estimate, candidates: Sequence[object], name: str) -> np.ndarra
 def _select(est: Estimate, keep: np.ndarray) -> Estimate:
     labels = tuple(est.labels[i] for i in keep.tolist())
     return Estimate(est.mechanism, labels, est.counts[keep], est.stderr[keep], est.n, est.confidence, est.estimator)
+
+
+# ------------------------------------------------------------------------------ on-device aggregation (issue 29)
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+def _day_number(day: str) -> int:
+    return (datetime.date.fromisoformat(day) - _EPOCH).days
+
+
+def _day_text(number: int) -> str:
+    return (_EPOCH + datetime.timedelta(days=number)).isoformat()
+
+
+def as_reported(mechanism: Mechanism[Any, Any], params: ParamsBase, opts: QueryOptions) -> QueryOptions:
+    """A metric aggregated on the device reports each period during the next one
+    (:class:`~ldptel.client.mechanisms.capabilities.OnDevice`): its asked days are the days the reports describe, so
+    read the days they arrive on. Any other metric: ``opts`` unchanged."""
+    od = on_device(mechanism)
+    if od is None:
+        return opts
+    first = None if opts.day_from is None else _day_text(od.reported_days(params, *(2 * [_day_number(opts.day_from)]))[0])
+    last = None if opts.day_to is None else _day_text(od.reported_days(params, *(2 * [_day_number(opts.day_to)]))[1])
+    return opts.with_(day_from=first, day_to=last)
+
+
+def described(mechanism: Mechanism[Any, Any], params: ParamsBase, first: str, last: str) -> tuple[str, str]:
+    """The days described by the reports of an on-device metric received on days [first, last] (unchanged for any
+    other metric)."""
+    od = on_device(mechanism)
+    if od is None:
+        return first, last
+    a, b = od.described_days(params, _day_number(first), _day_number(last))
+    return _day_text(a), _day_text(b)
+
+
+def _described_note(mechanism: Mechanism[Any, Any], params: ParamsBase, days: Sequence[str]) -> str:
+    if on_device(mechanism) is None or not days:
+        return ""
+    a, b = described(mechanism, params, days[0], days[-1])
+    return f"reports received {days[0]}..{days[-1]} describe {a}..{b}."
 
 
 # ------------------------------------------------------------------------------------------ per day
@@ -333,6 +413,7 @@ class DailyResult:
     values: tuple[object, ...] | None
     # (first, last) day of each result; a span wider than one day is a roll-up past the metric's retention
     periods: tuple[tuple[str, str], ...] = ()
+    withheld: tuple[Withheld, ...] = ()  # days (or roll-ups) under the metric's min_reports: no result, a reason
 
     def _day(self, i: int) -> str:
         """The ``day`` of result i: the UTC day, or "first..last" for a period coarser than a day."""
@@ -363,7 +444,15 @@ class DailyResult:
             "by_day": True,
             "daily": daily,
             "rows": self.rows(),
+            **({"withheld": [w.to_dict() for w in self.withheld]} if self.withheld else {}),
+            **({} if (central := self.central()) is None else {"central": central.to_dict()}),
         }
+
+    def central(self) -> CentralPrivacy | None:
+        """The range's central (ε, δ): each day's composed (:func:`~ldptel.aggregator.amplification.compose_days`)."""
+        per = {res.days[0] if len(res.days) == 1 else f"{res.days[0]}..{res.days[-1]}": res.central
+               for res in self.results if res.central is not None}
+        return None if len(per) < len(self.results) else compose_days(per)
 
 
 def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None = None, /, **changes: Any) -> DailyResult:
@@ -377,11 +466,21 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     opts = query_options(options, changes)
     target = Target.resolve(r, name, opts.version)
     pinned = opts.with_(version=target.version)
-    days = target.days(r, pinned)
+    mechanism = mechanism_of(target.params)
+    days = target.days(r, as_reported(mechanism, target.params, pinned))
     each = pinned.with_(top=None)
     # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
     spans = sorted({span for cell in target.cells(r, opts.where) for span in sealed_periods(
         r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)})
+    # withheld days: listed, never estimated
+    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, opts.where))
+    spans = [span for span in spans if span in set(plan.spans)] if plan.withheld else spans
+    if not spans:
+        raise WithheldRangeError(
+            f"{name!r} version {target.version}: every day in the range: {plan.withheld[0].reason}",
+            metric=name, version=target.version, mechanism=target.params.mechanism, withheld=plan.withheld)
+    # on-device metrics: one result per period the reports describe (estimate_metric maps it back to their days)
+    spans = list(dict.fromkeys(described(mechanism, target.params, first, last) for first, last in spans))
     results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
     values: tuple[object, ...] | None = None
     if opts.top is not None:
@@ -392,11 +491,12 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
                 if row["estimator"] == ranked_by:
                     totals[row["value"]] = totals.get(row["value"], 0.0) + row["estimate"]
         values = tuple(sorted(totals, key=lambda v: -totals[v])[: opts.top])  # stable: ties keep the first day's order
-    return DailyResult(results=results, values=values, periods=tuple(spans))
+    return DailyResult(results=results, values=values, periods=tuple(spans), withheld=plan.withheld)
 
 
 __all__ = [
     "ESTIMATOR_CHOICES", "OPTION_FIELDS", "DailyResult", "EmptyRangeError", "EstimatorChoice", "FrequencyResult",
-    "HistogramResult", "Proportion", "QueryOptions", "QueryResult", "SummaryResult", "Target", "estimate_by_day",
-    "candidate_role", "estimate_metric", "estimator_choices", "metric_kind", "query_options", "select_days", "summed_state",
+    "HistogramResult", "Proportion", "QueryOptions", "QueryResult", "SummaryResult", "Target", "as_reported",
+    "described", "estimate_by_day", "WithheldRangeError", "candidate_role", "estimate_metric", "estimator_choices",
+    "metric_kind", "query_options", "released_state", "select_days", "summed_state",
 ]

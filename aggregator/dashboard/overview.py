@@ -11,6 +11,7 @@ import redis as redis_lib
 from ldptel.aggregator.cli.status import shard_status
 from ldptel.aggregator.defaults import DISCOVER_TOP
 from ldptel.aggregator.query import candidate_role, estimator_choices
+from ldptel.aggregator.withholding import REASON, counts_shown
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
 from ldptel.storage import registry, sealed
@@ -73,7 +74,10 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         "estimators": list(estimator_choices(mechanism)),
         "default_top": _default_top(mechanism.kind, candidate_role(mechanism)),
         "days_by_version": days_by_version,
-        "reports_by_day": [{"day": day, "n": n} for day, n in reports.items()],
+        # a day under the metric's min_reports shows no count: it is derived from its reports too
+        "reports_by_day": [{"day": day, "n": n} if n is not None else {"day": day, "n": None, "withheld": REASON.format(
+            min_reports=record.min_reports)} for day, n in counts_shown(reports, record).items()],
+        "min_reports": record.min_reports,
         "lag": None if unknown else sum(row["lag"] for row in shard_rows),
         "record": record.to_dict(),
     }

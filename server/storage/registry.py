@@ -63,6 +63,9 @@ __all__ = [
     "register_metric",
     "register_metrics",
     "retire_metric",
+    "check_min_reports",
+    "DEFAULT_MIN_REPORTS",
+    "set_min_reports",
     "set_retention",
     "spec_for",
 ]
@@ -75,6 +78,8 @@ _MAX_WATCH_RETRIES = 50
 DAY_S = DAY_MS // 1000
 DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
 MAX_SHARDS = 1024
+DEFAULT_MIN_REPORTS = 0  # off: every report is already ε-LDP (docs/central-privacy.md says when to set one)
+MAX_MIN_REPORTS = 1_000_000_000
 
 
 class UnknownMetricError(LdpError, KeyError):
@@ -190,6 +195,9 @@ class MetricRecord:
     resharded: tuple[tuple[int, int], ...] = ()  # (earlier shard count, start of the UTC day it was replaced, s)
     # days a sealed day's own state is kept before only roll-ups hold it (None: kept; see ldptel.storage.sealed)
     retention_days: int | None = None
+    # reporting threshold (Cobalt's reporting_threshold): a day (or breakdown cell) with fewer reports is withheld
+    # from every estimate (ldptel.aggregator.withholding); 0: off. Server-side only: never served to devices.
+    min_reports: int = DEFAULT_MIN_REPORTS
 
     @property
     def current(self) -> MetricSpec:
@@ -216,7 +224,8 @@ class MetricRecord:
             "current": self.current.to_dict(),
             "versions": {str(v): spec.to_dict() for v, spec in sorted(self.versions.items())},
         } | ({"resharded": [list(pair) for pair in self.resharded]} if self.resharded else {}) | (
-            {"retention_days": self.retention_days} if self.retention_days is not None else {})
+            {"retention_days": self.retention_days} if self.retention_days is not None else {}) | (
+            {"min_reports": self.min_reports} if self.min_reports != DEFAULT_MIN_REPORTS else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -233,8 +242,9 @@ class MetricRecord:
                 versions=versions,
                 resharded=tuple((int(count), int(until)) for count, until in data.get("resharded", ())),
                 retention_days=None if data.get("retention_days") is None else int(data["retention_days"]),
+                min_reports=check_min_reports(data.get("min_reports", DEFAULT_MIN_REPORTS)),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, InvalidParameterError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
         if record.status not in get_args(Status) or record.current_version not in versions:
             raise RegistryCorruptError(f"inconsistent registry record for {record.name!r}")
@@ -446,6 +456,30 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
 
 
 MAX_RETENTION_DAYS = 36_500
+
+
+def check_min_reports(value: object) -> int:
+    """A metric's ``min_reports``: a whole number of reports in [0, 10⁹] (0: no threshold)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MIN_REPORTS:
+        raise InvalidParameterError(
+            "min_reports", f"a whole number of reports from 0 (no threshold) to {MAX_MIN_REPORTS:,}: a day or "
+            "combination with fewer reports is withheld from every estimate", value)
+    return value
+
+
+def set_min_reports(r: redis.Redis, name: str, min_reports: int) -> MetricRecord:
+    """Withhold every estimate of ``name`` over a day (or breakdown cell) with fewer than ``min_reports`` reports
+    (0: no threshold). Idempotent; applies to queries at once. Lowering it releases days that were withheld."""
+    check_min_reports(min_reports)
+
+    def change(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        if old.min_reports == min_reports:
+            return old
+        return dataclasses.replace(old, min_reports=min_reports)
+
+    return _update(r, name, change)
 
 
 def set_retention(r: redis.Redis, name: str, days: int | None) -> MetricRecord:

@@ -97,12 +97,13 @@ function sparkline(days) {
   const width = 120, height = 28;
   const node = svg("svg", { class: "spark", viewBox: `0 0 ${width} ${height}`, role: "img" });
   if (!days.length) return node;
-  const max = Math.max(...days.map((d) => d.n), 1);
+  const max = Math.max(...days.map((d) => d.n || 0), 1);
   const w = width / Math.max(days.length, 7);
   days.forEach((d, i) => {
-    const h = Math.max(1, (d.n / max) * (height - 2));
+    // a day under the metric's min_reports has no count (d.n null): a flat mark and the reason
+    const h = d.n === null ? 1 : Math.max(1, (d.n / max) * (height - 2));
     const bar = svg("rect", { class: "nbar", x: i * w + 0.5, y: height - h, width: Math.max(1, w - 1), height: h });
-    bar.append(svg("title", {}, `${d.day}: ${fmtInt(d.n)} reports`));
+    bar.append(svg("title", {}, d.n === null ? `${d.day}: ${d.withheld}` : `${d.day}: ${fmtInt(d.n)} reports`));
     node.append(bar);
   });
   return node;
@@ -130,7 +131,8 @@ async function indexPage() {
       el("td", { class: "text", text: m.shape || "–" }),
       el("td", { text: String(m.reports_per_day) }),
       el("td", { class: "text" }, sparkline(days)),
-      el("td", { text: last ? `${fmtInt(last.n)} on ${last.day}` : "no reports yet", dataset: { col: "last_day" } }),
+      el("td", { text: !last ? "no reports yet" : last.n === null ? `withheld on ${last.day}` : `${fmtInt(last.n)} on ${last.day}`,
+        title: last && last.n === null ? last.withheld : "", dataset: { col: "last_day" } }),
       el("td", { text: String((m.days_by_version[String(m.version)] || []).length) }),
       el("td", { text: m.lag === null ? "?" : fmtInt(m.lag), dataset: { col: "lag" } }));
     body.append(row);
