@@ -73,7 +73,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p = sub.add_parser(NAME, parents=[common], help="fold stream shards into per-day sketches",
                        description="Run a fold worker: lease shards, fold their streams, commit exactly once.",
                        formatter_class=_WorkerDefaultsHelp)
-    p.add_argument("--once", action="store_true", help="drain what is there and exit (default: follow)")
+    p.add_argument("--once", action="store_true",
+                   help="drain what is there and exit (default: follow); held uploads are released too, a group "
+                        "short of --shuffle-n-min as a block marked below it (no central ε for its day)")
     p.add_argument("--metric", action="append", metavar="NAME", help="fold only this metric (repeatable)")
     p.add_argument("--seal", action="store_true",
                    help="with --once: after draining, seal every day that can no longer change (as ldptel seal)")

@@ -76,7 +76,8 @@ class WorkerConfig:
     longer change. once: drain what is there and stop.
     prefetch: read a shard's next batch while folding the current one. shuffle: the shuffle stage this worker
     runs on the shards it leases before folding them (:mod:`ldptel.storage.shuffle`); None: it folds only what a
-    separate ``ldptel shuffle`` process releases. Invalid values raise
+    separate ``ldptel shuffle`` process releases. A ``once`` worker releases every held upload of its shards (a group
+    short of n_min as a block marked below n_min: no central ε for that day). Invalid values raise
     :class:`~ldptel.client.errors.InvalidParameterError` (a ``ValueError``).
     """
 

@@ -309,8 +309,9 @@ class Worker:
     def _poll(self, sh: OwnedShard, *, block_ms: int | None) -> int:
         """Read one batch of entries from a shard and fold it; returns the number of entries read."""
         self._ensure_lease(sh)
-        if self._shuffler is not None:  # release held uploads as shuffled blocks first (ldptel.storage.shuffle)
-            self._shuffler.shuffle(sh.metric, sh.shard)
+        if self._shuffler is not None:  # release held uploads as shuffled blocks first (ldptel.storage.shuffle);
+            # a ``once`` worker drains them too: a group short of n_min goes out as a block marked below n_min
+            self._shuffler.shuffle(sh.metric, sh.shard, flush=self.config.once)
         read = self._reader.next_read(sh, block_ms=block_ms)
         if read.entries:
             folded = fold_read(self.r, self._specs, sh, read)
