@@ -48,6 +48,7 @@ from ldptel.aggregator.dashboard.sessions import SessionStore
 from ldptel.aggregator.defaults import DISCOVER_ALPHA, DISCOVER_KEEP, DISCOVER_TOP, default_confidence
 from ldptel.aggregator.discover import DiscoverOptions, discover_metric
 from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
+from ldptel.aggregator.json_api import versioned
 from ldptel.aggregator.render import json_text
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.server.proxies import TrustedProxies
@@ -262,19 +263,19 @@ def metric(name: str) -> Response:
 @api.route("/metrics/<name>/estimate", methods=["GET", "POST"])
 def estimate(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_metric(r, name, _request_options()).to_dict())
+    return _json(versioned("result", estimate_metric(r, name, _request_options()).to_dict()))
 
 
 @api.route("/metrics/<name>/by-day", methods=["GET", "POST"])
 def by_day(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_by_day(r, name, _request_options()).to_dict())
+    return _json(versioned("result", estimate_by_day(r, name, _request_options()).to_dict()))
 
 
 @api.get("/metrics/<name>/discover")
 def discover(name: str) -> Response:
     _, r = _state()
-    return _json(discover_metric(r, name, discover_options({k: request.args.get(k) for k in request.args})).to_dict())
+    return _json(versioned("result", discover_metric(r, name, discover_options({k: request.args.get(k) for k in request.args})).to_dict()))
 
 
 # ----------------------------------------------------------------------------------------------- pages

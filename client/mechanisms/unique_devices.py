@@ -9,7 +9,7 @@ randomized response. Periods are aligned on 1970-01-01: period p of a W-day wind
 a device whose SDK does not run during period p + 1 does not report period p.
 
 The aggregator's estimate for a window reads the reports received during the next period
-(:meth:`~ldptel.client.mechanisms.capabilities.OnDevice.reported_days`): rr's debiased count of ``true`` is the
+(:meth:`~ldptel.client.mechanisms.capabilities.OnDevice.reported_days`): rr's debiased count of ``active`` is the
 estimated number of **unique devices that saw the event in the window, among the devices that sent a report for
 it** (n, the reporting devices), with rr's interval. Devices that report 0 only add noise: the count of ``true``
 is unbiased whether or not inactive devices report.
@@ -49,6 +49,7 @@ from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, ParamsBase
 
 WINDOWS = (1, 7, 28, 30)  # window lengths in days (Cobalt's); the device keeps a bitmap of 30 days
+LABELS = ("inactive", "active")  # rows of an estimate: devices that did not / did see the event in the window
 
 
 def releases_per_year(window_days: int) -> int:
@@ -110,7 +111,7 @@ class UniqueDevices(
     code = 12
     params_type = UniqueDevicesParams
     batch_type = UniqueDevicesBatch
-    proportion_of = RR.proportion_of
+    proportion_of = LABELS[1]
 
     # ------------------------------------------------------------------------------------ on the device
     def period_days(self, params: UniqueDevicesParams) -> int:
@@ -158,7 +159,7 @@ class UniqueDevices(
     ) -> Estimate:
         state.check(params)
         est = RR.estimate(params.rr, _as_rr_state(state), confidence=confidence)
-        return Estimate(self.name, est.labels, est.counts, est.stderr, est.n, confidence)
+        return Estimate(self.name, LABELS, est.counts, est.stderr, est.n, confidence)
 
     def variance(self, params: UniqueDevicesParams, counts: np.ndarray, n: int) -> np.ndarray:
         return RR.variance(params.rr, counts, n)
@@ -168,7 +169,7 @@ class UniqueDevices(
 
     def estimate_note(self, params: UniqueDevicesParams) -> str:
         w = params.window_days
-        return (f"unique devices per {w}-day window: 'true' is the estimated number of devices that saw the event in "
+        return (f"unique devices per {w}-day window: 'active' is the estimated number of devices that saw the event in "
                 f"the window, among the n devices that sent a report for it (each reports once per window, during the "
                 f"next {w} day{'s' if w > 1 else ''})")
 

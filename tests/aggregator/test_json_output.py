@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DAY = "2026-03-01"
 RESULT = {"schema_version", "metric", "version", "mechanism", "kind", "days", "shards", "n", "confidence", "postprocess",
           "estimator", "rows", "uncertainty", "uncertainty_meaning"}  # fmt: skip
+PRIVACY = {"local_epsilon", "central"}  # docs/central-privacy.md
 METRIC = {"schema_version", "name", "status", "current_version", "shards", "current", "versions"}
 ANSWER = {"question", "reachable", "recommendation", "alternative", "mechanism", "params", "epsilon", "effective_epsilon",
           "odds_bound", "central_epsilon", "central_delta", "target", "error", "error_one_day", "unit", "reports_needed", "days",
@@ -30,10 +31,10 @@ ANSWER = {"question", "reachable", "recommendation", "alternative", "mechanism",
 
 # document → (the schema_version it is pinned at, the keys it must keep)
 PINNED: dict[str, tuple[int, set[str]]] = {
-    "estimate (frequencies)": (1, RESULT),
-    "estimate (summary)": (1, RESULT),
-    "estimate (histogram)": (1, RESULT | {"percentiles", "mean", "edges"}),
-    "estimate --by-day": (1, RESULT | {"by_day", "daily"}),
+    "estimate (frequencies)": (1, RESULT | PRIVACY),
+    "estimate (summary)": (1, RESULT | PRIVACY),
+    "estimate (histogram)": (1, RESULT | PRIVACY | {"percentiles", "mean", "edges"}),
+    "estimate --by-day": (1, RESULT | {"central", "by_day", "daily"}),
     "discover": (1, RESULT | {"discovery"}),
     "metrics show": (1, METRIC),
     "metrics create": (1, METRIC),

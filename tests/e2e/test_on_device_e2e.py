@@ -102,12 +102,12 @@ def test_event_count_and_unique_devices_through_gunicorn_redis_and_the_cli(stack
     a_day_of_last_week = (dt.date(1970, 1, 1) + dt.timedelta(days=week_start + 3)).isoformat()
     uq = json.loads(_cli("estimate", "weekly", "--day", a_day_of_last_week, "--format", "json", redis_url=redis_url))
     assert uq["n"] == devices
-    true_row = next(row for row in uq["rows"] if row["value"] == "true")
+    true_row = next(row for row in uq["rows"] if row["value"] == "active")
     assert_close_normal(true_row["estimate"], float(active.sum()), true_row["stderr"], n=devices, what="unique devices")
     assert true_row["ci_low"] < true_row["estimate"] < true_row["ci_high"]
     assert "among the n devices that sent a report" in uq["note"]
     table = _cli("estimate", "weekly", "--day", a_day_of_last_week, redis_url=redis_url)
-    assert "true" in table
+    assert "active" in table and "inactive" in table
     r = redis_lib.Redis.from_url(redis_url)
     try:
         assert r.ping()

@@ -186,6 +186,16 @@ function summaryCards(doc, kind) {
   if (doc.fleet) box.append(statCard(`fleet · sample rate ${doc.fleet.sample_rate}`, fmtInt(doc.fleet.devices),
     `devices ± ${fmtInt(doc.fleet.devices_stderr)} · counts ÷ ${doc.fleet.sample_rate} (population uncertainty) · amplified ε ` +
     `${fmtEps(doc.fleet.amplified_epsilon)}: ${doc.fleet.amplified_epsilon_note}`, "fleet"));
+  // The central (ε, δ) of the shuffled reports beside the local ε, or why it does not apply (ldp-math-2 §5).
+  if (doc.central) {
+    const c = doc.central;
+    const local = doc.local_epsilon === undefined || doc.local_epsilon === null ? "" : `local ε ${fmtEps(doc.local_epsilon)} per report · `;
+    box.append(statCard("central ε", c.applicable ? fmtEps(c.epsilon) : "n/a",
+      local + (c.applicable ? `at δ ${c.delta.toExponential(0)} · ${c.basis}` : `not applicable: ${c.reason}`), "central"));
+  }
+  if (doc.withheld && doc.withheld.length) box.append(el("div", { class: "stat note-card", dataset: { summary: "withheld" } },
+    el("div", { class: "label", text: "withheld" }),
+    el("div", { class: "small", text: doc.withheld.map((w) => `${w.what}: ${w.reason}`).join(" · ") + " (left out of every total)" })));
   if (doc.discovery) {
     const d = doc.discovery;
     box.append(statCard("values found", fmtInt(d.found), `at ≥ ${d.threshold_stderr.toFixed(2)} stderr` +
