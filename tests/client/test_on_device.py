@@ -42,9 +42,9 @@ from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams, release
 from ldptel.client.sdk import tally
 from ldptel.client.sdk.ledger import lifetime_epsilon
 from ldptel.client.sdk.store import DB_FILE
-from tests.longitudinal_audit import History, audit
 from ldptel.storage.registry import retire_metric
 from tests.client.conftest import LiveServer
+from tests.longitudinal_audit import History, audit
 from tests.stats import assert_close_normal
 from tests.wait import wait_until
 
