@@ -42,13 +42,14 @@ from flask import Blueprint, Flask, Response, current_app, redirect, render_temp
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
+from ldptel.aggregator.dashboard.candidates import shipped_candidates
 from ldptel.aggregator.dashboard.config import DashboardConfig
 from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.dashboard.sessions import SessionStore
 from ldptel.aggregator.defaults import DISCOVER_ALPHA, DISCOVER_KEEP, DISCOVER_TOP, default_confidence
 from ldptel.aggregator.discover import DiscoverOptions, discover_metric
-from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
 from ldptel.aggregator.json_api import versioned
+from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
 from ldptel.aggregator.render import json_text
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.server.proxies import TrustedProxies
@@ -276,6 +277,21 @@ def by_day(name: str) -> Response:
 def discover(name: str) -> Response:
     _, r = _state()
     return _json(versioned("result", discover_metric(r, name, discover_options({k: request.args.get(k) for k in request.args})).to_dict()))
+
+
+@api.get("/candidate-lists")
+def candidate_lists() -> Response:
+    """The candidate lists shipped with the package (a sketch metric's page offers them when it has none)."""
+    return _json([{"name": c.name, "count": len(c.values), "description": c.description} for c in shipped_candidates()])
+
+
+@api.get("/candidate-lists/<name>")
+def candidate_list(name: str) -> Response:
+    for c in shipped_candidates():
+        if c.name == name:
+            return _json({"name": c.name, "description": c.description, "values": list(c.values)})
+    return _json({"error": "not_found", "message": f"no shipped candidate list {name!r}; "
+                  f"shipped: {', '.join(c.name for c in shipped_candidates())}"}, status=404)
 
 
 # ----------------------------------------------------------------------------------------------- pages
