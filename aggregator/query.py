@@ -43,7 +43,14 @@ import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
 from ldptel.aggregator.amplification import CentralPrivacy, compose_days, release_central
-from ldptel.aggregator.breakdowns import breakdown_cells, check_where, sum_summed
+from ldptel.aggregator.breakdowns import (
+    breakdown_cells,
+    cell_plans,
+    check_where,
+    merged_plan,
+    released_cells,
+    sum_summed,
+)
 from ldptel.aggregator.fleet import fleet_of
 from ldptel.aggregator.percentiles import check_percentiles
 from ldptel.aggregator.results import (
@@ -58,7 +65,7 @@ from ldptel.aggregator.results import (
 )
 from ldptel.aggregator.selection import Selection, select
 from ldptel.aggregator.selection import check_method as check_selection
-from ldptel.aggregator.withholding import Withheld, release_plan
+from ldptel.aggregator.withholding import Withheld, release_plan, threshold_of
 from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
@@ -74,6 +81,7 @@ from ldptel.storage.registry import MetricRecord
 from ldptel.storage.sealed import Summed, coarse_note
 from ldptel.storage.sealed import periods as sealed_periods
 from ldptel.storage.sealed import summed_state as sealed_summed_state
+from ldptel.storage.sealed import summed_states as sealed_summed_states
 
 
 class EmptyRangeError(LdpError, ValueError):
@@ -229,8 +237,13 @@ def released_state(r: redis_lib.Redis, target: Target, days: Sequence[str], wher
                    ) -> tuple[Summed, tuple[Withheld, ...]]:
     """:func:`summed_state` of the released units only: a day (or roll-up) with fewer reports than the metric's
     ``min_reports`` is left out of the sum (so no two ranges differ by it) and listed as withheld
-    (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld."""
-    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, where))
+    (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld. With a breakdown
+    the unit is a (combination, day) (:func:`~ldptel.aggregator.breakdowns.released_cells`)."""
+    cells = target.cells(r, where)
+    if cells != [""]:
+        return released_cells(r, target, days, cells) if threshold_of(target.record) > 0 else (
+            summed_state(r, target, days, where), ())
+    plan = release_plan(r, target.record, target.version, days, cells=cells)
     if not plan.withheld:
         return summed_state(r, target, days, where), ()
     if not plan.runs:
@@ -268,9 +281,16 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     """
     opts = query_options(options, changes)
     target = Target.resolve(r, name, opts.version)
-    params = target.params
+    opts = as_reported(mechanism_of(target.params), target.params, opts)  # on-device: read the days reports arrive on
+    candidates = _checked(target, opts)
+    summed, held = released_state(r, target, target.days(r, opts), opts.where)  # withheld days are in no sum
+    return _result(r, target, opts, candidates, summed, held, target.cells(r, opts.where))
+
+
+def _checked(target: Target, opts: QueryOptions) -> list[object] | None:
+    """Refuse options the metric cannot take (before anything is read); the unique candidates of a sketch."""
+    name, params = target.name, target.params
     mechanism = mechanism_of(params)
-    opts = as_reported(mechanism, params, opts)  # aggregated on the device: read the days its reports arrive on
     kind = result_type(mechanism.kind)
     method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
     if not kind.counts and method != "none":
@@ -291,8 +311,18 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         raise InvalidParameterError(
             "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", opts.estimator
         )
+    return candidates
 
-    summed, held = released_state(r, target, target.days(r, opts), opts.where)  # withheld days are in no sum
+
+def _result(r: redis_lib.Redis, target: Target, opts: QueryOptions, candidates: list[object] | None, summed: Summed,
+            held: tuple[Withheld, ...], cells: list[str]) -> QueryResult:
+    """The result of a query whose options :func:`_checked` accepted, from the released state it read."""
+    name, params = target.name, target.params
+    mechanism = mechanism_of(params)
+    kind = result_type(mechanism.kind)
+    method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
+    role = candidate_role(mechanism)
+    sketch = role == "required"
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     est = estimate(params, state, candidates=candidates, confidence=opts.confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not sketch)
@@ -336,7 +366,7 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         note=" ".join(x for x in (mechanism.estimate_note(params), _described_note(mechanism, params, days),
                                   coarse_note(summed)) if x),
         fleet=fleet_of(target.spec, est, counts_rows=kind.counts), withheld=held,
-        local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days, cells=target.cells(r, opts.where))[1],
+        local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days, cells=cells)[1],
         **derived,
     )
 
@@ -473,15 +503,20 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     spans = sorted({span for cell in target.cells(r, opts.where) for span in sealed_periods(
         r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)})
     # withheld days: listed, never estimated
-    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, opts.where))
+    cells = target.cells(r, opts.where)
+    plan = (release_plan(r, target.record, target.version, days, cells=cells) if cells == [""]
+            else merged_plan(cell_plans(r, target, days, cells)))  # breakdowns: per (combination, day)
     spans = [span for span in spans if span in set(plan.spans)] if plan.withheld else spans
     if not spans:
         raise WithheldRangeError(
             f"{name!r} version {target.version}: every day in the range: {plan.withheld[0].reason}",
             metric=name, version=target.version, mechanism=target.params.mechanism, withheld=plan.withheld)
     # on-device metrics: one result per period the reports describe (estimate_metric maps it back to their days)
-    spans = list(dict.fromkeys(described(mechanism, target.params, first, last) for first, last in spans))
-    results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
+    if on_device(mechanism) is None and not plan.withheld:  # each span is a plain sum of its days: read them at once
+        results = _by_span(r, target, each, spans, target.cells(r, opts.where))
+    else:
+        spans = list(dict.fromkeys(described(mechanism, target.params, first, last) for first, last in spans))
+        results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
     values: tuple[object, ...] | None = None
     if opts.top is not None:
         ranked_by = "plain" if results[0].estimator == "plain" else "corrected"
@@ -492,6 +527,21 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
                     totals[row["value"]] = totals.get(row["value"], 0.0) + row["estimate"]
         values = tuple(sorted(totals, key=lambda v: -totals[v])[: opts.top])  # stable: ties keep the first day's order
     return DailyResult(results=results, values=values, periods=tuple(spans), withheld=plan.withheld)
+
+
+def _by_span(r: redis_lib.Redis, target: Target, opts: QueryOptions, spans: Sequence[tuple[str, str]],
+             cells: list[str]) -> tuple[QueryResult, ...]:
+    """:func:`estimate_metric` of each span (released, not on-device), with every span's state read in one plan
+    and one pipelined stream per breakdown cell (:func:`ldptel.storage.sealed.summed_states`), one state per cell in
+    memory at a time: a 90-day series no longer pays a whole query per day."""
+    candidates = _checked(target, opts)
+    streams = [sealed_summed_states(r, target.name, params=target.params, version=target.version,
+                                    shards=target.record.shards, spans=spans, cell=cell) for cell in cells]
+    out = []
+    for (first, last), *parts in zip(spans, *streams, strict=True):
+        summed = sum_summed(parts) if len(parts) > 1 else parts[0]
+        out.append(_result(r, target, opts.with_(day_from=first, day_to=last), candidates, summed, (), cells))
+    return tuple(out)
 
 
 __all__ = [

@@ -307,7 +307,7 @@ class Reporter:
                 storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
                 clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size, upload_parts=upload_parts,
                 flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap),
-                notify=self._notify, retry_horizon_days=retry_horizon_days, profile=profile)
+                notify=self._notify, retry_horizon_days=retry_horizon_days, profile=profile, tick=self.release_due)
         except BaseException:
             self._db.close()
             raise
@@ -390,7 +390,8 @@ class Reporter:
 
         Only the UTC day's count and a 30-day bitmap of the days with events are kept, in the device database
         (:mod:`ldptel.client.sdk.tally`); nothing is privatized or sent for the call itself. Once a reporting period has
-        ended, the first ``count()``, :meth:`flush` or new Reporter of the next period privatizes its value and queues
+        ended, the first ``count()``, :meth:`flush`, upload cycle or new Reporter of the next period privatizes its value
+        and queues
         one report (the result's ``report`` when this call made it), charged to the ledgers like any report. Status
         ``"counted"``; ``"no_spec"`` (nothing recorded) while the spec is unknown, ``"policy_refused"`` for a served spec
         beyond the device policy. A metric reported with :meth:`report` raises
@@ -415,7 +416,9 @@ class Reporter:
         return self._tally_and_release(spec, mech, n)
 
     def release_due(self) -> None:
-        """Report every on-device metric's period that has ended (at start-up and on :meth:`flush`)."""
+        """Report every on-device metric's period that has ended. Called at start-up, by :meth:`flush` and by the
+        background upload thread before each cycle (so a running app reports within ``flush_interval`` of a period's
+        end even when it does not count); without the thread (``start=False``) call it, or flush, yourself."""
         with self._state:
             if self._closed:
                 return

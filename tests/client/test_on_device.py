@@ -24,6 +24,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,8 +42,11 @@ from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams, release
 from ldptel.client.sdk import tally
 from ldptel.client.sdk.ledger import lifetime_epsilon
 from ldptel.client.sdk.store import DB_FILE
+from ldptel.storage.registry import retire_metric
+from tests.client.conftest import LiveServer
 from tests.longitudinal_audit import History, audit
 from tests.stats import assert_close_normal
+from tests.wait import wait_until
 
 DAY = 86_400
 # A Thursday 00:00:01 UTC, day 20,000 = 2024-10-04 (a Friday); periods of 7 days start on day 20,006 (a multiple of 7)
@@ -163,6 +167,18 @@ def test_a_period_that_ended_while_the_app_was_closed_is_reported_by_the_next_re
         rep.close(timeout=0)
 
 
+def test_the_upload_thread_reports_a_period_that_ended_without_a_count(storage: Path) -> None:
+    clock = Clock(DAY0)
+    rep = Reporter("http://127.0.0.1:9", "t", storage, clock=clock, flush_interval=0.05,
+                   specs=[MetricSpec(name="u1", params=UniqueDevicesParams(epsilon=1, window_days=1))])
+    try:
+        rep.count("u1")
+        clock.next_day()  # the app keeps running and never counts again
+        wait_until(lambda: rep.stats().queued == 1, timeout=30, what="the background thread's release")
+    finally:
+        rep.close(timeout=0)
+
+
 # -------------------------------------------------------------------------------- the local state
 def test_the_tally_survives_a_sigkill_of_the_app(tmp_path: Path) -> None:
     script = f"""
@@ -245,6 +261,28 @@ def test_a_clock_set_back_keeps_counting_into_the_latest_day(storage: Path) -> N
         clock.t -= 3 * DAY
         rep.count("u7")
         assert _tallies(storage) == [("u7", DAY0 + 5, 2, 1, DAY0 // 7 - 1)]
+    finally:
+        rep.close(timeout=0)
+
+
+def test_retirement_deletes_the_tally(live: LiveServer, app_token: str, tmp_path: Path) -> None:
+    """A real ingest server retires the metric: the device's next spec refresh says so, and the tally row and the
+    cached spec are gone (count() answers no_spec); another metric's tally stays."""
+    live.create(MetricSpec(name="u7", params=UniqueDevicesParams(epsilon=1, window_days=7)))
+    live.create(MetricSpec(name="ev", params=EventCountParams(epsilon=1, hi=10)))
+    clock = Clock(int(time.time() // DAY))
+    rep = Reporter(live.url, app_token, tmp_path, start=False, clock=clock, spec_ttl=60, metrics=["u7", "ev"])
+    try:
+        assert rep.wait_for_specs(10)
+        assert rep.count("u7").status == "counted" and rep.count("ev").status == "counted"
+        assert [r[0] for r in _tallies(tmp_path)] == ["ev", "u7"]
+        retire_metric(live.redis, "u7")
+        clock.t += 61  # past the spec TTL: the next call marks it for a refresh, the next cycle fetches it
+        assert rep.count("u7").status == "counted"
+        rep.flush(timeout=5)
+        assert [r[0] for r in _tallies(tmp_path)] == ["ev"]
+        assert rep.count("u7").status == "no_spec"
+        assert [r[0] for r in _tallies(tmp_path)] == ["ev"]
     finally:
         rep.close(timeout=0)
 
