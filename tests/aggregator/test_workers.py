@@ -19,6 +19,7 @@ from ldptel.client import CmsParams, GrrParams, MetricSpec
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
+from tests.redis_gate import RedisGate
 from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
 from tests.wait import wait_until
 
@@ -49,19 +50,23 @@ def test_sigkill_mid_fold_then_restart_counts_every_report_once(
     args = ("aggregate", "--once", "--metric", "pages", "--batch", "3", "--checkpoint-every", "9", "--retention", "0")
 
     kills = 0
-    for _ in range(2):  # kill twice, each time after at least one new commit and with work still pending
+    where = redis_lib.connection.parse_url(redis_url)
+    markers = [keys.checkpoint("pages", s).encode() for s in range(shards)]
+    for count in (1, 3):  # kill twice, each time right after this worker's count-th commit reached Redis
         before = {s: redis.get(keys.checkpoint("pages", s)) for s in range(shards)}
-        proc = ldptel_popen(*args, redis_url=redis_url)
-        try:
-            _wait(
-                lambda before=before: any(redis.get(keys.checkpoint("pages", s)) != before[s] for s in range(shards)),
-                timeout=30, what="a checkpoint",
-            )
-            proc.send_signal(signal.SIGKILL)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=10)
+        # The worker talks to Redis through a gate that stops forwarding right after the commit: it cannot
+        # finish before the kill however the machine schedules it (polling for the moment was a race).
+        with RedisGate(where["port"], host=where.get("host", "127.0.0.1"), markers=markers, count=count) as gate:
+            proc = ldptel_popen(*args, redis_url=gate.url)
+            try:
+                _wait(gate.frozen.is_set, timeout=60, what="the worker's commits to reach the gate")
+                _wait(lambda before=before: any(redis.get(keys.checkpoint("pages", s)) != before[s]
+                                                for s in range(shards)), timeout=30, what="a new checkpoint")
+                proc.send_signal(signal.SIGKILL)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate(timeout=10)
         assert proc.returncode == -signal.SIGKILL
         kills += 1
         assert _lag(redis, "pages", shards) > 0, "the worker finished before it was killed; the test proves nothing"
