@@ -44,9 +44,22 @@ def ensure_env() -> None:
         venv.EnvBuilder(with_pip=True).create(VENV)
     print("dev.py: installing ldp-telemetry[test] into .venv (first run only)", file=sys.stderr)
     pip = [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    subprocess.run(pip + ["--upgrade", "pip"], check=True)
-    subprocess.run(pip + ["-e", f"{ROOT}[test]"], check=True)
+    _quiet(pip + ["--upgrade", "pip"])
+    _quiet(pip + ["-e", f"{ROOT}[test]"])
     STAMP.write_text(digest)
+
+
+def _quiet(cmd: list[str]) -> None:
+    """Run pip keeping its output unless it fails.
+
+    A successful editable install still prints setuptools' "Editable installation ... be careful with folders"
+    notice (emitted for every package-dir mapping) and any index notices of the host's pip configuration: noise on
+    a first run that looks like a problem. pyproject.toml itself builds without warnings (tests/test_packaging.py).
+    """
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        sys.exit(f"dev.py: {' '.join(cmd[2:5])} failed (exit {done.returncode}); its output is above")
 
 
 # The import packages and their folders (pyproject's package-dir); mypy reads them through links named alike.

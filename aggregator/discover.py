@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import redis as redis_lib
 
-from ldptel.aggregator.query import FrequencyResult, QueryOptions, QueryResult, Target, summed_state
+from ldptel.aggregator.query import FrequencyResult, QueryOptions, QueryResult, Target, released_state
 from ldptel.client.mechanisms import Discovering, mechanism_of
 from ldptel.client.mechanisms.base import Kind
 from ldptel.client.mechanisms.capabilities import require
@@ -51,6 +51,10 @@ class DiscoverResult:
 
     def rows(self) -> list[dict[str, Any]]:
         return self.result.rows()
+
+    @property
+    def n(self) -> int:
+        return self.result.n
 
     def to_dict(self) -> dict[str, Any]:
         d = self.discovery
@@ -89,7 +93,7 @@ def discover_metric(
     params = target.params
     mechanism = mechanism_of(params)
     found_by = require(mechanism, Discovering, f"a metric whose mechanism discovers values, not {name}")  # type: ignore[type-abstract]
-    summed = summed_state(r, target, target.days(r, opts))
+    summed, held = released_state(r, target, target.days(r, opts), opts.where)  # withheld days are in no sum
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     found = found_by.discover(params, state, keep=opts.keep, threshold=opts.threshold, alpha=opts.alpha,
                                confidence=opts.confidence, progress=progress)
@@ -99,7 +103,8 @@ def discover_metric(
         est = Estimate(est.mechanism, est.labels[: len(keep_idx)], est.counts[keep_idx], est.stderr[keep_idx], est.n,
                        est.confidence)
     result = FrequencyResult(metric=name, version=target.version, mechanism=mechanism.name, days=tuple(days),
-                             shards=target.record.shards, estimate=est, postprocess="none", adjusted=est.counts.copy())
+                             shards=target.record.shards, estimate=est, postprocess="none", adjusted=est.counts.copy(),
+                             withheld=held)
     return DiscoverResult(result=result, discovery=found)
 
 

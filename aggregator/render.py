@@ -26,21 +26,28 @@ from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import numpy as np
 
+from ldptel.aggregator.json_api import versioned
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
+    from ldptel.aggregator.amplification import CentralPrivacy
+    from ldptel.aggregator.breakdowns import BreakdownResult
     from ldptel.aggregator.discover import DiscoverResult
     from ldptel.aggregator.fleet import Fleet
     from ldptel.aggregator.percentiles import Percentile
     from ldptel.aggregator.query import DailyResult
     from ldptel.aggregator.results import QueryResult
+    from ldptel.aggregator.withholding import Withheld
 
 RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
 ESTIMATOR_COLUMN = "estimator"  # csv: last, when the result has corrected rows; table: after the value
 SIGNIFICANT_COLUMN = "significant"  # rows of candidates: distinguishable from zero over all of them (selection)
 RESULT_FORMATS = ("table", "json", "csv")
 DAILY_COLUMNS = ("day", "n")  # in front of RESULT_COLUMNS with --by-day
+# csv: last, the local ε per report and the central (ε, δ) of the row's range or day (empty where not applicable)
+PRIVACY_COLUMNS = ("local_epsilon", "central_epsilon", "central_delta")
 ESTIMATE_COLOR = "#4c72b0"  # bars of raw estimates
 MARKER_COLOR = "#dd8452"  # what is drawn over them: post-processed values, true counts
 LABEL_WIDTH = 24  # longest tick label of a chart
@@ -176,7 +183,7 @@ class Renderer:
     def write(self, result: Any, fmt: str, out: TextIO, *, summary: bool = False) -> None:
         """``result`` as ``table`` (title, what the kind adds, rows), ``json`` or ``csv``."""
         if fmt == "json":
-            write_json(result.to_dict(), out)
+            write_json(versioned("result", result.to_dict()), out)
         elif fmt == "csv":
             self.csv(result, out)
         else:
@@ -189,7 +196,7 @@ class Renderer:
 
     def csv(self, result: Any, out: TextIO) -> None:
         first = self.rows_of(result)
-        _rows_csv(first, first.rows(), out, front=())
+        _rows_csv(first, [{**row, **privacy_cells(first)} for row in first.rows()], out, front=())
 
     def table(self, result: Any, out: TextIO) -> None:
         first = self.rows_of(result)
@@ -198,26 +205,75 @@ class Renderer:
         _rows_table(first, first.rows(), out, front=())
         if first.fleet is not None:
             _write_fleet(first.fleet, out)
+        privacy_note(first.local_epsilon, first.central, out)
 
     def head(self, result: Any, out: TextIO) -> None:
         """Lines between the title and the rows (the note, the candidates' test; a kind adds its own)."""
         first = self.rows_of(result)
         if first.note:
             out.write(f"{first.note}\n")
+        withheld_note(first.withheld, out)
         selection_note(first, out)
 
     def daily(self, result: DailyResult, fmt: str, out: TextIO) -> None:
         """``--by-day``: the rows with :data:`DAILY_COLUMNS` (day, that day's n) in front."""
         if fmt == "json":
-            write_json(result.to_dict(), out)
+            write_json(versioned("result", result.to_dict()), out)
             return
         first = result.results[0]
+        cells = {result._day(i): privacy_cells(res) for i, res in enumerate(result.results)}
         if fmt == "csv":
-            _rows_csv(first, result.rows(), out, front=DAILY_COLUMNS)
+            writer = _rows_csv(first, [{**row, **cells.get(row["day"], {})} for row in result.rows()], out,
+                               front=DAILY_COLUMNS)
+            for w in result.withheld:  # a row per withheld day: its day and the reason, nothing derived from its reports
+                writer.writerow({"day": w.what, "value": w.reason})
             return
         _title(first, out, days=tuple(res.days[0] for res in result.results), n=sum(res.n for res in result.results),
                per_day=True)
+        withheld_note(result.withheld, out)
         _rows_table(first, result.rows(), out, front=DAILY_COLUMNS)
+        privacy_note(first.local_epsilon, result.central(), out)
+        per_day = [f"{day} {c['central_epsilon']:.3f}" for day, c in cells.items() if c["central_epsilon"] != ""]
+        if per_day and len(result.results) > 1:
+            out.write("central ε per day: " + ", ".join(per_day) + "\n")
+
+    def group_rows(self, result: Any, *, summary: bool = False) -> list[dict[str, Any]]:
+        """The rows one group of a breakdown shows (``--by``; a kind may show its summary instead)."""
+        rows: list[dict[str, Any]] = self.rows_of(result).rows()
+        return rows
+
+    def breakdown(self, result: BreakdownResult, fmt: str, out: TextIO, *, summary: bool = False) -> None:
+        """``--by``: each group's rows with its values and ``n`` in front; withheld groups say so."""
+        if fmt == "json":
+            write_json(versioned("breakdown", result.to_dict()), out)
+            return
+        front = (*result.by, "n")
+        rows = result.rows(summary=summary)
+        first = self.rows_of(result.total)
+        if fmt == "csv":
+            writer = csv.DictWriter(out, fieldnames=[*front, *_group_columns(first, summary), "withheld"],
+                                    lineterminator="\n", extrasaction="ignore")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: (repr(v) if isinstance(v, float) else "" if v is None else v) for k, v in row.items()})
+            return
+        _title(first, out, days=first.days, n=first.n, per_day=False)
+        where = ", ".join(f"{d}={v}" for d, v in result.where)
+        out.write(f"by {', '.join(result.by)}{f' where {where}' if where else ''} · {len(result.shown)} of "
+                  f"{len(result.groups)} groups shown (min_reports {result.min_reports}) · {PROFILE_NOTE_SHORT}\n")
+        if first.note:
+            out.write(f"{first.note}\n")
+        shown = [row for row in rows if row.get("withheld") is None]
+        if summary or not first.counts:
+            cols = ("estimate", "stderr", "ci_low", "ci_high")
+            table([*front, "value", *cols], [[*(row[c] for c in front), row["value"],
+                                               *("" if row.get(c) is None else row[c] for c in cols)] for row in shown],
+                  out, left=set(range(len(front) + 1)) - {len(front) - 1})
+        else:
+            _rows_table(first, shown, out, front=front)
+        for row in rows:
+            if row.get("withheld") is not None:
+                out.write(f"{', '.join(f'{d}={row[d]}' for d in result.by)}: {row['withheld']}\n")
 
     def plot(self, result: Any, path: str, *, max_bars: int = 50) -> None:
         """Bars of the raw estimates with their intervals, post-processed values as markers."""
@@ -287,7 +343,7 @@ class HistogramRenderer(Renderer):
             super().write(result, fmt, out)
 
     def csv(self, result: Any, out: TextIO) -> None:
-        writer = _rows_csv(result, result.rows(), out, front=())
+        writer = _rows_csv(result, [{**row, **privacy_cells(result)} for row in result.rows()], out, front=())
         for pc in result.percentiles:  # a row per asked percentile, "p50", ...
             writer.writerow({"value": f"p{pc.percentile:g}", "estimate": "" if pc.shown is None else repr(pc.shown),
                              "ci_low": repr(pc.ci_low), "ci_high": repr(pc.ci_high)})
@@ -301,23 +357,31 @@ class HistogramRenderer(Renderer):
                    for pc in result.percentiles], out)
             unresolved_note(result.percentiles, out)
 
+    def group_rows(self, result: Any, *, summary: bool = False) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = result.summary_rows() if summary else result.rows()
+        return rows
+
     def summary(self, result: Any, fmt: str, out: TextIO) -> None:
         rows = result.summary_rows()
         if fmt == "csv":
-            writer = csv.DictWriter(out, fieldnames=RESULT_COLUMNS, lineterminator="\n", extrasaction="ignore")
+            writer = csv.DictWriter(out, fieldnames=RESULT_COLUMNS + PRIVACY_COLUMNS, lineterminator="\n",
+                                    extrasaction="ignore")
             writer.writeheader()
             for row in rows:
+                row = {**row, **privacy_cells(result)}
                 writer.writerow({k: (repr(v) if isinstance(v, float) else "" if v is None else v) for k, v in row.items()})
             return
         out.write(f"{result.metric} v{result.version} ({result.mechanism}) · {_span(result.days)} · n = {result.n:,} "
                   f"reports · {result.confidence:.0%} intervals\n")
         if result.note:
             out.write(f"{result.note}\n")
+        withheld_note(result.withheld, out)
         cols = ("estimate", "stderr", "ci_low", "ci_high")
         table(["value", *cols], [[row["value"], *("" if row[c] is None else row[c] for c in cols)] for row in rows], out)
         unresolved_note(result.percentiles, out)
         if result.mean is not None:
             out.write(MIDPOINT_NOTE.format(bound=fmt_num(result.mean.midpoint_bound)) + "\n")
+        privacy_note(result.local_epsilon, result.central, out)
 
     def mark(self, result: Any, ax: Axes, count: int) -> None:
         if len(result.edges) == count + 1:  # each percentile where it falls inside its bar
@@ -370,6 +434,18 @@ def write_daily(result: DailyResult, fmt: str, out: TextIO) -> None:
     renderer(result.results[0].kind).daily(result, fmt, out)
 
 
+def write_breakdown(result: BreakdownResult, fmt: str, out: TextIO, *, summary: bool = False) -> None:
+    """``--by``: a breakdown (:mod:`ldptel.aggregator.breakdowns`) through the renderer of its groups' kind."""
+    renderer(result.kind).breakdown(result, fmt, out, summary=summary)
+
+
+def _group_columns(first: QueryResult, summary: bool) -> tuple[str, ...]:
+    return ("value", "estimate", "stderr", "ci_low", "ci_high") if summary or not first.counts else _columns(first)
+
+
+PROFILE_NOTE_SHORT = "profile values are not privatized (docs/breakdowns.md)"
+
+
 def plot_result(result: Any, path: str, *, max_bars: int = 50) -> None:
     """``--plot``: the result's chart (its renderer)."""
     renderer(result.kind).plot(result, path, max_bars=max_bars)
@@ -405,6 +481,29 @@ def _write_fleet(fleet: Fleet, out: TextIO) -> None:
     out.write(f"amplified ε {fleet.amplified_epsilon:.4g} (ε {fleet.epsilon:.4g} per device and day): {AMPLIFIED_EPSILON_NOTE}\n")
 
 
+def privacy_cells(result: QueryResult) -> dict[str, Any]:
+    """The :data:`PRIVACY_COLUMNS` of a result: its local ε, and its central (ε, δ) or empty where not applicable."""
+    central = result.central
+    ok = central is not None and central.applicable
+    return {"local_epsilon": "" if result.local_epsilon is None else result.local_epsilon,
+            "central_epsilon": central.epsilon if ok else "",  # type: ignore[union-attr]
+            "central_delta": central.delta if ok else ""}  # type: ignore[union-attr]
+
+
+def privacy_note(local: float | None, central: CentralPrivacy | None, out: TextIO) -> None:
+    """One line: the local ε of a report beside the central (ε, δ), or why the central bound does not apply."""
+    if central is None:
+        return
+    head = "" if local is None else f"local ε {local:.4g} per report · "
+    out.write(f"{head}{central.line()}\n")
+
+
+def withheld_note(withheld: Sequence[Withheld], out: TextIO) -> None:
+    """One line per day (or roll-up) under the metric's min_reports: shown nowhere, left out of every total."""
+    for w in withheld:
+        out.write(f"{w.what}: {w.reason}; left out of every estimate and total\n")
+
+
 def selection_note(first: QueryResult, out: TextIO) -> None:
     """That the rows were selected from the candidates, and how ``*`` (distinguishable from zero) was decided."""
     for name, sel in (("", first.selection), ("corrected rows: ", first.corrected_selection)):
@@ -421,7 +520,7 @@ def _rows_csv(first: QueryResult, rows: list[dict[str, Any]], out: TextIO, *, fr
     # Plain-only results keep the columns they always had; results with corrected rows say which row is which.
     labelled = first.estimator != "plain"
     marked = (SIGNIFICANT_COLUMN,) if first.selection is not None else ()
-    fields = front + _columns(first) + marked + ((ESTIMATOR_COLUMN,) if labelled else ())
+    fields = front + _columns(first) + marked + ((ESTIMATOR_COLUMN,) if labelled else ()) + PRIVACY_COLUMNS
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -35,6 +35,10 @@ from ldptel.client import Estimate
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.base import Kind
 from ldptel.client.protocol.params import ParamsBase
+
+if TYPE_CHECKING:
+    from ldptel.aggregator.amplification import CentralPrivacy
+    from ldptel.aggregator.withholding import Withheld
 
 EstimatorChoice = Literal["plain", "corrected", "both"]
 ESTIMATOR_CHOICES: tuple[EstimatorChoice, ...] = ("plain", "corrected", "both")
@@ -101,6 +105,12 @@ class QueryResult:
     # Candidates tested for f > 0 over all of them (:mod:`~ldptel.aggregator.selection`), one per estimator
     selection: Selection | None = None
     corrected_selection: Selection | None = None
+    # days (or roll-ups) of the range under the metric's min_reports: left out of every sum, listed with the reason
+    withheld: tuple[Withheld, ...] = ()
+    # the local ε of one report, and the central (ε, δ) of the shuffled reports or why it does not apply
+    # (:mod:`~ldptel.aggregator.amplification`); None: not computed (a result built outside a query)
+    local_epsilon: float | None = None
+    central: CentralPrivacy | None = None
 
     @property
     def estimates(self) -> tuple[tuple[Estimate, np.ndarray], ...]:
@@ -160,6 +170,12 @@ class QueryResult:
             out["corrected_selection"] = self.corrected_selection.to_dict()
         if self.note:
             out["note"] = self.note
+        if self.withheld:
+            out["withheld"] = [w.to_dict() for w in self.withheld]
+        if self.local_epsilon is not None:
+            out["local_epsilon"] = self.local_epsilon
+        if self.central is not None:
+            out["central"] = self.central.to_dict()
         out["uncertainty"] = self.uncertainty
         out["uncertainty_meaning"] = RANDOMIZATION_MEANING if self.uncertainty == "randomization" else POPULATION_MEANING
         if self.counts and self.uncertainty == "randomization":

@@ -37,6 +37,7 @@ from ldptel.server.state import (
     BatchIdConflictError,
     IngestState,
     append_batch,
+    batch_cell,
     bearer_digest,
     cached_record,
     check_batch_age,
@@ -109,6 +110,7 @@ class FastIngest:
             if not record.active or header.version != record.current_version:
                 return None  # Flask re-reads the registry before it answers 409
             validated_payload(body, header, record.current.params)  # full validation against the current spec
+            cell = batch_cell(state, record.current, header)  # Flask answers 400 invalid_profile
         except redis.RedisError:
             raise
         except Exception:
@@ -120,7 +122,8 @@ class FastIngest:
             return None  # Flask answers 400/422
         try:
             return append_batch(
-                state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, age=age
+                state, record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body, age=age,
+                cell=cell,
             )
         except BatchIdConflictError:
             return None  # nothing was written: Flask runs it again and answers 409 batch_id_conflict

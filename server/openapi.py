@@ -173,6 +173,12 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "days each sealed day keeps its own state before only 32-day roll-ups hold it "
                 "(absent: every day is kept; ldptel metrics retention)",
             },
+            "min_reports": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "reporting threshold: estimates of a day or breakdown combination with fewer reports are "
+                "withheld (absent: 0, no threshold; ldptel metrics create --min-reports, min_reports in a metrics file)",
+            },
         },
         "additionalProperties": False,
     },

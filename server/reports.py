@@ -48,6 +48,7 @@ from ldptel.client.errors import WireFormatError
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.wire import (
     BATCH_AGE_HEADER,
+    BatchHeader,
     batch_from_json,
     decode_header,
     encode_batch,
@@ -62,6 +63,7 @@ from ldptel.server.state import (
     BatchIdConflictError,
     IngestState,
     append_batch,
+    batch_cell,
     cached_record,
     check_batch_age,
     current_state,
@@ -86,6 +88,7 @@ class _Batch:
     version: int
     n: int
     data: bytes
+    cell: str = ""  # the canonical breakdown cell ("" without breakdown)
 
 
 @bp.post("/v1/reports")
@@ -106,7 +109,7 @@ def post_reports() -> Response:
         batch = _binary_batch(state, body) if mimetype == _BINARY else _json_batch(state, body)
         try:
             accepted = append_batch(state, record=batch.record, batch_id=batch.batch_id, version=batch.version,
-                                    n=batch.n, data=batch.data, age=age)
+                                    n=batch.n, data=batch.data, age=age, cell=batch.cell)
         except BatchAgeError as exc:
             fail(exc.status, exc.code, str(exc), metric=batch.record.name, n=batch.n)
         except BatchIdConflictError as exc:
@@ -136,7 +139,7 @@ def _part(state: IngestState, body: bytes, age: str | None) -> dict[str, object]
         try:
             accepted = append_batch(
                 state, record=batch.record, batch_id=batch.batch_id, version=batch.version, n=batch.n,
-                data=batch.data, age=age,
+                data=batch.data, age=age, cell=batch.cell,
             )
         except BatchIdConflictError as exc:
             _conflict(batch, exc)
@@ -160,7 +163,16 @@ def _binary_batch(state: IngestState, body: bytes) -> _Batch:
         validated_payload(body, header, spec.params)
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=header.metric, n=header.n)
-    return _Batch(record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body)
+    return _Batch(record=record, batch_id=header.batch_id, version=header.version, n=header.n, data=body,
+                  cell=_cell(state, spec, header))
+
+
+def _cell(state: IngestState, spec: MetricSpec, header: BatchHeader) -> str:
+    """The batch's breakdown cell, or 400 ``invalid_profile`` naming the metric's dimensions."""
+    try:
+        return batch_cell(state, spec, header)
+    except WireFormatError as exc:
+        fail(400, "invalid_profile", str(exc), metric=header.metric, n=header.n, breakdown=list(spec.breakdown))
 
 
 def _json_batch(state: IngestState, body: bytes) -> _Batch:
@@ -177,12 +189,15 @@ def _json_batch(state: IngestState, body: bytes) -> _Batch:
         if header.metric != record.name:  # pragma: no cover - batch_from_json keeps the given name
             raise WireFormatError("metric name mismatch")
         data = encode_batch(
-            metric=record.name, version=version, batch_id=header.batch_id, batch=batch, params=spec.params
+            metric=record.name, version=version, batch_id=header.batch_id, batch=batch, params=spec.params,
+            profile=header.profile.encode("ascii"),
         )
-        validated_payload(data, decode_header(data), spec.params)  # the same checks as the binary form
+        header = decode_header(data)
+        validated_payload(data, header, spec.params)  # the same checks as the binary form
     except WireFormatError as exc:
         fail(400, "invalid_batch", str(exc), metric=record.name, n=n)
-    return _Batch(record=record, batch_id=header.batch_id, version=version, n=header.n, data=data)
+    return _Batch(record=record, batch_id=header.batch_id, version=version, n=header.n, data=data,
+                  cell=_cell(state, spec, header))
 
 
 def _target(state: IngestState, metric: str, version: int, n: int) -> tuple[MetricRecord, MetricSpec]:

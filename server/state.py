@@ -21,7 +21,8 @@ from redis.exceptions import RedisClusterException
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
-from ldptel.client.protocol.specs import Params
+from ldptel.client.protocol.breakdown import ProfileSchema, cell_of
+from ldptel.client.protocol.specs import MetricSpec, Params
 from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
 from ldptel.server.prom import Telemetry
@@ -39,6 +40,7 @@ __all__ = [
     "BatchAgeError",
     "BatchIdConflictError",
     "append_batch",
+    "batch_cell",
     "check_batch_age",
     "validated_payload",
     "bearer_digest",
@@ -141,6 +143,17 @@ def cached_record(state: IngestState, name: str, *, fresh: bool = False) -> Metr
     return record
 
 
+def batch_cell(state: IngestState, spec: MetricSpec, header: BatchHeader) -> str:
+    """The canonical breakdown cell of a batch (:func:`~ldptel.client.protocol.breakdown.cell_of`) by the values the
+    spec declares (the registry keeps them current in the record: no extra read): "" for a metric without
+    breakdown; raises WireFormatError for a profile the metric does not declare."""
+    if not spec.breakdown:
+        if header.profile:
+            cell_of(header.profile, (), ProfileSchema({}))  # raises: names dimensions the metric does not declare
+        return ""
+    return cell_of(header.profile, spec.breakdown, spec.profile_schema)
+
+
 class BatchAgeError(LdpError):
     """The batch's age (``X-Ldptel-Batch-Age-Days``) is invalid (400) or beyond the retry horizon (422)."""
 
@@ -181,7 +194,7 @@ class BatchIdConflictError(LdpError):
 
 def append_batch(
     state: IngestState, *, record: MetricRecord, batch_id: bytes, version: int, n: int, data: bytes,
-    age: str | None = None,
+    age: str | None = None, cell: str = "",
 ) -> dict[str, Any]:
     """Append a validated binary batch (once per batch id), count it, and return the body of the 202.
 
@@ -201,6 +214,7 @@ def append_batch(
         day=day,
         dedupe_days=state.config.retry_horizon_days + 1,  # see check_batch_age
         earlier_shards=record.earlier_shards(state.config.retry_horizon_days + 1),  # after a shard-count growth
+        cell=cell,
     )
     if result.conflict:
         raise BatchIdConflictError(batch_id)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, SOCKET_TIMEOUT, UserError, connected, positive_int
 from ldptel.aggregator.cli.output import write_json
+from ldptel.aggregator.json_api import versioned
 
 if TYPE_CHECKING:
     from ldptel.aggregator.worker import Worker, WorkerConfig, WorkerStats
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if tty:
         err.write("\n")
     if args.once:
-        write_json(stats.to_dict(), out, indent=None)
+        write_json(versioned("aggregate", stats.to_dict()), out, indent=None)
         if stats.unclaimed:  # drain and exit promised everything: say what was not folded, and why
             raise UserError(
                 f"{len(stats.unclaimed)} shard(s) not folded ({', '.join(stats.unclaimed)}): other workers still "

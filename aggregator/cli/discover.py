@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from ldptel.aggregator.cli.common import EXIT_OK, confidence, connected, day, positive_int
+from ldptel.aggregator.cli.common import EXIT_OK, comma_list, confidence, connected, day, positive_int
 from ldptel.aggregator.cli.estimate import STDERR_MEANING
 from ldptel.aggregator.cli.extras import install_hint
 from ldptel.aggregator.cli.output import RESULT_FORMATS, no_data_as_empty, plot_result, write_result
@@ -55,6 +55,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     level = default_confidence()
     p.add_argument("--confidence", type=confidence, default=level, help=f"interval level (default {level})")
     p.add_argument("--plot", metavar="FILE.png", help=f"bar chart with error bars (needs {install_hint('plot')})")
+    p.add_argument("--by", type=comma_list, metavar="DIM[,DIM]",
+                   help="breakdown metrics: discover per combination of these profile dimensions' values (and over "
+                        "all); groups below min_reports are withheld. Profile values are not privatized: docs/breakdowns.md")
+    p.add_argument("--where", action="append", metavar="DIM=VALUE",
+                   help="breakdown metrics: only reports whose profile has this value (repeatable)")
     p.set_defaults(func=run)
 
 
@@ -71,10 +76,26 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         err.write(f"{start}ldptel discover: round {done}/{total}{end}")
         err.flush()
 
+    from ldptel.aggregator.breakdowns import parse_where
+
+    where = parse_where(args.where or [])
     with connected(args.redis_url) as r, no_data_as_empty(args.format, out, err) as empty:
+        if args.by:
+            from ldptel.aggregator.breakdowns import estimate_breakdown, plot_breakdown
+            from ldptel.aggregator.discover import DiscoverOptions
+            from ldptel.aggregator.render import write_breakdown
+
+            options = DiscoverOptions(version=args.version, day_from=day_from, day_to=day_to, top=args.top,
+                                      keep=args.keep, threshold=args.threshold, alpha=args.alpha,
+                                      confidence=args.confidence, where=where)
+            broken = estimate_breakdown(r, args.metric, args.by, options, query=discover_metric)
+            if args.plot:
+                plot_breakdown(broken, args.plot)
+            write_breakdown(broken, args.format, out)
+            return EXIT_OK
         found = discover_metric(r, args.metric, version=args.version, day_from=day_from, day_to=day_to, top=args.top,
                                 keep=args.keep, threshold=args.threshold, alpha=args.alpha,
-                                confidence=args.confidence, progress=progress)
+                                confidence=args.confidence, progress=progress, where=where)
     if empty.written:
         return EXIT_OK
     if args.plot:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
-from typing import TextIO
+from typing import Any, TextIO
 
 from ldptel.aggregator.cli.common import (
     EXIT_OK,
@@ -97,6 +97,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p.add_argument("--by-day", action="store_true",
                    help="one row per UTC day and value (each day estimated on its own; --top keeps the same values "
                         "every day, ranked by their estimate summed over the days)")
+    p.add_argument("--by", type=comma_list, metavar="DIM[,DIM]",
+                   help="breakdown metrics: one estimate per combination of these profile dimensions' values (e.g. "
+                        "os or os,app_version), each with its own intervals, and the total; groups below the metric's "
+                        "min_reports are withheld. Profile values are not privatized: docs/breakdowns.md")
+    p.add_argument("--where", action="append", metavar="DIM=VALUE",
+                   help="breakdown metrics: only reports whose profile has this value (repeatable, e.g. --where "
+                        "os=android); the names and values are checked against the registry")
     p.set_defaults(func=run)
 
 
@@ -106,6 +113,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     if args.by_day and args.plot:
         raise UserError("--plot draws the estimates over the whole range; drop --by-day (the dashboard charts days)")
+    if args.by_day and args.by:
+        raise UserError("--by and --by-day cannot be combined: use --by with --day DAY, one day at a time")
+    from ldptel.aggregator.breakdowns import parse_where
+
+    where = parse_where(args.where or [])
     candidates: list[str] | None = None
     if args.candidates:
         candidates = read_values(args.candidates, what="candidates file")
@@ -128,7 +140,10 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             simultaneous=args.simultaneous,
             postprocess=args.postprocess,  # None: the kind's default (norm-sub for a numeric histogram)
             percentiles=list(DEFAULT_PERCENTILES) if summary and levels is None else levels,
+            where=where,
         )
+        if args.by:
+            return _breakdown(r, args, options, out, summary=summary)
         if args.by_day:
             daily = estimate_by_day(r, args.metric, options)
             if args.uncertainty == "population":
@@ -143,6 +158,19 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.plot:
         plot_result(result, args.plot)
     write_result(result, args.format, out, summary=summary)
+    return EXIT_OK
+
+
+def _breakdown(r: Any, args: argparse.Namespace, options: Any, out: TextIO, *, summary: bool) -> int:
+    from ldptel.aggregator.breakdowns import estimate_breakdown, plot_breakdown
+    from ldptel.aggregator.render import write_breakdown
+
+    result = estimate_breakdown(r, args.metric, args.by, options)
+    if args.uncertainty == "population":
+        raise UserError("--uncertainty population is not available with --by yet; use it per group with --where")
+    if args.plot:
+        plot_breakdown(result, args.plot)
+    write_breakdown(result, args.format, out, summary=summary)
     return EXIT_OK
 
 

@@ -1,8 +1,9 @@
 """``ldptel metrics list|show|create|retire|plan|diff|apply``: the metric registry (:mod:`ldptel.storage.registry`).
 
-``create`` builds the spec from a ``--spec-file`` (a MetricSpec as JSON) or from options: the mechanism
-options the user gave (:data:`PARAMS_OPTIONS`) go to :func:`~ldptel.client.protocol.specs.params_from_dict`
-as they are, so the params themselves say which options a mechanism takes and which values are valid. A
+``create`` builds the spec from a ``--spec-file`` (a MetricSpec as JSON) or from options: a flag per params field,
+derived from the mechanisms' params schemas (:mod:`ldptel.aggregator.cli.params_options`: TOML key ``hash_seed`` is
+``--hash-seed``), the ones given going to :func:`~ldptel.client.protocol.specs.params_from_dict` as they are, so the
+params themselves say which values are valid. A
 spec with the current version's privatization edits its metadata in place; any other is a new version.
 ``plan``, ``diff`` and ``apply`` take a TOML file of many metrics (:mod:`ldptel.aggregator.cli.metrics_file`).
 """
@@ -10,6 +11,7 @@ spec with the current version's privatization edits its metadata in place; any o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 from collections.abc import Sequence
@@ -24,10 +26,12 @@ from ldptel.aggregator.cli.common import (
     day,
     positive_int,
     read_text,
-    read_values,
 )
 from ldptel.aggregator.cli.output import table, write_json
-from ldptel.client.mechanisms import Sketch, mechanism_names, mechanism_of
+from ldptel.aggregator.cli.params_options import add_params_options, params_dict
+from ldptel.aggregator.json_api import versioned
+from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms import mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 
 if TYPE_CHECKING:
@@ -39,22 +43,22 @@ NAME = "metrics"
 EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 RECORD_FORMATS = ("table", "json")
-RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "expires", "owner")
+RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "min reports",
+                  "expires", "owner")
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
-# options of `metrics create` that are params fields, passed to params_from_dict when given
-PARAMS_OPTIONS = ("k", "m", "hash_seed", "domain", "prob_bits", "max_bytes", "variant", "encoding")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
-    sketches = ", ".join(mechanism_names(having=Sketch))
     met = sub.add_parser(NAME, help="manage the metric registry",
                          description="List, show, create, grow or retire metrics, or plan, diff and apply a TOML file of them.")
     msub = met.add_subparsers(dest="action", metavar="ACTION", required=True)
     mlist = msub.add_parser("list", parents=[common], help="every metric (status 'expired' past its expires day)")
     mlist.add_argument("--format", choices=RECORD_FORMATS, default="table")
-    mshow = msub.add_parser("show", parents=[common], help="one metric's record (JSON)")
+    mshow = msub.add_parser("show", parents=[common], help="one metric's record (JSON by default)")
     mshow.add_argument("name", metavar="NAME")
+    mshow.add_argument("--format", choices=RECORD_FORMATS, default="json",
+                       help="json (default: the versioned record, docs/json-output.md) or table (a readable summary)")
     mcreate = msub.add_parser(
         "create", parents=[common], help="create a metric, a new version of it, or edit its metadata",
         description="Create a metric. On an existing one: a new version when the privatization (params or "
@@ -64,20 +68,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--spec-file", metavar="FILE", help="a MetricSpec as JSON instead of the options below")
     mcreate.add_argument("--mechanism", choices=mechanism_names())
     mcreate.add_argument("--epsilon", type=float, help="ε per report")
-    mcreate.add_argument("--k", type=int, help=f"sketch rows ({sketches})")
-    mcreate.add_argument("--m", type=int, help=f"sketch columns, a power of two ({sketches})")
-    mcreate.add_argument("--hash-seed", type=int, help="sketch hash seed (default 0)")
-    mcreate.add_argument("--domain", type=comma_list, metavar="A,B,...", help="grr labels, comma-separated")
-    mcreate.add_argument("--domain-file", metavar="FILE", help="grr labels, one per line")
-    mcreate.add_argument("--prob-bits", type=int, help="probability resolution in bits (default: automatic)")
-    mcreate.add_argument("--max-bytes", type=int, help="discovery metrics: longest value in UTF-8 bytes")
-    numeric = mcreate.add_argument_group("numeric metrics (values are clipped to the range on the device)")
-    numeric.add_argument("--range", type=float, nargs=2, metavar=("LO", "HI"), help="the declared value range")
-    numeric.add_argument("--variant", help="mean: auto (default) | onebit | dhm")
-    numeric.add_argument("--buckets", type=int, metavar="D", help="histogram: D buckets over --range")
-    numeric.add_argument("--scale", default="linear", help="histogram buckets: linear (default) | log")
-    numeric.add_argument("--edges", type=comma_list, metavar="E0,E1,...", help="histogram: explicit bucket edges")
-    numeric.add_argument("--encoding", help="histogram: auto (default) | grr | oue")
+    add_params_options(mcreate)
     mcreate.add_argument("--reports-per-day", type=int, default=1, help="reports a device may send per day")
     mcreate.add_argument("--sample-rate", type=float, default=1.0, metavar="BETA",
                          help="secret sampling: each device takes part on a day with probability BETA in (0, 1], "
@@ -87,6 +78,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     mcreate.add_argument("--expires", type=day, metavar="DAY", help="metadata: UTC day after which it is listed as expired")
     mcreate.add_argument("--notes", default="", help="metadata: free text")
     mcreate.add_argument("--shards", type=int, help="stream shards (new metrics only; raise later with metrics grow)")
+    mcreate.add_argument("--min-reports", type=int, metavar="N",
+                         help="reporting threshold: estimates of a day with fewer than N reports are withheld "
+                              "everywhere, and left out of every total (0: off, a new metric's default; left out: "
+                              "unchanged). Lowering it releases days that were withheld")
+    mcreate.add_argument("--breakdown", type=comma_list, metavar="DIM[,DIM]", default=[],
+                         help="profile dimensions to break the metric down by (declared with `ldptel metrics profile`); "
+                              "their values travel in clear with each batch: docs/breakdowns.md")
     mcreate.add_argument("--allow-above-default-policy", action="store_true",
                          help="register a spec beyond the default device PrivacyPolicy (ε 4 per report, 8 per day, "
                          "ε∞ 8): only for fleets whose apps set a wider policy; without it such a spec is refused")
@@ -106,6 +104,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     keep.add_argument("--days", type=int, metavar="DAYS", help="days a sealed day keeps its own state (0 or more)")
     keep.add_argument("--forever", action="store_true", help="keep every day's state (the default of a new metric)")
     mret.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mprof = msub.add_parser("profile", parents=[common], help="show or change the profile schema (breakdown dimensions)",
+                            description="The registry's profile schema: each dimension's declared values ('other' is "
+                            "implicit). Metrics name dimensions in breakdown = [...]. Growing a dimension's values (a "
+                            "new release) is no new version. Profile values are not privatized: docs/breakdowns.md")
+    mprof.add_argument("--set", action="append", metavar="DIM=V1,V2,...", default=[],
+                       help="declare DIM with exactly these values (repeatable; replaces DIM's list)")
+    mprof.add_argument("--remove", action="append", metavar="DIM", default=[],
+                       help="remove a dimension no active metric uses")
+    mprof.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mretire = msub.add_parser("retire", parents=[common], help="stop accepting reports (sketches stay)")
     mretire.add_argument("name", metavar="NAME")
     mretire.add_argument("--format", choices=RECORD_FORMATS, default="table")
@@ -134,29 +141,37 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if action == "list":
             _write_records(registry.list_metrics(r), args.format, out)
         elif action == "show":
-            write_json(with_sampling(registry.get_metric(r, args.name)), out)
+            record = registry.get_metric(r, args.name)
+            doc = {**with_sampling(record), "min_reports": record.min_reports}
+            if record.current.breakdown:
+                doc["breakdown"] = metrics_file.breakdown_facts(record.current)
+            _write_show(doc, args.format, out)
+        elif action == "profile":
+            _run_profile(r, args, out)
         elif action == "create":
-            if args.domain_file:
-                args.domain = read_values(args.domain_file, what="domain file")
             spec = spec_from_args(args)
             registry.check_default_policy(r, [spec], allow=args.allow_above_default_policy)
+            if args.min_reports is not None:
+                registry.check_min_reports(args.min_reports)  # before anything is written
             rec, change = registry.register_metric(r, spec, shards=args.shards)
+            if args.min_reports is not None:  # a record field, not a version: set after the spec (idempotent)
+                rec = registry.set_min_reports(r, spec.name, args.min_reports)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
-                write_json(rec.to_dict(), out)
+                write_json(versioned("metric", rec.to_dict()), out)
             else:
                 _write_records([rec], "table", out)
         elif action == "grow":
-            _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out)
+            _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out, one=True)
         elif action == "retention":
             rec = registry.set_retention(r, args.name, None if args.forever else args.days)
             if args.format == "json":
-                write_json(rec.to_dict(), out)
+                write_json(versioned("metric", rec.to_dict()), out)
             else:
                 _write_records([rec], "table", out)
                 out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
         elif action == "retire":
-            _write_records([registry.retire_metric(r, args.name)], args.format, out)
+            _write_records([registry.retire_metric(r, args.name)], args.format, out, one=True)
         else:
             return _run_file(r, action, args.file, args.format if action != "diff" else "table", out,
                              allow=getattr(args, "allow_above_default_policy", False))
@@ -168,19 +183,33 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
     ``plan`` and ``apply`` refuse a metric beyond the default device policy unless it (or ``allow``) allows it."""
     from ldptel.storage import registry
 
-    metrics = metrics_file.load_metrics_file(path)
+    metrics, profile = metrics_file.load_metrics_document(path)
+    schema = registry.get_profile(r) if profile is None else profile
+    try:
+        registry.check_breakdowns(schema, [item.spec for item in metrics])
+    except InvalidParameterError as exc:
+        raise UserError(f"metrics file {path}: {exc}; nothing was changed") from None
+    metrics = [dataclasses.replace(item, spec=registry.with_profile(item.spec, schema)) for item in metrics]
     if action != "diff":
         registry.check_default_policy(r, [item.spec for item in metrics],
                                       allow=allow or {item.spec.name for item in metrics if item.allow_above_default_policy})
     records = registry.list_metrics(r)
     changes, missing = metrics_file.plan_file(records, metrics)
     retention = metrics_file.retention_changes(records, metrics)
+    thresholds = metrics_file.min_reports_changes(records, metrics)
     lines = [f"~ {name}: retention_days {'forever' if before is None else before} → {after}" for name, before, after in retention]
+    lines += [f"~ {name}: min_reports {before or 'off'} → {after or 'off'}" for name, before, after in thresholds]
     if action == "diff":
         differs = metrics_file.write_diff(changes, missing, out)
         out.writelines(line + "\n" for line in lines)
         return EXIT_DIFFERS if differs or lines else EXIT_OK
+    before_profile = registry.get_profile(r)
+    if profile is not None and profile != before_profile:
+        lines.insert(0, f"~ profile: {json.dumps(before_profile.to_dict())} → {json.dumps(profile.to_dict())} "
+                        "(declared values; metrics broken down by them are edited in place)")
     if action == "apply":
+        if profile is not None and profile != before_profile:
+            registry.set_profile(r, profile)  # first: the metrics below may name its new dimensions
         try:
             applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
         except registry.RegistryConflictError as exc:
@@ -188,15 +217,46 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
         changes = [change for _, change in applied]
         for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
             registry.set_retention(r, name, after)
+        for name, _before, threshold in thresholds:
+            registry.set_min_reports(r, name, threshold)
     if fmt == "json":
         doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
         if retention:
             doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
-        write_json(doc, out)
+        if thresholds:
+            doc["min_reports"] = [{"name": n, "before": b, "after": a} for n, b, a in thresholds]
+        write_json(versioned("metrics-plan", doc), out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
         out.writelines(line + "\n" for line in lines)
     return EXIT_OK
+
+
+def _run_profile(r: redis.Redis, args: argparse.Namespace, out: TextIO) -> None:
+    """``metrics profile``: print the schema, after ``--set``/``--remove`` if given (one transaction)."""
+    from ldptel.client.protocol.breakdown import ProfileSchema
+    from ldptel.storage import registry
+
+    schema = registry.get_profile(r)
+    if args.set or args.remove:
+        dims = dict(schema.dimensions)
+        for text in args.set:
+            dim, eq, values = text.partition("=")
+            if not eq:
+                raise UserError(f"--set takes DIM=V1,V2,..., got {text!r}")
+            dims[dim.strip()] = tuple(comma_list(values))
+        for dim in args.remove:
+            if dim not in dims:
+                raise UserError(f"--remove {dim}: no such dimension; declared: {', '.join(dims) or 'none'}")
+            del dims[dim]
+        schema = registry.set_profile(r, ProfileSchema(dims))
+    if args.format == "json":
+        write_json(versioned("profile", {"dimensions": schema.to_dict(), "implicit": "other"}), out)
+        return
+    if not schema.dimensions:
+        out.write("no profile dimensions declared (ldptel metrics profile --set os=android,ios,web)\n")
+        return
+    table(["dimension", "values"], [[d, ", ".join(schema.values(d))] for d in schema.dimensions], out)
 
 
 def spec_from_args(args: argparse.Namespace) -> MetricSpec:
@@ -214,17 +274,16 @@ def spec_from_args(args: argparse.Namespace) -> MetricSpec:
         raise UserError("metrics create needs a NAME (or a --spec-file that has one)")
     if not args.mechanism or args.epsilon is None:
         raise UserError("metrics create needs --mechanism and --epsilon (or --spec-file FILE)")
-    given = {name: getattr(args, name) for name in PARAMS_OPTIONS if getattr(args, name) is not None}
-    given.update(_numeric_params(args))
     return MetricSpec(
         name=args.name,
-        params=params_from_dict({"mechanism": args.mechanism, "epsilon": args.epsilon, **given}),
+        params=params_from_dict(params_dict(args.mechanism, args.epsilon, args)),
         reports_per_day=args.reports_per_day,
         sample_rate=args.sample_rate,
         description=args.description,
         owner=args.owner,
         expires=args.expires,
         notes=args.notes,
+        breakdown=tuple(args.breakdown),
     )
 
 
@@ -260,34 +319,40 @@ def _above_policy(record: MetricRecord) -> str | None:
     return None if found is None else found[0].replace("the device policy", "the default device policy")
 
 
-def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> None:
+def _write_show(doc: dict[str, Any], fmt: str, out: TextIO) -> None:
+    """``metrics show``: the record as JSON (default; versioned) or a readable summary of every version."""
+    if fmt == "json":
+        write_json(versioned("metric", doc), out)
+        return
+    out.write(f"{doc['name']} · {doc['status']} · {doc['shards']} shards · current version {doc['current_version']}\n")
+    for version, spec in doc["versions"].items():
+        params = spec["params"]
+        rest = ", ".join(f"{k}={v}" for k, v in params.items() if k not in ("mechanism", "epsilon", "domain"))
+        if "domain" in params:
+            rest = ", ".join(filter(None, [rest, f"domain of {len(params['domain'])} labels"]))
+        out.write(f"  v{version}: {params['mechanism']} · ε = {params['epsilon']:g}" + (f" · {rest}" if rest else "") + "\n")
+    for key in ("description", "owner", "expires", "notes"):
+        if doc["current"].get(key):
+            out.write(f"  {key}: {doc['current'][key]}\n")
+
+
+def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO, *, one: bool = False) -> None:
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     if fmt == "json":
-        write_json([{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
-                    for rec in records], out)
+        docs = [{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
+                for rec in records]
+        if one:
+            write_json(versioned("metric", docs[0]), out)
+        else:
+            write_json(versioned("metrics-list", {"metrics": docs}), out)
         return
     if not records:
         out.write("no metrics registered (create one: ldptel metrics create NAME --mechanism ... --epsilon ...)\n")
         return
     rows = [
         [rec.name, _status(rec, today) + ("" if _above_policy(rec) is None else " (above default policy)"), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
-         _shape(rec), rec.current.reports_per_day, rec.shards, rec.current.expires or "", rec.current.owner]
+         _shape(rec), rec.current.reports_per_day, rec.shards, rec.min_reports or "off", rec.current.expires or "",
+         rec.current.owner]
         for rec in records
     ]
     table(RECORD_HEADERS, rows, out, left=(0, 1, len(RECORD_HEADERS) - 1))
-
-
-def _numeric_params(args: argparse.Namespace) -> dict[str, object]:
-    """Numeric metrics' params from the options: ``edges`` (explicit, or --buckets over --range), else lo/hi."""
-    from ldptel.client import bucket_edges
-
-    if args.edges is not None:
-        try:
-            return {"edges": [float(e) for e in args.edges]}
-        except ValueError:
-            raise UserError(f"--edges takes numbers separated by commas, got {','.join(args.edges)!r}") from None
-    if args.buckets is not None:
-        if args.range is None:
-            raise UserError("--buckets needs --range LO HI")
-        return {"edges": list(bucket_edges(args.range[0], args.range[1], args.buckets, scale=args.scale))}
-    return {} if args.range is None else {"lo": args.range[0], "hi": args.range[1]}

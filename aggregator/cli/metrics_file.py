@@ -15,6 +15,14 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
     shards = 4                     # only when the metric is created
     retention_days = 90            # days each sealed day keeps its own state (then 32-day roll-ups only;
                                    #   left out: unchanged, new metrics keep every day; see ldptel.storage.sealed)
+    min_reports = 50               # reporting threshold: a day (or combination) with fewer reports is withheld
+                                   #   from every estimate (left out: unchanged; new metrics 0 = off)
+    breakdown = ["os"]             # profile dimensions it is broken down by (declared in [profile]; not privatized)
+
+    [profile]                      # the registry's profile schema: each dimension's declared values ('other' is
+    os = ["android", "ios", "web"] #   implicit); applied before the metrics; growing a list is not a new version
+
+Breakdowns: docs/breakdowns.md.
 
 Params, ``reports_per_day`` and ``sample_rate`` are the privatization: changing them is a new version, which devices see as a
 new metric (see :func:`consequences`). Metadata is edited in place. The whole file is read and validated before
@@ -36,6 +44,7 @@ from ldptel.aggregator.cli.common import UserError, read_text
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
+from ldptel.client.protocol.breakdown import ProfileSchema
 from ldptel.client.protocol.specs import METADATA_FIELDS, MetricSpec, params_from_dict
 from ldptel.client.protocol.validate import check_int
 from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
@@ -43,8 +52,8 @@ from ldptel.client.sdk.policy import DEFAULT_MAX_LONGITUDINAL_EPSILON
 if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
-SPEC_KEYS = ("reports_per_day", "sample_rate", *METADATA_FIELDS)  # a metric's keys besides its params and shards
-RECORD_KEYS = ("shards", "retention_days", "allow_above_default_policy")  # keys of the record or the file, not of a version
+SPEC_KEYS = ("reports_per_day", "sample_rate", "breakdown", *METADATA_FIELDS)  # a metric's keys besides its params and shards
+RECORD_KEYS = ("shards", "retention_days", "min_reports", "allow_above_default_policy")  # keys of the record or the file, not of a version
 PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
@@ -56,16 +65,28 @@ class FileMetric:
     spec: MetricSpec
     shards: int | None
     retention_days: int | None = None  # None: not in the file (the registry's value is left as it is)
+    min_reports: int | None = None  # None: not in the file (the registry's value is left as it is)
     allow_above_default_policy: bool = False  # registered even beyond the default device PrivacyPolicy
 
 
 def load_metrics_file(path: str) -> list[FileMetric]:
     """Every metric of the TOML file at ``path``, validated; a :class:`UserError` listing every problem."""
+    return load_metrics_document(path)[0]
+
+
+def load_metrics_document(path: str) -> tuple[list[FileMetric], ProfileSchema | None]:
+    """The metrics of the TOML file at ``path`` and its ``[profile]`` schema (None: the file has none)."""
     text = read_text(path, what="metrics file")
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"metrics file {path} is not valid TOML: {exc}") from None
+    profile = None
+    if "profile" in document:
+        try:
+            profile = ProfileSchema.from_dict(document.pop("profile"))
+        except InvalidParameterError as exc:
+            raise UserError(f"metrics file {path}, [profile]: {exc}; nothing was changed") from None
     extra = sorted(set(document) - {"metrics"})
     tables = document.get("metrics")
     if extra or not isinstance(tables, dict) or not tables:
@@ -79,7 +100,7 @@ def load_metrics_file(path: str) -> list[FileMetric]:
     if errors:
         lines = "\n  ".join(errors)
         raise UserError(f"metrics file {path}: {len(errors)} invalid metric(s), nothing was changed:\n  {lines}")
-    return metrics
+    return metrics, profile
 
 
 def _file_metric(name: str, table: object) -> FileMetric:
@@ -102,11 +123,17 @@ def _file_metric(name: str, table: object) -> FileMetric:
     retention = table.get("retention_days")
     if retention is not None:
         check_int("retention_days", retention, 0, 36_500)
+    min_reports = table.get("min_reports")
+    if min_reports is not None:
+        from ldptel.storage.registry import check_min_reports
+
+        check_min_reports(min_reports)
     allow = table.get("allow_above_default_policy", False)
     if not isinstance(allow, bool):
         raise InvalidParameterError("allow_above_default_policy", "true or false", allow)
     spec = MetricSpec(name=name, params=params_from_dict(params), **fields)
-    return FileMetric(spec=spec, shards=shards, retention_days=retention, allow_above_default_policy=allow)
+    return FileMetric(spec=spec, shards=shards, retention_days=retention, min_reports=min_reports,
+                      allow_above_default_policy=allow)
 
 
 def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int | None, int]]:
@@ -118,6 +145,19 @@ def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMet
         before = None if old is None else old.retention_days
         if item.retention_days is not None and item.retention_days != before:
             out.append((item.spec.name, before, item.retention_days))
+    return out
+
+
+def min_reports_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int, int]]:
+    """``(name, before, after)`` of every metric whose file sets a ``min_reports`` the registry does not have
+    (a new metric's before is 0, no threshold)."""
+    by_name = {rec.name: rec for rec in records}
+    out = []
+    for item in metrics:
+        old = by_name.get(item.spec.name)
+        before = 0 if old is None else old.min_reports
+        if item.min_reports is not None and item.min_reports != before:
+            out.append((item.spec.name, before, item.min_reports))
     return out
 
 
@@ -142,8 +182,14 @@ def plan_file(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) ->
 
 
 def flat_fields(spec: MetricSpec) -> dict[str, object]:
-    """A spec as the file writes it: params fields, then reports_per_day and the metadata."""
-    return {**spec.params.to_dict(), **{key: getattr(spec, key) for key in SPEC_KEYS}}
+    """A spec as the file writes it: params fields, then reports_per_day and the metadata (and a breakdown's values)."""
+    out = {**spec.params.to_dict(), **{key: getattr(spec, key) for key in SPEC_KEYS}}
+    if not spec.breakdown:
+        del out["breakdown"]
+    else:
+        out["breakdown"] = list(spec.breakdown)
+        out.update({f"profile.{d}": list(v) for d, v in spec.profile})
+    return out
 
 
 def differences(old: MetricSpec | None, new: MetricSpec) -> list[tuple[str, object, object]]:
@@ -154,7 +200,7 @@ def differences(old: MetricSpec | None, new: MetricSpec) -> list[tuple[str, obje
 
 
 def privatization_field(key: str) -> bool:
-    return key not in METADATA_FIELDS
+    return key not in METADATA_FIELDS and not key.startswith("profile.")  # declared values are edited in place
 
 
 def consequences(old: MetricSpec, new: MetricSpec) -> list[str]:
@@ -203,6 +249,8 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
         head = f"{SYMBOLS[change.kind]} {spec.name}"
         if change.kind == "create":
             out.write(f"{head}: create v1 ({spec.mechanism}, ε {spec.params.epsilon:g}, {spec.reports_per_day} reports/day)\n")
+            if spec.breakdown:
+                out.write(f"    {breakdown_note(spec)}\n")
             if mechanism_of(spec.params).permanent_channel(spec.params) is not None:
                 out.write(f"    {longitudinal_note(spec.params)}\n")
         elif change.kind == "unchanged":
@@ -220,6 +268,12 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
             if change.kind == "version":
                 for line in consequences(old.current, spec):
                     out.write(f"    !! {line}\n")
+                if spec.breakdown != old.current.breakdown and spec.breakdown:
+                    out.write(f"    {breakdown_note(spec)}\n")
+        if change.kind in ("create", "version"):
+            from ldptel.aggregator.amplification import planned_line
+
+            out.write(f"    {planned_line(spec)}\n")
     for name in missing:
         out.write(f"  {name}: registered but not in the file (left as it is)\n")
 
@@ -237,8 +291,18 @@ def plan_document(changes: Sequence[Change], missing: Sequence[str], *, applied:
             "current_version": None if old is None else old.current_version,
             "fields": [{"field": k, "before": b, "after": a, "privatization": privatization_field(k)} for k, b, a in fields],
             "consequences": consequences(old.current, change.spec) if old is not None and change.kind == "version" else [],
+            **({"breakdown": breakdown_facts(change.spec)} if change.spec.breakdown else {}),
+            **({"central": _planned_central(change.spec)} if change.kind in ("create", "version") else {}),
         })  # fmt: skip
     return {"applied": applied, "metrics": metrics, "not_in_file": list(missing)}
+
+
+def _planned_central(spec: MetricSpec) -> list[dict[str, Any]]:
+    """The central (ε, δ) of ``spec``'s reports in a shuffled block of each planned size (or why none)."""
+    from ldptel.aggregator.amplification import PLAN_SIZES, central_for_n, randomizer
+
+    r = randomizer(spec)[1]
+    return [{"devices_per_block": n, **central_for_n(spec, n * r).to_dict()} for n in PLAN_SIZES]
 
 
 def write_change_note(change: Change, err: TextIO) -> None:
@@ -276,3 +340,43 @@ def write_diff(changes: Sequence[Change], missing: Sequence[str], out: TextIO) -
     if not differs:
         out.write("no differences: the registry matches the file\n")
     return differs
+
+
+# --------------------------------------------------------------------------------------------- breakdowns
+def breakdown_facts(spec: MetricSpec) -> dict[str, Any]:
+    """A breakdown's combinations, worst-case memory and what it reveals (``metrics plan``/``show``)."""
+    from ldptel.client.protocol.breakdown import MAX_COMBINATIONS, combinations
+    from ldptel.storage.registry import state_counters
+
+    cells = combinations(spec.breakdown, spec.profile_schema)
+    per_cell = state_counters(spec) * 4
+    return {
+        "dimensions": list(spec.breakdown),
+        "values": {d: [*v, "other"] for d, v in spec.profile},
+        "combinations": cells,
+        "max_combinations": MAX_COMBINATIONS,
+        "bytes_per_combination_per_shard_day": per_cell,
+        "worst_case_bytes_per_shard_day": cells * per_cell,
+        "reveals": BREAKDOWN_REVEALS,
+    }
+
+
+BREAKDOWN_REVEALS = (
+    "profile values are sent in clear with each batch (not privatized, not covered by ε): the server and anyone "
+    "who reads the streams learn each batch's combination; and a report hides among the reports of its combination "
+    "only, so a combination with few devices is a small crowd (its estimate is noisier, and central ε from shuffling "
+    "is computed per combination); combinations below min_reports are withheld from results. docs/breakdowns.md"
+)
+
+
+def breakdown_note(spec: MetricSpec) -> str:
+    """One line for a plan: the dimensions, combinations and memory, and that the values are not privatized."""
+    facts = breakdown_facts(spec)
+    per = facts["bytes_per_combination_per_shard_day"]
+    return (f"breakdown by {', '.join(spec.breakdown)}: {facts['combinations']} combinations (cap "
+            f"{facts['max_combinations']}), ≤ {_mib(facts['worst_case_bytes_per_shard_day'])} of state per shard-day "
+            f"({_mib(per)} each before sealing); NOT privatized: {BREAKDOWN_REVEALS}")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n / 1024:.1f} KiB"

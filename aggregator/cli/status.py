@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, connected
 from ldptel.aggregator.cli.output import table, write_json
+from ldptel.aggregator.json_api import versioned
 
 if TYPE_CHECKING:
     import redis
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         records = [registry.get_metric(r, name) for name in args.metric] if args.metric else registry.list_metrics(r)
         rows = shard_status(r, records)
     if args.format == "json":
-        write_json(rows, out)
+        write_json(versioned("status", {"shards": rows}), out)
         return EXIT_OK
     if not rows:
         out.write("no metrics registered\n")

@@ -1,6 +1,6 @@
 """The commit of one shard: sketches, index, checkpoint, folded count, dead letters and trim in one EXEC.
 
-Exactly once. The in-memory state of a (version, day) starts from what is stored. Every N entries or T
+Exactly once. The in-memory state of a (version, day, breakdown cell) starts from what is stored. Every N entries or T
 seconds the worker commits, per shard, in ONE MULTI/EXEC guarded by WATCH on the lease and the checkpoint:
 the updated sketch blobs, the sketch index, the checkpoint (id of the last entry folded), the count of
 entries folded (for the lag), dead letters and the retention trim. The worker reads the stream with XREAD
@@ -92,7 +92,7 @@ def commit(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seco
 
 
 def _transaction(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retention_seconds: float,
-                 blobs: dict[tuple[int, str], bytes]) -> None:
+                 blobs: dict[tuple[int, str, str], bytes]) -> None:
     """The WATCH/MULTI/EXEC of :func:`commit` (one attempt)."""
     lease_key = keys.lease(sh.metric, sh.shard)
     ckpt_key = keys.checkpoint(sh.metric, sh.shard)
@@ -105,10 +105,13 @@ def _transaction(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retentio
                 pipe.unwatch()
                 raise LeaseLostError(f"shard {sh.name} is no longer leased to {worker_id}")
             pipe.multi()
-            for (version, day), blob in blobs.items():
-                pipe.set(keys.sketch(sh.metric, sh.shard, version, day), blob)
-            if blobs:
-                pipe.sadd(keys.sketch_index(sh.metric, sh.shard), *(index_member(v, d) for v, d in blobs))
+            for (version, day, cell), blob in blobs.items():
+                pipe.set(keys.sketch(sh.metric, sh.shard, version, day, cell), blob)
+            for cell in sorted({c for _, _, c in blobs}):  # one index per breakdown cell ("" without breakdown)
+                pipe.sadd(keys.sketch_index(sh.metric, sh.shard, cell),
+                          *(index_member(v, d) for v, d, c in blobs if c == cell))
+                if cell:
+                    pipe.sadd(keys.cells(sh.metric, sh.shard), cell)
             pipe.set(ckpt_key, format_id(sh.last_folded))
             pipe.incrby(keys.folded(sh.metric, sh.shard), sh.uncommitted)
             for eid, fields, reason in sh.dead:

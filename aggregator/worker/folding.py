@@ -1,7 +1,7 @@
-"""Folding a read into an owned shard's in-memory states, one per (version, day), and choosing what to fold.
+"""Folding a read into an owned shard's in-memory states, one per (version, day, cell), and choosing what to fold.
 
-The in-memory state of a (version, day) starts from what is stored (:func:`ldptel.storage.sketches.load_state`)
-and every read is folded into it in one vectorized :func:`~ldptel.client.fold` call per (version, day). Each
+The in-memory state of a (version, day, breakdown cell) starts from what is stored (:func:`ldptel.storage.sketches.load_state`)
+and every read is folded into it in one vectorized :func:`~ldptel.client.fold` call per (version, day, cell). Each
 entry read advances the shard's last folded id (and, if it cannot be folded, is queued for the dead letters);
 all of it is written by the next commit (:mod:`~ldptel.aggregator.worker.commit`).
 """
@@ -47,21 +47,21 @@ def fold_read(r: redis_lib.Redis, specs: MetricSpecs, sh: OwnedShard, read: Read
             )
             continue
         reports += decoded[2].n
-    for (version, day), batches in read.merged.items():
-        state = _state(r, specs, sh, version, day)
+    for (version, day, cell), batches in read.merged.items():
+        state = _state(r, specs, sh, version, day, cell)
         fold(specs.params(sh.metric, version), batches, into=state)  # the one call into the mechanisms
-        sh.dirty.add((version, day))
+        sh.dirty.add((version, day, cell))
     sh.uncommitted += len(read.entries)
     return Folded(entries=len(read.entries), reports=reports)
 
 
-def _state(r: redis_lib.Redis, specs: MetricSpecs, sh: OwnedShard, version: int, day: str) -> SketchState:
-    """The in-memory state of (version, day): loaded from the store the first time (empty if none)."""
-    key = (version, day)
+def _state(r: redis_lib.Redis, specs: MetricSpecs, sh: OwnedShard, version: int, day: str, cell: str) -> SketchState:
+    """The in-memory state of (version, day, cell): loaded from the store the first time (empty if none)."""
+    key = (version, day, cell)
     state = sh.states.get(key)
     if state is None:
         params = specs.params(sh.metric, version)
-        stored = store.load_state(r, keys.sketch(sh.metric, sh.shard, version, day), params)
+        stored = store.load_state(r, keys.sketch(sh.metric, sh.shard, version, day, cell), params)
         state = stored if stored is not None else SketchState.empty(params)
         sh.states[key] = state
     return state

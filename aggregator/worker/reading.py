@@ -19,6 +19,7 @@ its dead letter; it never stops the worker.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -31,21 +32,26 @@ import redis as redis_lib
 
 from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.aggregator.worker.specs import MetricSpecs
-from ldptel.client.errors import LdpError
+from ldptel.client.errors import LdpError, WireFormatError
 from ldptel.client.mechanisms import Mechanism, Mergeable, get_mechanism, mechanism_of
+from ldptel.client.protocol.breakdown import parse_profile
 from ldptel.client.protocol.wire import ReportBatch, decode_batch
 from ldptel.storage import sketches as store
 from ldptel.storage.streamread import StreamReader
 
-__all__ = ["ENTRY_FIELDS", "BufferPool", "Read", "Reader", "UndecodableEntryError", "forget_prefetch"]
+__all__ = [
+    "CELL_FIELD", "ENTRY_FIELDS", "BufferPool", "Read", "Reader", "StateKey", "UndecodableEntryError", "forget_prefetch",
+]
 
 class SealedDayError(LdpError):
     """A stream entry of a day that is already sealed (it goes to the dead letters, see ldptel.storage.sealed)."""
 
 
 Decoded = tuple[int, str, ReportBatch] | str  # (version, day, batch), or why the entry goes to the dead letters
-Merged = dict[tuple[int, str], list[ReportBatch]]  # per (version, day)
+StateKey = tuple[int, str, str]  # (version, day, breakdown cell: "" without breakdown)
+Merged = dict[StateKey, list[ReportBatch]]  # per (version, day, cell)
 ENTRY_FIELDS = (b"d", b"v", b"n", b"b")  # a stream entry's fields: UTC day, version, report count, batch bytes
+CELL_FIELD = b"c"  # optional: the batch's breakdown cell (absent: ""), ldptel.client.protocol.breakdown
 
 
 class UndecodableEntryError(LdpError, ValueError):
@@ -58,7 +64,7 @@ def _mergeable(mech: Mechanism[Any, Any]) -> Mergeable[Any, Any] | None:
 
 
 def _merge_read(batches: list[ReportBatch], take: Callable[[int], np.ndarray]) -> ReportBatch | None:
-    """The batches of one (version, day) merged into one, its bits in ``take(size)``; None: not merged
+    """The batches of one (version, day, cell) merged into one, its bits in ``take(size)``; None: not merged
     (the mechanism has no merge step: its batches are folded as decoded)."""
     mech = _mergeable(get_mechanism(batches[0].mechanism))
     if mech is None:
@@ -71,7 +77,7 @@ def _merge_read(batches: list[ReportBatch], take: Callable[[int], np.ndarray]) -
 @dataclass(frozen=True, eq=False)
 class Read:
     """One XREAD reply: its entries, each decoded (or the reason it goes to the dead letters), and the
-    decoded batches merged per (version, day)."""
+    decoded batches merged per (version, day, cell)."""
 
     entries: list[tuple[bytes, dict[bytes, bytes]]]  # fields: {} if decoded, the entry's fields if not
     decoded: list[Decoded]
@@ -154,7 +160,7 @@ class Reader:
         return self._pool
 
     def _read(self, sh: OwnedShard, cursor: str, block_ms: int | None) -> Read:
-        """One XREAD after ``cursor``, its entries decoded and their batches merged per (version, day).
+        """One XREAD after ``cursor``, its entries decoded and their batches merged per (version, day, cell).
 
         Run on the prefetch thread, so decoding and the merge (one copy of every report's bits into one
         array, which the fold would otherwise make) overlap the fold of the previous read.
@@ -167,6 +173,7 @@ class Reader:
             for eid, fields in entries:
                 try:
                     version, day, batch = self._decode(sh.metric, fields)
+                    cell = _cell(fields)
                     if through is not None and day <= through:  # never folded into a day that is sealed
                         raise SealedDayError(
                             f"day {day} is already sealed (through {through}): the entry arrived after the retry "
@@ -176,7 +183,7 @@ class Reader:
                     kept.append((eid, {k: bytes(v) for k, v in fields.items()}))  # for its dead letter
                     continue
                 decoded.append((version, day, batch))
-                groups[(version, day)].append(batch)
+                groups[(version, day, cell)].append(batch)
                 kept.append((eid, {}))
             # The batches are views into the reader's buffer until merged (_merge_read copies them).
             held: list[np.ndarray] = []
@@ -210,6 +217,21 @@ class Reader:
                 f"(metric {header.metric!r}, v {header.version}, n {header.n})"
             )
         return version, day, batch
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_cell(raw: bytes) -> str:
+    try:
+        parse_profile(raw)
+    except WireFormatError as exc:
+        raise UndecodableEntryError(f"entry field c is not a breakdown cell: {exc}") from None
+    return raw.decode("ascii")
+
+
+def _cell(fields: dict[bytes, bytes | memoryview]) -> str:
+    """The entry's breakdown cell ("" when it has no field ``c``), checked (a malformed one is dead-lettered)."""
+    raw = fields.get(CELL_FIELD)
+    return "" if raw is None else _checked_cell(bytes(raw))
 
 
 def forget_prefetch(sh: OwnedShard) -> None:

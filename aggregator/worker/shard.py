@@ -34,8 +34,8 @@ class OwnedShard:
     cursor: str  # id of the last entry read (XREAD reads after it): the checkpoint when the shard is taken
     prefetch: Future[Read] | None = None  # the read in flight (after ``cursor``)
     drained: bool = False
-    states: dict[tuple[int, str], SketchState] = field(default_factory=dict)  # per (version, day)
-    dirty: set[tuple[int, str]] = field(default_factory=set)  # states changed since the last commit
+    states: dict[tuple[int, str, str], SketchState] = field(default_factory=dict)  # per (version, day, cell)
+    dirty: set[tuple[int, str, str]] = field(default_factory=set)  # states changed since the last commit
     dead: list[DeadLetter] = field(default_factory=list)
     uncommitted: int = 0  # entries read since the last commit
     last_commit: float = field(default_factory=time.monotonic)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.capabilities import on_device
 from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.mechanisms.registry import get_mechanism, mechanism_names, mechanism_of
+from ldptel.client.protocol.breakdown import ProfileSchema, check_dimensions
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.validate import check_day, check_int, check_text
 
@@ -47,6 +49,10 @@ def params_from_dict(data: object) -> Params:
             raise InvalidParameterError(key, f"not set: {mech} takes {sorted(allowed)}", kwargs[key])
     tuples = {field.name for field in fields(cls) if str(field.type).startswith("tuple")}
     kwargs = {key: tuple(value) if key in tuples and isinstance(value, list) else value for key, value in kwargs.items()}
+    missing = [f.name for f in fields(cls) if f.init and f.name not in kwargs
+               and f.default is MISSING and f.default_factory is MISSING]  # fmt: skip
+    if missing:  # named as the JSON/TOML keys they are (never a Python __init__() message)
+        raise InvalidParameterError("params", f"{mech} params with {' and '.join(missing)} (missing)", sorted(kwargs))
     try:
         return cls(**kwargs)
     except TypeError as exc:  # a required field is missing
@@ -103,11 +109,17 @@ class MetricSpec:
     expires: str | None = None
     notes: str = ""
     sample_rate: float = 1.0
+    breakdown: tuple[str, ...] = ()  # profile dimensions, in order (ldptel.client.protocol.breakdown; not privatized)
+    # the declared values of each breakdown dimension (the registry's profile schema, copied in by the registry and
+    # kept current in place: growing an enumeration is not a new version); devices send any other value as 'other'
+    profile: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
             raise InvalidParameterError("name", NAME_RULE, self.name)
-        mechanism_of(self.params)  # any registered mechanism's params
+        if on_device(mechanism_of(self.params)) is not None and self.reports_per_day != 1:  # any registered mechanism's
+            raise InvalidParameterError(  # the device reports once per period: a larger daily budget would be unused
+                "reports_per_day", "1 for a metric aggregated on the device (one report per period)", self.reports_per_day)
         check_int("version", self.version, 1, (1 << 31) - 1)
         check_int("reports_per_day", self.reports_per_day, 1, MAX_REPORTS_PER_DAY)
         check_text("description", self.description, MAX_DESCRIPTION_CHARS)
@@ -116,6 +128,16 @@ class MetricSpec:
         if self.expires is not None:
             check_day(self.expires, what="expires")
         object.__setattr__(self, "sample_rate", check_sample_rate(self.sample_rate))
+        object.__setattr__(self, "breakdown", check_dimensions(self.breakdown))
+        try:
+            profile = ProfileSchema(dict(self.profile.items() if isinstance(self.profile, dict) else self.profile))
+        except (TypeError, ValueError):
+            raise InvalidParameterError("profile", "a table of dimension = [values]", self.profile) from None
+        extra = [d for d in profile.dimensions if d not in self.breakdown]
+        if extra:
+            raise InvalidParameterError("profile", f"values of the breakdown dimensions {list(self.breakdown)} only", extra)
+        object.__setattr__(self, "profile", tuple((d, profile.dimensions[d]) for d in self.breakdown
+                                                  if d in profile.dimensions))
 
     @property
     def mechanism(self) -> str:
@@ -141,7 +163,7 @@ class MetricSpec:
         """Devices privatize, budget and sample alike: equal params, ``reports_per_day`` and ``sample_rate``
         (metadata aside)."""
         return (self.params == other.params and self.reports_per_day == other.reports_per_day
-                and self.sample_rate == other.sample_rate)
+                and self.sample_rate == other.sample_rate and self.breakdown == other.breakdown)
 
     @property
     def amplified_epsilon(self) -> float:
@@ -168,6 +190,8 @@ class MetricSpec:
             "notes": self.notes,
             "effective_epsilon": self.effective_epsilon,
             **({} if self.sample_rate == 1.0 else {"sample_rate": self.sample_rate}),  # older SDKs never see the key
+            **({"breakdown": list(self.breakdown), "profile": {d: list(v) for d, v in self.profile}}
+               if self.breakdown else {}),
         }
 
     def to_json(self) -> str:
@@ -177,7 +201,8 @@ class MetricSpec:
     def from_dict(cls, data: object) -> MetricSpec:
         if not isinstance(data, dict):
             raise InvalidParameterError("metric", "a JSON object", type(data).__name__)
-        allowed = {"name", "version", "params", "reports_per_day", *METADATA_FIELDS, "effective_epsilon", "sample_rate"}
+        allowed = {"name", "version", "params", "reports_per_day", *METADATA_FIELDS, "effective_epsilon", "sample_rate",
+                   "breakdown", "profile"}
         for key in data:
             if key not in allowed:
                 raise InvalidParameterError(key, f"not set: a metric takes {sorted(allowed)}", data[key])
@@ -193,6 +218,8 @@ class MetricSpec:
             expires=data.get("expires"),
             notes=data.get("notes", ""),
             sample_rate=data.get("sample_rate", 1.0),
+            breakdown=data.get("breakdown", ()),
+            profile=data.get("profile", ()),
         )
 
     @classmethod
@@ -202,6 +229,11 @@ class MetricSpec:
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidParameterError("metric", "valid JSON", str(exc)) from None
         return cls.from_dict(data)
+
+    @property
+    def profile_schema(self) -> ProfileSchema:
+        """The declared values of the breakdown dimensions (values outside them are sent and counted as 'other')."""
+        return ProfileSchema(dict(self.profile))
 
     def with_version(self, version: int) -> MetricSpec:
         return replace(self, version=version)

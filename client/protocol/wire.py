@@ -5,11 +5,14 @@ Layout, all integers little-endian::
     magic     4 bytes  b"LDPT"
     format    u8       FORMAT_VERSION (1)
     mechanism u8       the mechanism's wire code (Mechanism.code)
-    flags     u16      0 (reserved; anything else is rejected)
+    flags     u16      0, or FLAG_PROFILE (0x0001): the batch carries a system profile (any other bit is rejected)
     version   u32      metric version (>= 1)
     n         u32      number of reports (>= 1)
     batch_id  16 bytes random, chosen by the client; the server dedupes retries on it
     name_len  u8       then the metric name, UTF-8, 1..64 bytes
+    [profile_len u8    only with FLAG_PROFILE: 1..255, then that many ASCII bytes, ``dim=value`` pairs joined
+                       by ``,`` (the device's profile values of the metric's breakdown dimensions, in clear:
+                       :mod:`ldptel.client.protocol.breakdown`)]
     payload            the mechanism's columns, each holding all n reports (Mechanism.columns in
                        ldptel.client.mechanisms.base): e.g. cms is n × u16 rows j < k, then n × m/8
                        bytes of each report's m bits packed MSB first; rr is ceil(n/8) bytes of bits
@@ -41,12 +44,14 @@ from typing import Any
 from ldptel.client.errors import WireFormatError
 from ldptel.client.mechanisms.base import ReportBatch, reports_to_json
 from ldptel.client.mechanisms.registry import mechanism_by_code, mechanism_codes, mechanism_of
+from ldptel.client.protocol.breakdown import MAX_PROFILE_BYTES, parse_profile
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, Params
 
 MAGIC = b"LDPT"
 UPLOAD_MAGIC = b"LDPU"
 MAX_UPLOAD_PARTS = 256
 FORMAT_VERSION = 1
+FLAG_PROFILE = 0x0001
 MAX_REPORTS = (1 << 32) - 1
 # Reports per uploaded batch: the SDK's largest batch and the ingest service's default limit (LDPTEL_MAX_BATCH_REPORTS).
 DEFAULT_MAX_BATCH_REPORTS = 10_000
@@ -69,6 +74,7 @@ __all__ = [
     "BatchHeader",
     "DEFAULT_MAX_BATCH_REPORTS",
     "DEFAULT_RETRY_HORIZON_DAYS",
+    "FLAG_PROFILE",
     "MAX_RETRY_HORIZON_DAYS",
     "FORMAT_VERSION",
     "MAGIC",
@@ -97,11 +103,15 @@ class BatchHeader:
     n: int
     batch_id: bytes
     payload_offset: int
+    profile: str = ""  # the batch's profile as sent (``dim=value,...``; "" without FLAG_PROFILE)
 
 
 # ----------------------------------------------------------------------------------------------- encode
-def encode_batch(*, metric: str, version: int, batch_id: bytes, batch: ReportBatch, params: Params) -> bytes:
-    """The binary form of ``batch`` for ``metric`` at ``version`` (validated like a decode)."""
+def encode_batch(
+    *, metric: str, version: int, batch_id: bytes, batch: ReportBatch, params: Params, profile: bytes = b""
+) -> bytes:
+    """The binary form of ``batch`` for ``metric`` at ``version`` (validated like a decode); ``profile``: the
+    wire profile (:func:`ldptel.client.protocol.breakdown.encode_profile`), b"" for none."""
     mech = mechanism_of(params)
     if batch.mechanism != mech.name:
         raise WireFormatError(f"batch is {batch.mechanism!r} but the metric's mechanism is {mech.name!r}")
@@ -114,8 +124,12 @@ def encode_batch(*, metric: str, version: int, batch_id: bytes, batch: ReportBat
         raise WireFormatError(f"a batch holds 1 to {MAX_REPORTS} reports, got {batch.n}")
     if not 1 <= version < 1 << 31:
         raise WireFormatError(f"version must be in [1, 2**31 - 1], got {version}")
-    head = _HEADER.pack(MAGIC, FORMAT_VERSION, mech.code, 0, version, batch.n, batch_id, len(name))
-    data = b"".join([head, name, *mech.encode_payload(batch, params)])
+    if len(profile) > MAX_PROFILE_BYTES:
+        raise WireFormatError(f"profile is {len(profile)} bytes; at most {MAX_PROFILE_BYTES}")
+    flags = FLAG_PROFILE if profile else 0
+    head = _HEADER.pack(MAGIC, FORMAT_VERSION, mech.code, flags, version, batch.n, batch_id, len(name))
+    extra = [bytes([len(profile)]), profile] if profile else []
+    data = b"".join([head, name, *extra, *mech.encode_payload(batch, params)])
     decode_batch(data, params)  # never emit what the server would reject
     return data
 
@@ -140,8 +154,8 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
     mech = mechanism_by_code(code)
     if mech is None:
         raise WireFormatError(f"unknown mechanism code {code}; known: {mechanism_codes()}")
-    if flags != 0:
-        raise WireFormatError(f"reserved flags must be 0, got {flags}")
+    if flags & ~FLAG_PROFILE:
+        raise WireFormatError(f"reserved flags must be 0, got {flags} (only {FLAG_PROFILE}, a profile, is defined)")
     if version < 1 or version >= 1 << 31:
         raise WireFormatError(f"version must be in [1, 2**31 - 1], got {version}")
     if n < 1:
@@ -155,13 +169,22 @@ def decode_header(data: bytes | bytearray | memoryview) -> BatchHeader:
         raise WireFormatError("metric name is not UTF-8") from None
     if not NAME_RE.fullmatch(metric):
         raise WireFormatError(f"metric name must be {NAME_RULE}")
+    offset, profile = _HEADER.size + name_len, ""
+    if flags & FLAG_PROFILE:
+        if len(data) <= offset or not 1 <= data[offset] <= len(data) - offset - 1:
+            raise WireFormatError("bad profile length (a batch with the profile flag has 1..255 profile bytes)")
+        raw = bytes(data[offset + 1 : offset + 1 + data[offset]])
+        offset += 1 + len(raw)
+        parse_profile(raw)  # well-formed dim=value pairs (WireFormatError otherwise)
+        profile = raw.decode("ascii")
     return BatchHeader(
         metric=metric,
         version=version,
         mechanism=mech.name,
         n=n,
         batch_id=batch_id,
-        payload_offset=_HEADER.size + name_len,
+        payload_offset=offset,
+        profile=profile,
     )
 
 
@@ -241,7 +264,9 @@ def split_upload(data: bytes | memoryview) -> list[memoryview]:
 
 
 # ------------------------------------------------------------------------------------------------- JSON
-def batch_to_json(*, metric: str, version: int, batch_id: bytes, batch: ReportBatch) -> dict[str, Any]:
+def batch_to_json(
+    *, metric: str, version: int, batch_id: bytes, batch: ReportBatch, profile: str = ""
+) -> dict[str, Any]:
     """A readable form of a batch (debugging; the binary form is the normal one)."""
     return {
         "format": FORMAT_VERSION,
@@ -250,6 +275,7 @@ def batch_to_json(*, metric: str, version: int, batch_id: bytes, batch: ReportBa
         "batch_id": batch_id.hex(),
         "mechanism": batch.mechanism,
         "reports": reports_to_json(batch),
+        **({"profile": dict(parse_profile(profile))} if profile else {}),
     }
 
 
@@ -278,11 +304,27 @@ def batch_from_json(obj: object, params: Params) -> tuple[BatchHeader, ReportBat
     if not isinstance(reports, list) or not reports:
         raise WireFormatError("'reports' must be a non-empty list")
     batch = mech.reports_from_json(reports, params)
+    profile = _json_profile(obj.get("profile"))
     # Re-encode and decode: one validation path for both forms.
     try:
-        data = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=params)
+        data = encode_batch(
+            metric=metric, version=version, batch_id=batch_id, batch=batch, params=params, profile=profile
+        )
     except (OverflowError, ValueError) as exc:
         if isinstance(exc, WireFormatError):
             raise
         raise WireFormatError(f"invalid report values: {exc}") from None
     return decode_batch(data, params)
+
+
+def _json_profile(value: object) -> bytes:
+    """The wire profile of a JSON batch's ``"profile"`` (an object of dimension → value; absent: none)."""
+    if value is None:
+        return b""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise WireFormatError("'profile' must be an object of dimension → value strings")
+    if not value:
+        return b""
+    text = ",".join(f"{k}={v}" for k, v in value.items())
+    parse_profile(text)
+    return text.encode("ascii")

@@ -21,11 +21,12 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.protocol.breakdown import encode_profile
 from ldptel.client.protocol.rng import secure_token
 from ldptel.client.protocol.specs import MetricSpec, Params
 from ldptel.client.protocol.wire import encode_batch, upload_size
@@ -91,10 +92,13 @@ def form_batches(
     partial: bool,
     spec_of: Callable[[str, int], MetricSpec | None],
     day: str,
+    profile: Mapping[str, str] | None = None,
 ) -> FormResult:
     """Turn queued reports into batches of at most ``batch_size`` (partial ones only when ``partial``).
 
     ``day``: the UTC day now (stored with each batch: its retries are dropped after the retry horizon).
+    ``profile``: the device's system profile; a batch of a breakdown metric carries its values of the metric's
+    dimensions, each value the spec does not declare as ``other`` (:func:`~ldptel.client.protocol.breakdown.encode_profile`).
     One ``BEGIN IMMEDIATE`` transaction; on a ``synchronous=FULL`` connection its commit also makes every
     earlier commit durable, before anything is sent.
     """
@@ -121,7 +125,9 @@ def form_batches(
                     break
                 batch = unpack_reports([r[1] for r in rows], spec.params)
                 batch_id = secure_token(16)
-                body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params)
+                wire_profile = encode_profile(profile or {}, spec.breakdown, spec.profile_schema)
+                body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params,
+                                    profile=wire_profile)
                 conn.execute(
                     "INSERT INTO batches(batch_id, metric, version, n, body, formed_day) VALUES (?, ?, ?, ?, ?, ?)",
                     (batch_id, metric, version, len(rows), body, day),

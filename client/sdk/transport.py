@@ -117,6 +117,9 @@ class Transport:
         self._host = parts.hostname
         self._port = port
         self._prefix = parts.path.rstrip("/")
+        # what errors name: scheme, host, port and path only (never userinfo, a query or the token)
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        self.where = f"{parts.scheme}://{host}{'' if port is None else f':{port}'}{self._prefix}"
         self._token = token
         self._timeout = timeout
         self._clock = clock

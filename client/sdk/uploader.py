@@ -42,7 +42,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -82,7 +82,11 @@ class Uploader:
         backoff: Backoff,
         notify: Notifier,
         retry_horizon_days: int,
+        profile: Mapping[str, str] | None = None,
+        tick: Callable[[], None] | None = None,
     ) -> None:
+        self._tick = tick  # the background thread calls it before each cycle (on-device periods that ended)
+        self._profile = dict(profile or {})  # the device's system profile (breakdowns), sent in clear with batches
         self._db = connect(storage_dir, synchronous="FULL")
         self._tx = transport
         self._specs = specs
@@ -173,6 +177,8 @@ class Uploader:
                     return
                 force = self._force
             try:
+                if self._tick is not None:
+                    self._tick()
                 delay = self.cycle(force=force)
             except Exception as exc:  # never let the thread die; never raise into the app
                 log.exception("ldptel uploader cycle failed")
@@ -208,7 +214,7 @@ class Uploader:
             if unbatched > 0 and (due or unbatched >= self._batch_size):
                 res = _queue.form_batches(
                     self._db, batch_size=self._batch_size, partial=due, spec_of=self._specs.spec_of,
-                    day=_utc_day(self._clock()))
+                    day=_utc_day(self._clock()), profile=self._profile)
                 with self._state:
                     self._counters.unbatched -= res.moved
                     self._counters.pending -= res.unencodable
@@ -235,7 +241,7 @@ class Uploader:
             resp = self._tx.post_batch(batch.body, age_days=age)
         except NETWORK_ERRORS as exc:
             self._retry(None)
-            self._notify(_batch_error(batch, f"network error: {exc!r}", status=None, outcome="retry"))
+            self._notify(_batch_error(batch, f"network error reaching {self._tx.where}: {exc!r}", status=None, outcome="retry"))
             return False
         outcome = classify(resp.status)
         if outcome == "retry" or outcome == "auth":
@@ -260,7 +266,8 @@ class Uploader:
             resp = self._tx.post_batch(encode_upload([b.body for b in batches]), age_days=max(known) if known else None)
         except NETWORK_ERRORS as exc:
             self._retry(None)
-            self._notify(UploadError(f"network error: {exc!r}", outcome="retry", n=sum(b.n for b in batches)))
+            self._notify(UploadError(f"network error reaching {self._tx.where}: {exc!r}", outcome="retry",
+                                     n=sum(b.n for b in batches)))
             return False
         results = _part_results(resp, len(batches))
         if results is None:

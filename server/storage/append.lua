@@ -2,7 +2,8 @@
 -- KEYS[1] = stream  ldp:v1:{metric:shard}:reports
 -- KEYS[2] = dedupe  ldp:v1:{metric:shard}:seen:<batch id hex>   (same hash tag, same slot)
 -- ARGV    = day, version, n, batch bytes, dedupe expiry (ms, a UTC day boundary), start of the UTC day in ms,
---           content digest ('d1:' .. 16-byte BLAKE2b of the batch bytes: append.py)
+--           content digest ('d1:' .. 16-byte BLAKE2b of the batch bytes: append.py), breakdown cell ('' for none:
+--           then the entry has no 'c' field, exactly as before breakdowns)
 -- Returns the new entry id; false when the batch id was already seen with this content (a retry: nothing
 -- written); 0 when it was seen with other content (a conflict: nothing written). A dedupe key from before
 -- digests were stored (its value is not 'd1:...') cannot tell: a duplicate, as it always was.
@@ -24,7 +25,13 @@ if seen then
   end
   return 0
 end
-local id = redis.pcall('XADD', KEYS[1], ARGV[6] .. '-*', 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
+local function add(call, at)
+  if ARGV[8] ~= nil and ARGV[8] ~= '' then
+    return call('XADD', KEYS[1], at, 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4], 'c', ARGV[8])
+  end
+  return call('XADD', KEYS[1], at, 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
+end
+local id = add(redis.pcall, ARGV[6] .. '-*')
 if type(id) == 'table' and id.err then
   local info = redis.call('XINFO', 'STREAM', KEYS[1])
   local last = ''
@@ -34,7 +41,7 @@ if type(id) == 'table' and id.err then
   local ms = tonumber(string.match(last, '^(%d+)-'))
   local day = 86400000
   ms = math.ceil(ms / day) * day
-  id = redis.call('XADD', KEYS[1], string.format('%d-*', ms), 'd', ARGV[1], 'v', ARGV[2], 'n', ARGV[3], 'b', ARGV[4])
+  id = add(redis.call, string.format('%d-*', ms))
 end
 redis.call('SET', KEYS[2], ARGV[7], 'PXAT', ARGV[5])
 return id

@@ -147,6 +147,7 @@ class BatchAppender(RawClient):
         day: str,
         dedupe_days: int,
         earlier_shards: tuple[int, ...] = (),
+        cell: str = "",
     ) -> AppendResult:
         """Append ``data`` (the validated binary batch) unless ``batch_id`` was seen on its shard (then a
         ``duplicate``, and a ``conflict`` too when it was seen with other bytes).
@@ -156,7 +157,8 @@ class BatchAppender(RawClient):
         (:meth:`~ldptel.storage.registry.MetricRecord.earlier_shards`). A batch whose shard differs under one
         of them is first looked up there (EXISTS of its dedupe key: one more round trip, only for those
         batches, only while dedupe keys from before the growth can exist), so a retry of a batch accepted
-        before the growth stays a duplicate. Not atomic with the append: a retry racing its own first attempt
+        before the growth stays a duplicate. ``cell``: the batch's canonical breakdown cell (stream field ``c``;
+        "" writes no field). Not atomic with the append: a retry racing its own first attempt
         across a growth (the first still in flight in a process that has not yet seen the new count) could be
         appended twice.
         """
@@ -180,6 +182,7 @@ class BatchAppender(RawClient):
             day_start + (dedupe_days + 1) * DAY_MS,  # the dedupe key expires at a day boundary
             day_start,  # entry ids carry only the day
             digest,  # the dedupe key's value: a retry with other content is a conflict
+            cell,  # the breakdown cell ('' for none)
         )
         stream = keys.stream(metric, shard)
         for attempt in range(2):

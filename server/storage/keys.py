@@ -32,14 +32,30 @@ def seen(metric: str, shard: int, batch_id_hex: str) -> str:
     return f"{PREFIX}{tag(metric, shard)}:seen:{batch_id_hex}"
 
 
-def sketch(metric: str, shard: int, version: int, day: str) -> str:
-    """Folded state (SketchState bytes) of one shard for one metric version and UTC day."""
-    return f"{PREFIX}{tag(metric, shard)}:sketch:{version}:{day}"
+def _cell(cell: str) -> str:
+    """The key part of a breakdown cell (:mod:`ldptel.client.protocol.breakdown`): "" for the cell "" (a metric
+    without breakdown: every key as before breakdowns existed), else ``cell:<cell>:`` right after the hash tag."""
+    return f"cell:{cell}:" if cell else ""
 
 
-def sketch_index(metric: str, shard: int) -> str:
-    """Set of "<version>:<day>" members that have a sketch key in this shard."""
-    return f"{PREFIX}{tag(metric, shard)}:sketches"
+def sketch(metric: str, shard: int, version: int, day: str, cell: str = "") -> str:
+    """Folded state (SketchState bytes) of one shard for one metric version, UTC day and breakdown cell."""
+    return f"{PREFIX}{tag(metric, shard)}:{_cell(cell)}sketch:{version}:{day}"
+
+
+def sketch_index(metric: str, shard: int, cell: str = "") -> str:
+    """Set of "<version>:<day>" members that have a sketch key of ``cell`` in this shard."""
+    return f"{PREFIX}{tag(metric, shard)}:{_cell(cell)}sketches"
+
+
+def cells(metric: str, shard: int) -> str:
+    """Set of the breakdown cells (other than "") that have a sketch in this shard (written with them)."""
+    return f"{PREFIX}{tag(metric, shard)}:cells"
+
+
+def profile() -> str:
+    """String: the registry's profile schema (JSON: dimension → declared values; see ldptel.client.protocol.breakdown)."""
+    return f"{PREFIX}profile"
 
 
 def checkpoint(metric: str, shard: int) -> str:
@@ -68,20 +84,25 @@ def sealed_tag(metric: str) -> str:
     return f"{{{metric}:sealed}}"
 
 
-def sealed_state(metric: str, version: int, level: int, start_day: str) -> str:
+def sealed_state(metric: str, version: int, level: int, start_day: str, cell: str = "") -> str:
     """A sealed state (SketchState bytes summed over every shard): level 0 is one UTC day, level j ≥ 1 the
     2**j days of the aligned block that starts on ``start_day`` (see :mod:`ldptel.storage.sealed`)."""
-    return f"{PREFIX}{sealed_tag(metric)}:state:{version}:{level}:{start_day}"
+    return f"{PREFIX}{sealed_tag(metric)}:{_cell(cell)}state:{version}:{level}:{start_day}"
 
 
-def sealed_index(metric: str) -> str:
+def sealed_index(metric: str, cell: str = "") -> str:
     """Set of "<version>:<level>:<start day>" members naming the sealed states that exist."""
-    return f"{PREFIX}{sealed_tag(metric)}:index"
+    return f"{PREFIX}{sealed_tag(metric)}:{_cell(cell)}index"
 
 
-def sealed_days(metric: str) -> str:
+def sealed_days(metric: str, cell: str = "") -> str:
     """Hash "<version>:<day>" → reports of that sealed day (kept after the day's state is dropped by retention)."""
-    return f"{PREFIX}{sealed_tag(metric)}:days"
+    return f"{PREFIX}{sealed_tag(metric)}:{_cell(cell)}days"
+
+
+def sealed_cells(metric: str) -> str:
+    """Set of the breakdown cells (other than "") that have sealed states (written with them)."""
+    return f"{PREFIX}{sealed_tag(metric)}:cells"
 
 
 def sealed_marks(metric: str) -> str:
@@ -90,10 +111,10 @@ def sealed_marks(metric: str) -> str:
     return f"{PREFIX}{sealed_tag(metric)}:marks"
 
 
-def sealed_sources(metric: str) -> str:
+def sealed_sources(metric: str, cell: str = "") -> str:
     """Hash "<version>:<day>:<shard>" → SHA-1 of the shard state summed into that sealed day: a shard state is
     removed only while it is still exactly that one (see :mod:`ldptel.storage.sealed`)."""
-    return f"{PREFIX}{sealed_tag(metric)}:sources"
+    return f"{PREFIX}{sealed_tag(metric)}:{_cell(cell)}sources"
 
 
 def seal_lease(metric: str) -> str:

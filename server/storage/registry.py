@@ -26,16 +26,23 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+import numpy as np
 import redis
 
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.mechanisms.state import state_shape
+from ldptel.client.protocol.breakdown import ProfileSchema, check_breakdown
 from ldptel.client.protocol.specs import MetricSpec
 from ldptel.client.protocol.validate import check_int
 from ldptel.storage import keys
 from ldptel.storage.append import DAY_MS
 
 __all__ = [
+    "check_breakdowns",
+    "get_profile",
+    "set_profile",
+    "with_profile",
     "DEFAULT_SHARDS",
     "MAX_SHARDS",
     "Change",
@@ -56,6 +63,9 @@ __all__ = [
     "register_metric",
     "register_metrics",
     "retire_metric",
+    "check_min_reports",
+    "DEFAULT_MIN_REPORTS",
+    "set_min_reports",
     "set_retention",
     "spec_for",
 ]
@@ -68,6 +78,8 @@ _MAX_WATCH_RETRIES = 50
 DAY_S = DAY_MS // 1000
 DEFAULT_SHARDS = 4  # stream shards of a new metric (LDPTEL_SHARDS overrides it at ingest)
 MAX_SHARDS = 1024
+DEFAULT_MIN_REPORTS = 0  # off: every report is already ε-LDP (docs/central-privacy.md says when to set one)
+MAX_MIN_REPORTS = 1_000_000_000
 
 
 class UnknownMetricError(LdpError, KeyError):
@@ -183,6 +195,9 @@ class MetricRecord:
     resharded: tuple[tuple[int, int], ...] = ()  # (earlier shard count, start of the UTC day it was replaced, s)
     # days a sealed day's own state is kept before only roll-ups hold it (None: kept; see ldptel.storage.sealed)
     retention_days: int | None = None
+    # reporting threshold (Cobalt's reporting_threshold): a day (or breakdown cell) with fewer reports is withheld
+    # from every estimate (ldptel.aggregator.withholding); 0: off. Server-side only: never served to devices.
+    min_reports: int = DEFAULT_MIN_REPORTS
 
     @property
     def current(self) -> MetricSpec:
@@ -209,7 +224,8 @@ class MetricRecord:
             "current": self.current.to_dict(),
             "versions": {str(v): spec.to_dict() for v, spec in sorted(self.versions.items())},
         } | ({"resharded": [list(pair) for pair in self.resharded]} if self.resharded else {}) | (
-            {"retention_days": self.retention_days} if self.retention_days is not None else {})
+            {"retention_days": self.retention_days} if self.retention_days is not None else {}) | (
+            {"min_reports": self.min_reports} if self.min_reports != DEFAULT_MIN_REPORTS else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -226,8 +242,9 @@ class MetricRecord:
                 versions=versions,
                 resharded=tuple((int(count), int(until)) for count, until in data.get("resharded", ())),
                 retention_days=None if data.get("retention_days") is None else int(data["retention_days"]),
+                min_reports=check_min_reports(data.get("min_reports", DEFAULT_MIN_REPORTS)),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, InvalidParameterError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
         if record.status not in get_args(Status) or record.current_version not in versions:
             raise RegistryCorruptError(f"inconsistent registry record for {record.name!r}")
@@ -344,6 +361,9 @@ def register_metrics(
     check_int("shards", default_shards, 1, MAX_SHARDS)
     if not specs:
         return []
+    schema = get_profile(r)
+    check_breakdowns(schema, [spec for spec, _ in specs])
+    specs = [(with_profile(spec, schema), shards) for spec, shards in specs]
     key = keys.registry()
     for _ in range(_MAX_WATCH_RETRIES):
         with r.pipeline(transaction=True) as pipe:
@@ -438,6 +458,30 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
 MAX_RETENTION_DAYS = 36_500
 
 
+def check_min_reports(value: object) -> int:
+    """A metric's ``min_reports``: a whole number of reports in [0, 10⁹] (0: no threshold)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_MIN_REPORTS:
+        raise InvalidParameterError(
+            "min_reports", f"a whole number of reports from 0 (no threshold) to {MAX_MIN_REPORTS:,}: a day or "
+            "combination with fewer reports is withheld from every estimate", value)
+    return value
+
+
+def set_min_reports(r: redis.Redis, name: str, min_reports: int) -> MetricRecord:
+    """Withhold every estimate of ``name`` over a day (or breakdown cell) with fewer than ``min_reports`` reports
+    (0: no threshold). Idempotent; applies to queries at once. Lowering it releases days that were withheld."""
+    check_min_reports(min_reports)
+
+    def change(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        if old.min_reports == min_reports:
+            return old
+        return dataclasses.replace(old, min_reports=min_reports)
+
+    return _update(r, name, change)
+
+
 def set_retention(r: redis.Redis, name: str, days: int | None) -> MetricRecord:
     """Keep each sealed day's own state of ``name`` for ``days`` days (None: forever); older days are then read
     from roll-ups only (:mod:`ldptel.storage.sealed`). Idempotent; takes effect at the next seal pass."""
@@ -460,3 +504,66 @@ def spec_for(record: MetricRecord, version: int) -> MetricSpec:
         return record.versions[version]
     except (KeyError, TypeError):
         raise UnknownVersionError(record.name, version, sorted(record.versions)) from None
+
+
+# ------------------------------------------------------------------------------------------ profile schema
+def get_profile(r: redis.Redis) -> ProfileSchema:
+    """The registry's profile schema (dimension → declared values; empty when none was set)."""
+    raw = r.get(keys.profile())
+    if raw is None:
+        return ProfileSchema({})
+    try:
+        return ProfileSchema.from_dict(json.loads(raw))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RegistryCorruptError(f"the profile schema is not valid JSON: {exc}") from None
+
+
+def state_counters(spec: MetricSpec) -> int:
+    """Counters of one state of ``spec`` (its memory is at most 4 bytes each before sealing: k·m·4 for a sketch)."""
+    shape, rows = state_shape(spec.params)
+    return int(np.prod(shape)) + rows
+
+
+def check_breakdowns(schema: ProfileSchema, specs: Sequence[MetricSpec]) -> None:
+    """Every spec's breakdown names dimensions of ``schema`` and stays within the caps
+    (:func:`ldptel.client.protocol.breakdown.check_breakdown`); InvalidParameterError otherwise."""
+    for spec in specs:
+        if spec.breakdown:
+            check_breakdown(spec.name, spec.breakdown, schema, state_counters(spec))
+
+
+def with_profile(spec: MetricSpec, schema: ProfileSchema) -> MetricSpec:
+    """``spec`` with the declared values of its breakdown dimensions from ``schema`` (what devices and ingest map by)."""
+    values = tuple((d, schema.dimensions[d]) for d in spec.breakdown if d in schema.dimensions)
+    return spec if values == spec.profile else dataclasses.replace(spec, profile=values)
+
+
+def set_profile(r: redis.Redis, schema: ProfileSchema) -> ProfileSchema:
+    """Store ``schema`` as the registry's profile schema and copy its values into the current spec of every metric
+    broken down by its dimensions (in place, like metadata: growing an enumeration is not a new version), all in one
+    transaction; refused (InvalidParameterError, nothing written) when an active metric's breakdown would name a
+    dimension it lacks or outgrow the caps. Values are stored by name: a removed value's old cells stay readable
+    and new reports of it count as ``other``."""
+    if not isinstance(schema, ProfileSchema):
+        raise InvalidParameterError("profile", "a ProfileSchema", type(schema).__name__)
+    key = keys.registry()
+    for _ in range(_MAX_WATCH_RETRIES):
+        with r.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key, keys.profile())  # type: ignore[no-untyped-call]
+                records = [parse_record(raw) for raw in pipe.hvals(key)]
+                check_breakdowns(schema, [rec.current for rec in records if rec.active])
+                changed = []
+                for rec in records:
+                    spec = with_profile(rec.current, schema)
+                    if spec is not rec.current:
+                        changed.append(dataclasses.replace(rec, versions={**rec.versions, rec.current_version: spec}))
+                pipe.multi()
+                pipe.set(keys.profile(), json.dumps(schema.to_dict(), sort_keys=True, separators=(",", ":")))
+                for rec in changed:
+                    pipe.hset(key, rec.name, rec.to_json())
+                pipe.execute()
+                return schema
+            except redis.WatchError:
+                continue
+    raise RegistryConflictError("the registry is being changed concurrently; try again")

@@ -50,7 +50,7 @@ import datetime as dt
 import hashlib
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,13 +81,13 @@ __all__ = [
     "seal_metric",
     "sealable_through",
     "summed_state",
+    "summed_states",
 ]
 
 LEVELS = 9  # roll-up levels 1..9: aligned blocks of 2, 4, ..., 512 days
 KEEP_LEVEL = 5  # blocks of 32 days and coarser are kept forever; finer states follow the daily retention
 DAY_MS = 86_400_000
 _EPOCH = dt.date(1970, 1, 1).toordinal()
-_GET_CHUNK = 8  # blobs per pipelined round trip (bounds memory)
 _READ_ATTEMPTS = 8  # plans of one read (a sealer or retention removed a planned state meanwhile: plan again)
 _SEAL_LEASE_TTL_MS = 600_000
 
@@ -111,8 +111,8 @@ def _member(version: int, level: int, start: int) -> str:
     return f"{version}:{level}:{day_name(start)}"
 
 
-def _key(metric: str, version: int, level: int, start: int) -> str:
-    return keys.sealed_state(metric, version, level, day_name(start))
+def _key(metric: str, version: int, level: int, start: int, cell: str = "") -> str:
+    return keys.sealed_state(metric, version, level, day_name(start), cell)
 
 
 # --------------------------------------------------------------------------------------------------- view
@@ -138,10 +138,11 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def read_view(r: redis_lib.Redis, metric: str) -> SealedView:
+def read_view(r: redis_lib.Redis, metric: str, cell: str = "") -> SealedView:
+    """The sealed slot of one breakdown ``cell`` ("" without breakdown); the marks are the metric's (shared)."""
     pipe = r.pipeline(transaction=True)
-    pipe.smembers(keys.sealed_index(metric))
-    pipe.hgetall(keys.sealed_days(metric))
+    pipe.smembers(keys.sealed_index(metric, cell))
+    pipe.hgetall(keys.sealed_days(metric, cell))
     pipe.hgetall(keys.sealed_marks(metric))
     members, days_raw, marks_raw = pipe.execute()
     index = set()
@@ -181,10 +182,10 @@ class _Plan:
     coarse: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _shard_days(r: redis_lib.Redis, metric: str, shards: int, version: int) -> dict[int, list[int]]:
-    """Day number → shards that hold an unsealed per-shard state of ``version`` for it."""
+def _shard_days(r: redis_lib.Redis, metric: str, shards: int, version: int, cell: str = "") -> dict[int, list[int]]:
+    """Day number → shards that hold an unsealed per-shard state of ``version`` (in ``cell``) for it."""
     out: dict[int, list[int]] = {}
-    for shard, pairs in store.sketch_index(r, metric, shards).items():
+    for shard, pairs in store.sketch_index(r, metric, shards, cell=cell).items():
         for v, day in pairs:
             if v == version:
                 out.setdefault(day_number(day), []).append(shard)
@@ -200,7 +201,7 @@ def _snap(day: int, view: SealedView, *, end: bool) -> int:
 
 
 def _plan(metric: str, version: int, a: int, b: int, shard_days: dict[int, list[int]], view: SealedView,
-          data: list[int]) -> _Plan:
+          data: list[int], cell: str = "") -> _Plan:
     """The states to read for days [a, b]: aligned blocks fully inside that exist, else their halves, down to
     sealed days, else per-shard states. ``data``: sorted day numbers that have reports (to skip empty spans)."""
     plan = _Plan()
@@ -216,13 +217,13 @@ def _plan(metric: str, version: int, a: int, b: int, shard_days: dict[int, list[
             return
         inside = first >= a and last <= b
         if inside and (version, level, start) in view.index:
-            plan.keys.append(_key(metric, version, level, start))
+            plan.keys.append(_key(metric, version, level, start, cell))
             if view.dropped is not None and level >= KEEP_LEVEL and first <= view.dropped:
                 plan.coarse.append((first, last))
             return
         if level == 0:
             if start in shard_days:
-                plan.keys.extend(keys.sketch(metric, s, version, day_name(start)) for s in shard_days[start])
+                plan.keys.extend(keys.sketch(metric, s, version, day_name(start), cell) for s in shard_days[start])
             elif (version, start) in view.days:
                 # a sealed day with reports whose state is gone (retention since the view, or a view that raced a
                 # sealer): the caller plans again from a new view
@@ -251,64 +252,103 @@ def summed_state(
     shards: int,
     day_from: str | None = None,
     day_to: str | None = None,
+    cell: str = "",
 ) -> Summed:
-    """The sum over every shard of a metric version's reports on the days [day_from, day_to] (None: open).
+    """The sum over every shard of a metric version's reports on the days [day_from, day_to] (None: open), in one
+    breakdown ``cell`` ("": a metric without breakdown).
 
     Reads the fewest states there are: aligned roll-ups, sealed days, and per-shard states of days not sealed
     yet. Consistent while a sealer runs: the per-shard index is read before the sealed slot (so a day is seen
     either unsealed, with every shard's state, or sealed), and a plan whose state has meanwhile been removed is
     planned again.
     """
-    lo = None if day_from is None else day_number(day_from)
-    hi = None if day_to is None else day_number(day_to)
+    return next(summed_states(r, metric, params=params, version=version, shards=shards, spans=[(day_from, day_to)],
+                              cell=cell))
+
+
+def summed_states(
+    r: redis_lib.Redis,
+    metric: str,
+    *,
+    params: Params,
+    version: int,
+    shards: int,
+    spans: Sequence[tuple[str | None, str | None]],
+    cell: str = "",
+) -> Iterator[Summed]:
+    """:func:`summed_state` of each span (day_from, day_to), in order, from one read of the indexes and one
+    pipelined fetch of every state the spans need (a per-day series reads its days in a few round trips, not a
+    query each). A span's state is yielded as soon as its last blob is read, so memory holds one summed state
+    at a time, not one per span. Where a planned state was removed meanwhile, the spans not yet yielded are
+    planned again (each span is read from one consistent plan)."""
+    bounds = [(None if f is None else day_number(f), None if t is None else day_number(t)) for f, t in spans]
+    done = 0
     for _attempt in range(_READ_ATTEMPTS):
-        shard_days = _shard_days(r, metric, shards, version)  # first: see module docs
-        view = read_view(r, metric)
-        sealed_days = view.days_of(version)
-        data = sorted(set(shard_days) | set(sealed_days))
-        if not data:
-            return Summed(SketchState.empty(params), (), None, None)
-        a = data[0] if lo is None else max(lo, data[0])
-        b = data[-1] if hi is None else min(hi, data[-1])
-        if a > b:
-            return Summed(SketchState.empty(params), (), None, None)
-        a, b = _snap(a, view, end=False), _snap(b, view, end=True)  # may widen past the data: no harm
+        shard_days = _shard_days(r, metric, shards, version, cell)  # first: see module docs
+        view = read_view(r, metric, cell)
+        data = sorted(set(shard_days) | set(view.days_of(version)))
         try:
-            plan = _plan(metric, version, a, b, shard_days, view, data)
-            state = _fetch_sum(r, plan.keys, params)
+            planned = [_plan_span(metric, version, lo, hi, shard_days, view, data, cell) for lo, hi in bounds[done:]]
         except _Replan:
             continue
-        covered = [day_name(d) for d in data if a <= d <= b]
-        coarse = tuple((day_name(f), day_name(t)) for f, t in sorted(plan.coarse))
-        return Summed(state, tuple(covered), day_name(a) if covered else None, day_name(b) if covered else None,
-                      coarse, len(plan.keys))
+        blobs = store.get_blobs(r, [name for p in planned if p is not None for name in p[2].keys])
+        try:
+            for p in planned:
+                if p is None:
+                    yield Summed(SketchState.empty(params), (), None, None)
+                    done += 1
+                    continue
+                a, b, plan = p
+                total: SketchState | None = None
+                for name in plan.keys:
+                    _name, raw = next(blobs)  # in the order of the plans
+                    if raw is None:
+                        raise _Replan(f"{name} was removed while being read")
+                    if total is None and len(plan.keys) == 1:
+                        total = _decode(name, raw, params)  # one state: read it as is, nothing to add it to
+                    else:
+                        total = total or SketchState.empty(params)
+                        store.add_blob(total, name, raw, params)
+                covered = [day_name(d) for d in data if a <= d <= b]
+                coarse = tuple((day_name(f), day_name(t)) for f, t in sorted(plan.coarse))
+                yield Summed(total or SketchState.empty(params), tuple(covered), day_name(a) if covered else None,
+                             day_name(b) if covered else None, coarse, len(plan.keys))
+                done += 1
+            return
+        except _Replan:
+            continue
     raise StoreError(f"the states of {metric!r} kept changing while being read ({_READ_ATTEMPTS} plans); try again")
 
 
-def _fetch_sum(r: redis_lib.Redis, names: list[str], params: Params) -> SketchState:
-    total = SketchState.empty(params)
-    for lo in range(0, len(names), _GET_CHUNK):
-        chunk = names[lo : lo + _GET_CHUNK]
-        pipe = r.pipeline(transaction=False)
-        for name in chunk:
-            pipe.get(name)
-        for name, raw in zip(chunk, pipe.execute(), strict=True):
-            if raw is None:
-                raise _Replan(f"{name} was removed while being read")
-            try:
-                total.add_bytes(raw, params)
-            except (LdpError, ValueError) as exc:
-                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
-    return total
+def _plan_span(metric: str, version: int, lo: int | None, hi: int | None, shard_days: dict[int, list[int]],
+               view: SealedView, data: list[int], cell: str) -> tuple[int, int, _Plan] | None:
+    """(first, last, plan) of the days [lo, hi] (None: open) clipped to the data and widened to the 32-day blocks
+    retention left; None when no day of the range has reports."""
+    if not data:
+        return None
+    a = data[0] if lo is None else max(lo, data[0])
+    b = data[-1] if hi is None else min(hi, data[-1])
+    if a > b:
+        return None
+    a, b = _snap(a, view, end=False), _snap(b, view, end=True)  # may widen past the data: no harm
+    return a, b, _plan(metric, version, a, b, shard_days, view, data, cell)
+
+
+def _decode(name: str, raw: bytes, params: Params) -> SketchState:
+    try:
+        return SketchState.from_bytes(raw, params)
+    except (LdpError, ValueError) as exc:
+        raise StoreError(f"sketch {name} is unreadable: {exc}") from None
 
 
 def periods(
     r: redis_lib.Redis, metric: str, *, version: int, shards: int, day_from: str | None = None, day_to: str | None = None,
+    cell: str = "",
 ) -> list[tuple[str, str]]:
     """The finest spans (first, last) the days with reports in [day_from, day_to] can be read in, in order: one
     day each where the day's state (sealed or per shard) is kept, a 32-day block where retention dropped them."""
-    shard_days = _shard_days(r, metric, shards, version)
-    view = read_view(r, metric)
+    shard_days = _shard_days(r, metric, shards, version, cell)
+    view = read_view(r, metric, cell)
     data = sorted(set(shard_days) | set(view.days_of(version)))
     lo = None if day_from is None else day_number(day_from)
     hi = None if day_to is None else day_number(day_to)
@@ -326,16 +366,16 @@ def periods(
     return [(day_name(f), day_name(t)) for f, t in out]
 
 
-def days_with_reports(r: redis_lib.Redis, metric: str, *, version: int, shards: int) -> list[str]:
-    """Sorted UTC days with reports of ``version``: unsealed (a per-shard state) or sealed (kept or not)."""
-    shard_days = _shard_days(r, metric, shards, version)
-    view = read_view(r, metric)
+def days_with_reports(r: redis_lib.Redis, metric: str, *, version: int, shards: int, cell: str = "") -> list[str]:
+    """Sorted UTC days with reports of ``version`` (in ``cell``): unsealed (a per-shard state) or sealed (kept or not)."""
+    shard_days = _shard_days(r, metric, shards, version, cell)
+    view = read_view(r, metric, cell)
     return [day_name(d) for d in sorted(set(shard_days) | set(view.days_of(version)))]
 
 
-def sealed_reports(r: redis_lib.Redis, metric: str, *, version: int) -> dict[str, int]:
-    """Reports per sealed day of ``version`` (from the small hash kept for every sealed day)."""
-    view = read_view(r, metric)
+def sealed_reports(r: redis_lib.Redis, metric: str, *, version: int, cell: str = "") -> dict[str, int]:
+    """Reports per sealed day of ``version`` in ``cell`` (from the small hash kept for every sealed day)."""
+    view = read_view(r, metric, cell)
     return {day_name(d): n for (v, d), n in sorted(view.days.items()) if v == version}
 
 
@@ -423,41 +463,51 @@ def seal_metric(
     try:
         record = registry.get_metric(r, metric)
         limit = sealable_through(r, metric, record.shards, today=today, horizon_days=horizon_days)
-        index = store.sketch_index(r, metric, record.shards)
-        view = read_view(r, metric)
-        todo: dict[tuple[int, int], list[int]] = {}
-        for shard, pairs in index.items():
-            for version, day in pairs:
-                d = day_number(day)
-                if d <= limit:
-                    todo.setdefault((d, version), []).append(shard)
-        days = sorted({d for d, _ in todo})
+        # Breakdown cells ("" last): each is sealed like a metric of its own; the marks are the metric's, written
+        # once every cell is done (a rerun after a crash redoes the cells idempotently).
+        cells = [*store.cells(r, metric, record.shards), ""]
+        todos: dict[str, dict[tuple[int, int], list[int]]] = {}
+        for cell in cells:
+            todo = todos[cell] = {}
+            for shard, pairs in store.sketch_index(r, metric, record.shards, cell=cell).items():
+                for version, day in pairs:
+                    d = day_number(day)
+                    if d <= limit:
+                        todo.setdefault((d, version), []).append(shard)
+        days = sorted({d for todo in todos.values() for d, _ in todo})
         if max_days is not None and len(days) > max_days:
             limit = days[max_days] - 1  # seal the first max_days days; the rest on the next call
-        sealed_index = set(view.index)
-        for (d, version), shards in sorted(todo.items()):
-            if d > limit:
-                continue
-            params = registry.spec_for(record, version).params
-            if _seal_day(r, metric, version, d, shards, params, sealed_index, report):
-                report.days_sealed += 1
-                report.shard_states_merged += len(shards)
-        view = read_view(r, metric)
-        data = sorted({d for _, d in view.days} | {d for d, _ in todo})
-        start = (view.through + 1) if view.through is not None else (data[0] if data else None)
-        if start is not None and limit >= start:
-            versions = sorted({v for v, _ in view.days} | {v for _, v in todo})
+        through = read_view(r, metric).through
+        advance = False
+        for cell, todo in todos.items():
+            view = read_view(r, metric, cell)
             sealed_index = set(view.index)
-            for level in range(1, LEVELS + 1):
-                size = 1 << level
-                for i in range(-(-(start + 1) // size) - 1, (limit + 1) // size):
-                    for version in versions:
-                        params = registry.spec_for(record, version).params
-                        if _build_block(r, metric, version, level, i * size, params, sealed_index):
-                            report.rollups_built += 1
+            for (d, version), shards in sorted(todo.items()):
+                if d > limit:
+                    continue
+                params = registry.spec_for(record, version).params
+                if _seal_day(r, metric, version, d, shards, params, sealed_index, report, cell):
+                    report.days_sealed += 1
+                    report.shard_states_merged += len(shards)
+            view = read_view(r, metric, cell)
+            data = sorted({d for _, d in view.days} | {d for d, _ in todo})
+            start = (through + 1) if through is not None else (data[0] if data else None)
+            if start is not None and limit >= start:
+                advance = True
+                versions = sorted({v for v, _ in view.days} | {v for _, v in todo})
+                sealed_index = set(view.index)
+                for level in range(1, LEVELS + 1):
+                    size = 1 << level
+                    for i in range(-(-(start + 1) // size) - 1, (limit + 1) // size):
+                        for version in versions:
+                            params = registry.spec_for(record, version).params
+                            if _build_block(r, metric, version, level, i * size, params, sealed_index, cell):
+                                report.rollups_built += 1
+        if advance:
             r.hset(keys.sealed_marks(metric), "through", day_name(limit))
         if retention_days is not None:
-            report.states_dropped = _drop(r, metric, today=today, retention_days=retention_days)
+            for cell in cells:  # "" last: it writes the metric's "dropped" mark
+                report.states_dropped += _drop(r, metric, today=today, retention_days=retention_days, cell=cell)
         view = read_view(r, metric)
         report.through = None if view.through is None else day_name(view.through)
         report.dropped = None if view.dropped is None else day_name(view.dropped)
@@ -478,21 +528,12 @@ def _sum_blobs(r: redis_lib.Redis, names: Iterable[str], params: Params) -> tupl
     total = SketchState.empty(params)
     missing: list[str] = []
     digests: list[str] = []
-    names = list(names)
-    for lo in range(0, len(names), _GET_CHUNK):
-        chunk = names[lo : lo + _GET_CHUNK]
-        pipe = r.pipeline(transaction=False)
-        for name in chunk:
-            pipe.get(name)
-        for name, raw in zip(chunk, pipe.execute(), strict=True):
-            if raw is None:
-                missing.append(name)
-                continue
-            try:
-                total.add_bytes(raw, params)
-            except (LdpError, ValueError) as exc:
-                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
-            digests.append(hashlib.sha1(raw, usedforsecurity=False).hexdigest())
+    for name, raw in store.get_blobs(r, list(names)):
+        if raw is None:
+            missing.append(name)
+            continue
+        store.add_blob(total, name, raw, params)
+        digests.append(hashlib.sha1(raw, usedforsecurity=False).hexdigest())
     return total, missing, digests
 
 
@@ -512,7 +553,7 @@ return 1
 
 
 def _seal_day(r: redis_lib.Redis, metric: str, version: int, d: int, shards: list[int], params: Params,
-              sealed_index: set[tuple[int, int, int]], report: SealReport) -> bool:
+              sealed_index: set[tuple[int, int, int]], report: SealReport, cell: str = "") -> bool:
     """Seal (version, day d) from its per-shard states, then remove them; True if this call sealed it.
 
     A shard state is removed only while it is exactly the state that was summed (its SHA-1 is recorded with the
@@ -521,12 +562,12 @@ def _seal_day(r: redis_lib.Redis, metric: str, version: int, d: int, shards: lis
     ``late_states`` and logged by the worker, never summed twice nor deleted unseen.
     """
     day = day_name(d)
-    index_key = keys.sealed_index(metric)
-    sources_key = keys.sealed_sources(metric)
+    index_key = keys.sealed_index(metric, cell)
+    sources_key = keys.sealed_sources(metric, cell)
     member = _member(version, 0, d)
     sealed_now = False
     if (version, 0, d) not in sealed_index:
-        names = [keys.sketch(metric, s, version, day) for s in shards]
+        names = [keys.sketch(metric, s, version, day, cell) for s in shards]
         total, missing, digests = _sum_blobs(r, names, params)
         with r.pipeline(transaction=True) as pipe:
             pipe.watch(index_key)  # type: ignore[no-untyped-call]
@@ -537,9 +578,11 @@ def _seal_day(r: redis_lib.Redis, metric: str, version: int, d: int, shards: lis
                     pipe.unwatch()
                     raise StoreError(f"cannot seal {metric!r} v{version} {day}: indexed states are missing: {missing}")
                 pipe.multi()
-                pipe.set(_key(metric, version, 0, d), total.to_bytes())
+                pipe.set(_key(metric, version, 0, d, cell), total.to_bytes())
                 pipe.sadd(index_key, member)
-                pipe.hset(keys.sealed_days(metric), f"{version}:{day}", total.n)
+                pipe.hset(keys.sealed_days(metric, cell), f"{version}:{day}", total.n)
+                if cell:
+                    pipe.sadd(keys.sealed_cells(metric), cell)
                 pipe.hset(sources_key, mapping={f"{version}:{day}:{s}": h for s, h in zip(shards, digests, strict=True)})
                 try:
                     pipe.execute()
@@ -552,37 +595,39 @@ def _seal_day(r: redis_lib.Redis, metric: str, version: int, d: int, shards: lis
     for s, digest in zip(shards, recorded, strict=True):  # only now: the sealed state exists, readers prefer it
         removed = 0
         if digest is not None:
-            removed = int(r.eval(_REMOVE_SUMMED_LUA, 2, keys.sketch(metric, s, version, day),
-                                 keys.sketch_index(metric, s), _text(digest), store.index_member(version, day)))
+            removed = int(r.eval(_REMOVE_SUMMED_LUA, 2, keys.sketch(metric, s, version, day, cell),
+                                 keys.sketch_index(metric, s, cell), _text(digest), store.index_member(version, day)))
         if not removed:
-            report.late_states.append(f"{version}:{day}:{s}")
+            report.late_states.append(f"{version}:{day}:{s}" + (f":{cell}" if cell else ""))
     return sealed_now
 
 
 def _build_block(r: redis_lib.Redis, metric: str, version: int, level: int, start: int, params: Params,
-                 sealed_index: set[tuple[int, int, int]]) -> bool:
+                 sealed_index: set[tuple[int, int, int]], cell: str = "") -> bool:
     """Store the block (version, level, start) as the sum of its two halves (absent halves are empty)."""
     if (version, level, start) in sealed_index:
         return False
     half = 1 << (level - 1)
-    names = [_key(metric, version, level - 1, s) for s in (start, start + half) if (version, level - 1, s) in sealed_index]
+    names = [_key(metric, version, level - 1, s, cell) for s in (start, start + half)
+             if (version, level - 1, s) in sealed_index]
     if not names:
         return False
     total, missing = _sum_keys(r, names, params)
     if missing:
         raise StoreError(f"cannot build roll-up {_member(version, level, start)} of {metric!r}: missing {missing}")
     pipe = r.pipeline(transaction=True)
-    pipe.set(_key(metric, version, level, start), total.to_bytes())
-    pipe.sadd(keys.sealed_index(metric), _member(version, level, start))
+    pipe.set(_key(metric, version, level, start, cell), total.to_bytes())
+    pipe.sadd(keys.sealed_index(metric, cell), _member(version, level, start))
     pipe.execute()
     sealed_index.add((version, level, start))
     return True
 
 
-def _drop(r: redis_lib.Redis, metric: str, *, today: dt.date, retention_days: int) -> int:
+def _drop(r: redis_lib.Redis, metric: str, *, today: dt.date, retention_days: int, cell: str = "") -> int:
     """Remove daily and fine roll-up states of the KEEP_LEVEL blocks that are sealed, built and entirely older
-    than ``retention_days``; records the new ``dropped`` mark in the same transaction. Returns states removed."""
-    view = read_view(r, metric)
+    than ``retention_days``; for the cell "" records the new ``dropped`` mark in the same transaction (the other
+    cells are dropped first). Returns states removed."""
+    view = read_view(r, metric, cell)
     if view.through is None:
         return 0
     oldest_kept = today.toordinal() - _EPOCH - retention_days  # days before it are past the retention
@@ -593,10 +638,11 @@ def _drop(r: redis_lib.Redis, metric: str, *, today: dt.date, retention_days: in
     gone = [(v, lvl, s) for v, lvl, s in view.index if lvl < KEEP_LEVEL and block_days(lvl, s)[1] <= edge]
     pipe = r.pipeline(transaction=True)
     for v, lvl, s in gone:
-        pipe.delete(_key(metric, v, lvl, s))
+        pipe.delete(_key(metric, v, lvl, s, cell))
     if gone:
-        pipe.srem(keys.sealed_index(metric), *(_member(v, lvl, s) for v, lvl, s in gone))
-    pipe.hset(keys.sealed_marks(metric), "dropped", day_name(edge))
+        pipe.srem(keys.sealed_index(metric, cell), *(_member(v, lvl, s) for v, lvl, s in gone))
+    if not cell:
+        pipe.hset(keys.sealed_marks(metric), "dropped", day_name(edge))
     pipe.execute()
     return len(gone)
 

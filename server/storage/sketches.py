@@ -13,7 +13,7 @@ The three are only ever written together, in one MULTI/EXEC by the fold worker
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import redis as redis_lib
@@ -62,6 +62,18 @@ def parse_index_member(member: bytes | str) -> tuple[int, str]:
     return int(version), day
 
 
+def cells(r: redis_lib.Redis, metric: str, shards: int) -> list[str]:
+    """Every breakdown cell (other than "") that has a state in a shard or sealed, sorted."""
+    pipe = r.pipeline(transaction=False)
+    for shard in range(shards):
+        pipe.smembers(keys.cells(metric, shard))
+    found: set[str] = set()
+    for members in pipe.execute():
+        found |= {m.decode() if isinstance(m, bytes) else m for m in members}
+    found |= {m.decode() if isinstance(m, bytes) else m for m in r.smembers(keys.sealed_cells(metric))}
+    return sorted(found)
+
+
 def read_checkpoint(r: redis_lib.Redis, metric: str, shard: int) -> StreamId:
     raw = r.get(keys.checkpoint(metric, shard))
     return parse_id(raw) if raw else ZERO_ID
@@ -80,26 +92,50 @@ def load_state(r: redis_lib.Redis, key: str, params: Params) -> SketchState | No
         raise StoreError(f"sketch {key} is unreadable: {exc}") from None
 
 
-def sketch_index(r: redis_lib.Redis, metric: str, shards: int) -> dict[int, list[tuple[int, str]]]:
-    """Per shard, the (version, day) pairs that have a sketch (one pipelined SMEMBERS per shard)."""
+def sketch_index(r: redis_lib.Redis, metric: str, shards: int, *, cell: str = "") -> dict[int, list[tuple[int, str]]]:
+    """Per shard, the (version, day) pairs that have a sketch of breakdown ``cell`` (one pipelined SMEMBERS per shard)."""
     pipe = r.pipeline(transaction=False)
     for shard in range(shards):
-        pipe.smembers(keys.sketch_index(metric, shard))
+        pipe.smembers(keys.sketch_index(metric, shard, cell))
     out: dict[int, list[tuple[int, str]]] = {}
     for shard, members in enumerate(pipe.execute()):
         out[shard] = sorted(parse_index_member(m) for m in members)
     return out
 
 
-def available_days(r: redis_lib.Redis, metric: str, shards: int, *, version: int) -> list[str]:
-    """Sorted UTC days with reports of ``version``: a sketch in at least one shard, or sealed
+def available_days(r: redis_lib.Redis, metric: str, shards: int, *, version: int, cell: str = "") -> list[str]:
+    """Sorted UTC days with reports of ``version`` (in breakdown ``cell``): a sketch in at least one shard, or sealed
     (:mod:`ldptel.storage.sealed`; also a sealed day whose own state retention dropped)."""
-    days = {day for pairs in sketch_index(r, metric, shards).values() for v, day in pairs if v == version}
-    for member in r.hkeys(keys.sealed_days(metric)):  # read after the shards' index: see ldptel.storage.sealed
+    days = {day for pairs in sketch_index(r, metric, shards, cell=cell).values() for v, day in pairs if v == version}
+    for member in r.hkeys(keys.sealed_days(metric, cell)):  # read after the shards' index: see ldptel.storage.sealed
         v, day = parse_index_member(member)
         if v == version:
             days.add(day)
     return sorted(days)
+
+
+def get_blobs(r: redis_lib.Redis, names: Sequence[str], *, chunk: int = _GET_CHUNK) -> Iterator[tuple[str, bytes | None]]:
+    """(name, blob or None when missing) for every name, in order: pipelined GETs, ``chunk`` blobs per round trip
+    (bounds memory: a k = 2048, m = 1024 state is up to 16 MiB). The one fetch loop of the sketch and sealed
+    stores. A blob read as text (a client with ``decode_responses=True``) raises :class:`StoreError`."""
+    for lo in range(0, len(names), chunk):
+        part = names[lo : lo + chunk]
+        pipe = r.pipeline(transaction=False)
+        for name in part:
+            pipe.get(name)
+        for name, raw in zip(part, pipe.execute(), strict=True):
+            if isinstance(raw, str):
+                raise StoreError(f"sketch {name} was read as text: sketches need a client with decode_responses=False")
+            yield name, raw
+
+
+def add_blob(total: SketchState, name: str, raw: bytes, params: Params) -> None:
+    """Add the serialized state ``raw`` (stored at ``name``) into ``total`` in place; a corrupt blob raises
+    :class:`StoreError` naming the key."""
+    try:
+        total.add_bytes(raw, params)  # summed in place: no 16 MB temporary per day blob
+    except (LdpError, ValueError) as exc:
+        raise StoreError(f"sketch {name} is unreadable: {exc}") from None
 
 
 def sum_sketches(
@@ -108,34 +144,28 @@ def sum_sketches(
     *,
     params: Params,
     pairs: Iterable[tuple[int, int, str]],
+    cell: str = "",
 ) -> tuple[SketchState, int]:
-    """Sum the sketches named by (shard, version, day): pipelined GETs, ``_GET_CHUNK`` blobs at a time.
+    """Sum the sketches named by (shard, version, day) of breakdown ``cell`` (:func:`get_blobs`).
 
     Returns the total state and how many blobs were found. Missing keys count as empty.
     """
     total = SketchState.empty(params)
     found = 0
-    names = [keys.sketch(metric, shard, version, day) for shard, version, day in pairs]
-    for lo in range(0, len(names), _GET_CHUNK):
-        chunk = names[lo : lo + _GET_CHUNK]
-        pipe = r.pipeline(transaction=False)
-        for name in chunk:
-            pipe.get(name)
-        for name, raw in zip(chunk, pipe.execute(), strict=True):
-            if raw is None:
-                continue
-            try:
-                total.add_bytes(raw, params)  # summed in place: no 16 MB temporary per day blob
-            except (LdpError, ValueError) as exc:
-                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
+    names = [keys.sketch(metric, shard, version, day, cell) for shard, version, day in pairs]
+    for name, raw in get_blobs(r, names):
+        if raw is not None:
+            add_blob(total, name, raw, params)
             found += 1
     return total, found
 
 
-def day_reports(r: redis_lib.Redis, metric: str, *, params: Params, pairs: Iterable[tuple[int, int, str]]) -> dict[str, int]:
+def day_reports(
+    r: redis_lib.Redis, metric: str, *, params: Params, pairs: Iterable[tuple[int, int, str]], cell: str = ""
+) -> dict[str, int]:
     """Reports per UTC day in the sketches named by (shard, version, day), read with two pipelined GETRANGEs
     per blob (its header, then its row counts), never the counts: cheap for a dashboard's list of metrics."""
-    names = [(keys.sketch(metric, shard, version, day), day) for shard, version, day in pairs]
+    names = [(keys.sketch(metric, shard, version, day, cell), day) for shard, version, day in pairs]
     pipe = r.pipeline(transaction=False)
     for name, _day in names:
         pipe.getrange(name, 0, STATE_HEADER_SIZE - 1)
@@ -159,10 +189,13 @@ __all__ = [
     "StoreError",
     "StreamId",
     "ZERO_ID",
+    "add_blob",
     "available_days",
+    "cells",
     "check_day",
     "day_reports",
     "format_id",
+    "get_blobs",
     "index_member",
     "load_state",
     "next_id",

@@ -12,6 +12,7 @@ import redis as redis_lib
 
 from ldptel.aggregator.cli import RESULT_COLUMNS
 from ldptel.aggregator.query import EmptyRangeError, estimate_by_day, estimate_metric
+from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.client import CmsParams, MetricSpec, RrParams
 from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 
@@ -92,13 +93,14 @@ def test_cli_by_day_json_csv_and_table(redis: redis_lib.Redis, pages: list[str])
     code, out, err = run_cli(*base, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
+    assert doc.pop("schema_version") == 1  # docs/json-output.md
     assert doc == json.loads(json.dumps(want.to_dict()))
     assert doc["days"] == list(DAYS) and doc["by_day"] is True and len(doc["rows"]) == 6
 
     code, out, err = run_cli(*base, "--format", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert tuple(rows[0]) == ("day", "n", *RESULT_COLUMNS, "significant")
+    assert tuple(rows[0]) == ("day", "n", *RESULT_COLUMNS, "significant", *PRIVACY_COLUMNS)
     for got, exp in zip(rows, want.rows(), strict=True):
         assert got["day"] == exp["day"] and int(got["n"]) == exp["n"] and got["value"] == exp["value"]
         assert all(float(got[c]) == exp[c] for c in RESULT_COLUMNS[1:])
@@ -108,7 +110,8 @@ def test_cli_by_day_json_csv_and_table(redis: redis_lib.Redis, pages: list[str])
     lines = out.splitlines()
     assert "n = 3,000 reports · per day" in lines[0] and "(3 days)" in lines[0]
     assert lines[1].split()[:4] == ["day", "n", "value", "estimate"]
-    assert [line.split()[0] for line in lines[3:]] == [d for d in DAYS for _ in range(2)]
+    assert [line.split()[0] for line in lines[3:-1]] == [d for d in DAYS for _ in range(2)]
+    assert lines[-1].startswith("local ε ") and "central ε not applicable" in lines[-1]  # no shuffle stage here
 
 
 def test_cli_by_day_with_plot_is_a_user_error(pages: list[str]) -> None:

@@ -14,6 +14,7 @@ import redis as redis_lib
 
 from ldptel.aggregator.cli import RESULT_COLUMNS, main
 from ldptel.aggregator.query import estimate_metric
+from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
 from ldptel.storage import registry
 from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, run_cli
@@ -44,7 +45,7 @@ def test_json_and_csv_round_trip(redis: redis_lib.Redis, pages: list[str], tmp_p
     code, out, err = run_cli(*base, "--format", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert tuple(rows[0]) == (*RESULT_COLUMNS, "significant")  # rows of candidates: marked (issue 24)
+    assert tuple(rows[0]) == (*RESULT_COLUMNS, "significant", *PRIVACY_COLUMNS)  # rows of candidates: marked (issue 24)
     for got, exp in zip(rows, want.rows(), strict=True):
         assert got["value"] == exp["value"] and got["significant"] == str(exp["significant"])
         for col in RESULT_COLUMNS[1:]:
@@ -64,7 +65,7 @@ def test_table_top_and_day_range(pages: list[str]) -> None:
     assert "n = 1,000 reports" in lines[0] and "2026-03-02" in lines[0]
     assert lines[1].startswith("rows selected from 7 candidates; * = distinguishable from zero")
     assert lines[2].split()[:2] == ["value", "estimate"] and "clip" in lines[2] and lines[2].split()[-1] == "sig"
-    assert len(lines) == 4 + 3  # title, selection, header, rule, 3 rows
+    assert len(lines) == 4 + 3 + 1  # title, selection, header, rule, 3 rows, local and central ε
 
 
 def test_rr_table_shows_the_proportion(redis: redis_lib.Redis, env_url: str, rng: np.random.Generator) -> None:
@@ -112,7 +113,7 @@ def test_metrics_create_list_show_retire(redis: redis_lib.Redis, env_url: str, t
     spec.write_text(json.dumps({"name": "pages", "params": {"mechanism": "cms", "epsilon": 4, "k": 64, "m": 1024}}))
     assert run_cli("metrics", "create", "--spec-file", str(spec))[0] == 0
     code, out, _ = run_cli("metrics", "list", "--format", "json")
-    assert [m["name"] for m in json.loads(out)] == ["color", "pages"]
+    assert [m["name"] for m in json.loads(out)["metrics"]] == ["color", "pages"]
     code, out, _ = run_cli("metrics", "list")
     assert "color" in out and "k=64 m=1024" in out
     code, out, _ = run_cli("metrics", "show", "pages")
@@ -125,11 +126,11 @@ def test_status_reports_length_checkpoint_and_lag(redis: redis_lib.Redis, env_ur
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
     append_reports(redis, record, ["a"] * 100, rng, day="2026-03-01", batch_size=10)
     code, out, _ = run_cli("status", "--format", "json")
-    rows = json.loads(out)
+    rows = json.loads(out)["shards"]
     assert code == 0 and sum(r["length"] for r in rows) == 10 and all(r["checkpoint"] is None for r in rows)
     assert sum(r["lag"] or 0 for r in rows) == 10
     drain(redis)
-    rows = json.loads(run_cli("status", "--format", "json")[1])
+    rows = json.loads(run_cli("status", "--format", "json")[1])["shards"]
     assert all(r["lag"] in (0, None) for r in rows) and any(r["lag"] == 0 for r in rows)
     assert all(r["checkpoint"] for r in rows if r["length"])
     assert "checkpoint" in run_cli("status")[1]

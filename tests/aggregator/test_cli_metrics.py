@@ -47,7 +47,7 @@ def test_list_shows_expired_metrics(redis: redis_lib.Redis) -> None:
     lines = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert "expired" in lines["emoji"] and "2020-01-31" in lines["emoji"] and "growth" in lines["emoji"]
     assert "active" in lines["flag"] and "expired" not in lines["flag"]
-    rows = {row["name"]: row for row in json.loads(run_cli("metrics", "list", "--format", "json")[1])}
+    rows = {row["name"]: row for row in json.loads(run_cli("metrics", "list", "--format", "json")[1])["metrics"]}
     assert rows["emoji"]["expired"] is True and rows["flag"]["expired"] is False
     assert rows["emoji"]["current"]["expires"] == "2020-01-31"
     assert run_cli(*CMS, "--expires", "2020-02-30")[0] == 2  # argparse's usage error
@@ -128,3 +128,27 @@ def test_a_shard_conflict_writes_nothing(redis: redis_lib.Redis, tmp_path: Path)
     code, _, err = run_cli("metrics", "apply", str(conflict))
     assert code == 2 and "metric 'dark_mode', field 'shards'" in err
     assert redis.hgetall(keys.registry()) == before  # emoji and theme were not created either
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--mechanism", "oue-cms", "--epsilon", "4"], "ldptel: error: --mechanism oue-cms needs --k and --m"),
+        (["--mechanism", "oue-cms", "--epsilon", "4", "--k", "256"], "ldptel: error: --mechanism oue-cms needs --m"),
+        (["--mechanism", "pem", "--epsilon", "4", "--k", "16", "--m", "256"], "ldptel: error: --mechanism pem needs --max-bytes"),
+    ],
+)
+def test_missing_params_name_the_options_never_a_python_error(redis: redis_lib.Redis, argv: list[str], message: str) -> None:
+    """Issue 31 §3: `--mechanism oue-cms` without --k/--m printed OueCmsParams.__init__()'s TypeError."""
+    code, out, err = run_cli("metrics", "create", "emoji", *argv)
+    assert code == 2 and out == "" and err.startswith(message) and "__init__" not in err
+    assert registry.list_metrics(redis) == []
+
+
+def test_the_library_names_missing_params_by_their_keys() -> None:
+    from ldptel.client.errors import InvalidParameterError
+    from ldptel.client.protocol.specs import params_from_dict
+
+    with pytest.raises(InvalidParameterError) as info:
+        params_from_dict({"mechanism": "oue-cms", "epsilon": 4})
+    assert str(info.value) == "params must be oue-cms params with k and m (missing), got ['epsilon']"

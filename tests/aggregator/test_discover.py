@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 from ldptel.aggregator.cli import RESULT_COLUMNS, main
 from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import EmptyRangeError, estimate_metric
+from ldptel.aggregator.render import PRIVACY_COLUMNS
 from ldptel.client import CmsParams, MetricSpec, PemParams
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import get_mechanism
@@ -95,7 +96,8 @@ def test_cli_formats_stages_and_progress(words: list[str], tmp_path: Path) -> No
 
     code, out, _ = run_cli("discover", "words", "--format", "csv", "--threshold", "50")
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert tuple(rows[0]) == RESULT_COLUMNS if rows else out.strip() == ",".join(RESULT_COLUMNS)
+    header = (*RESULT_COLUMNS, *PRIVACY_COLUMNS)
+    assert tuple(rows[0]) == header if rows else out.strip() == ",".join(header)
     assert all(float(r["estimate"]) >= 50 * float(r["stderr"]) for r in rows)
 
     code, out, _ = run_cli("discover", "words", "--day", "2026-03-02", "--format", "json")

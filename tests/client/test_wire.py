@@ -76,7 +76,7 @@ def _patch(data: bytes, offset: int, fmt: str, value: int) -> bytes:
         (lambda d: b"XXXX" + d[4:], "magic"),
         (lambda d: _patch(d, 4, "<B", 9), "format"),
         (lambda d: _patch(d, 5, "<B", 77), "mechanism code"),
-        (lambda d: _patch(d, 6, "<H", 1), "flags"),
+        (lambda d: _patch(d, 6, "<H", 2), "flags"),
         (lambda d: _patch(d, 8, "<I", 0), "version"),
         (lambda d: _patch(d, 12, "<I", 0), "at least 1"),
         (lambda d: _patch(d, 12, "<I", 14), "payload"),

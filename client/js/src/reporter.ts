@@ -211,6 +211,8 @@ export class Reporter {
   private nextFlushAt: number;
   private uploadParts: number;
   private readonly endpoint: string;
+  /** The endpoint as errors name it: origin and path, never userinfo or a query. */
+  private readonly where: string;
   private readonly token: string;
   private readonly policy: PrivacyPolicy;
   private readonly batchSize: number;
@@ -234,6 +236,7 @@ export class Reporter {
   ) {
     this.live = cloneState(state);
     this.endpoint = opts.endpoint.replace(/\/+$/, "");
+    this.where = safeWhere(this.endpoint);
     this.token = opts.token;
     this.policy = opts.policy instanceof PrivacyPolicy ? opts.policy : new PrivacyPolicy(opts.policy ?? {});
     this.batchSize = intOpt("batchSize", opts.batchSize, 256, 1, DEFAULT_MAX_BATCH_REPORTS);
@@ -648,7 +651,7 @@ export class Reporter {
         }
         why = `no spec for '${metric}': the server answered HTTP ${resp.status} without a usable spec`;
       } catch (e) {
-        why = `could not fetch the spec of '${metric}': ${String(e)}`;
+        why = `could not fetch the spec of '${metric}' from ${this.where}: ${String(e)}`;
       }
       this.failedAt.set(metric, this.now());
       this.tell(new UploadError(why, "no_spec", { metric }));
@@ -810,7 +813,7 @@ export class Reporter {
       resp = await this.request("POST", "/v1/reports", body, { [BATCH_AGE_HEADER]: String(age) }, keepalive && body.length <= KEEPALIVE_BYTES);
     } catch (e) {
       this.backoff(null);
-      this.tell(new UploadError(`network error: ${String(e)}`, "retry", { n: group.reduce((a, b) => a + b.n, 0) }));
+      this.tell(new UploadError(`network error reaching ${this.where}: ${String(e)}`, "retry", { n: group.reduce((a, b) => a + b.n, 0) }));
       return false;
     }
     const status = resp.status;
@@ -878,4 +881,14 @@ function parseRetryAfter(value: string | null, nowMs: number): number | null {
 
 function unref(t: ReturnType<typeof setTimeout>): void {
   (t as { unref?: () => void }).unref?.();
+}
+
+/** An endpoint URL as an error message may show it: scheme, host, port and path (no userinfo, query or hash). */
+export function safeWhere(endpoint: string): string {
+  try {
+    const url = new URL(endpoint);
+    return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}`;
+  } catch {
+    return "the configured endpoint";
+  }
 }

@@ -367,3 +367,21 @@ test("secret sampling: a draw of an earlier day (a late commit) never replaces t
   assert.equal(applyOp(st, { ...report, sample: { draw: 9, threshold: 8 } }), "queued");
   assert.equal(st.reports.length, 1);
 });
+
+test("server down: the network error names the endpoint (origin and path), never the token or userinfo", async () => {
+  const errors: UploadError[] = [];
+  const refuse = (() => Promise.reject(new TypeError("fetch failed"))) as typeof fetch;
+  const rep = await Reporter.open({
+    endpoint: "https://user:secret@ingest.example:8443/telemetry/?k=v", token: "app-token", namespace: "t",
+    store: new MemoryStore(), start: false, lifecycle: false, specs: [CMS], fetch: refuse, backoffBase: 1, backoffCap: 1,
+    onError: (e) => errors.push(e),
+  });
+  rep.report("pages", "a");
+  assert.equal(await rep.flush(50), false);
+  assert.ok(errors.length > 0);
+  for (const e of errors) {
+    assert.match(e.message, /^network error reaching https:\/\/ingest\.example:8443\/telemetry: /);
+    assert.ok(!e.message.includes("secret") && !e.message.includes("app-token") && !e.message.includes("k=v"));
+  }
+  await rep.close(10);
+});
