@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 
 def shard_status(r: redis.Redis, metrics: Sequence[MetricRecord]) -> list[dict[str, Any]]:
-    """Per (metric, shard): stream length, not-yet-folded entries (lag), checkpoint, lease owner."""
+    """Per (metric, shard): stream length (held uploads + released blocks), held uploads, not-yet-folded entries
+    (lag), checkpoint, lease owner."""
     from ldptel.aggregator.worker import shard_lag
     from ldptel.storage import keys
 
@@ -39,18 +40,20 @@ def shard_status(r: redis.Redis, metrics: Sequence[MetricRecord]) -> list[dict[s
         pipe = r.pipeline(transaction=False)
         for shard in range(rec.shards):
             pipe.xlen(keys.stream(rec.name, shard))
+            pipe.xlen(keys.held(rec.name, shard))  # uploads the shuffle stage holds (ldptel.storage.shuffle)
             pipe.get(keys.checkpoint(rec.name, shard))
             pipe.get(keys.lease(rec.name, shard))
             pipe.pttl(keys.lease(rec.name, shard))
         replies = pipe.execute()
         for shard in range(rec.shards):
-            length, ckpt, owner, ttl = replies[4 * shard : 4 * shard + 4]
+            length, held, ckpt, owner, ttl = replies[5 * shard : 5 * shard + 5]
             lag = shard_lag(r, rec.name, shard)
             rows.append(
                 {
                     "metric": rec.name,
                     "shard": shard,
-                    "length": int(length),
+                    "length": int(length) + int(held),  # held uploads + released blocks
+                    "held": int(held),
                     "lag": lag,
                     "checkpoint": ckpt.decode() if ckpt else None,
                     "owner": owner.decode() if owner else None,

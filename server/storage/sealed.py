@@ -416,6 +416,7 @@ def sealable_through(r: redis_lib.Redis, metric: str, shards: int, *, today: dt.
     for shard, ckpt in enumerate(checkpoints):
         low = "-" if ckpt == store.ZERO_ID else "(" + format_id(ckpt)
         pipe.xrange(keys.stream(metric, shard), min=low, max="+", count=1)
+        pipe.xrange(keys.held(metric, shard), min="-", max="+", count=1)  # not yet released (ldptel.storage.shuffle)
     for entries in pipe.execute():
         if entries:
             first_unfolded_day = parse_id(entries[0][0])[0] // DAY_MS

@@ -154,7 +154,7 @@ def test_aggregate_once_says_which_shards_a_live_worker_kept_and_exits_2(
 
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
     append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)
-    in_shard_1 = sum(int(fields[b"n"]) for _, fields in redis.xrange(keys.stream("color", 1)))
+    in_shard_1 = sum(int(fields[b"n"]) for _, fields in redis.xrange(keys.held("color", 1)))
     lease = keys.lease("color", 0)
     redis.set(lease, "a-live-worker", px=1000)
     done = threading.Event()

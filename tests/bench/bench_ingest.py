@@ -277,7 +277,7 @@ def _trim_loop(url: str, metric: str, stop: threading.Event) -> None:
     r = redis.Redis.from_url(url)
     while not stop.wait(0.5):
         for shard in range(4):  # 4 x 250 entries: as much data kept as the bare endpoint's one stream
-            r.xtrim(f"ldp:v1:{{{metric}:{shard}}}:reports", maxlen=250, approximate=True)
+            r.xtrim(f"ldp:v1:{{{metric}:{shard}}}:held", maxlen=250, approximate=True)
         r.xtrim(BARE_STREAM, maxlen=1000, approximate=True)
     r.close()
 
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
             trimmer.join(timeout=10)
         # XINFO's entries-added counts every entry ever appended, trimmed or not
         stored_batches = sum(
-            int(r.xinfo_stream(f"ldp:v1:{{{spec.name}:{shard}}}:reports")["entries-added"]) for shard in range(4)
+            int(r.xinfo_stream(f"ldp:v1:{{{spec.name}:{shard}}}:held")["entries-added"]) for shard in range(4)
         )
         r.close()
 

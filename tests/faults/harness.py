@@ -188,7 +188,9 @@ class FaultRun:
         cmd = [sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--worker-id", worker_id,
                "--lease-ttl", str(LEASE_TTL), "--checkpoint-seconds", "0.2", "--block", "0.2", "--rescan", "0.5",
                "--retention", "86400", "--log-level", "warning"]
-        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.url},
+        # Real shuffle blocks (docs/shuffle.md): a block of ≥ 4 uploads, or whatever is held after 1 s.
+        shuffle = {"LDPTEL_SHUFFLE_N_MIN": "4", "LDPTEL_SHUFFLE_MAX_BLOCK_UPLOADS": "0", "LDPTEL_SHUFFLE_HOLD_SECONDS": "1"}
+        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.url, **shuffle},
                                                        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.close()
         return worker_id
@@ -540,31 +542,38 @@ class FaultRun:
                    timeout=timeout, what="the aggregators to catch up (lag 0 on every shard)")
 
     def _audit(self, r: redis_lib.Redis) -> dict[str, Any]:
-        entries: dict[str, dict[bytes, list[ReportBatch]]] = {RAW.name: {}, SDK.name: {}}
+        # The fold reads shuffled blocks (ldptel.storage.shuffle): no batch id is left in them, so an upload is
+        # found stored by its dedupe key (kept to the end of its day + the horizon), and counted once by the
+        # sketches: the fold of exactly the acknowledged raw batches, and of exactly the released SDK reports.
+        released: dict[str, list[ReportBatch]] = {RAW.name: [], SDK.name: []}
+        held = 0
         for spec in (RAW, SDK):
             for shard in range(SHARDS):
                 for _, fields in r.xrange(keys.stream(spec.name, shard)):
-                    header, batch = decode_batch(fields[b"b"], spec.params)
-                    entries[spec.name].setdefault(header.batch_id, []).append(batch)
+                    released[spec.name].append(decode_batch(fields[b"b"], spec.params)[1])
+                held += r.xlen(keys.held(spec.name, shard))
         with self.acks.lock:
             acked = dict(self.acks.batches)
-        raw_stream = entries[RAW.name]
-        lost = sum(b.n for bid, b in acked.items() if bid not in raw_stream)
-        extra = sum(bs[0].n for bid, bs in raw_stream.items() if bid not in acked)  # appended, never acknowledged
-        in_stream_twice = sum(sum(b.n for b in bs[1:]) for stream in entries.values() for bs in stream.values())
+        pipe = r.pipeline(transaction=False)
+        for bid in acked:
+            pipe.exists(keys.seen(RAW.name, keys.shard_for(bid, SHARDS), bid.hex()))
+        stored = dict(zip(acked, pipe.execute(), strict=True)) if acked else {}
+        lost = sum(b.n for bid, b in acked.items() if not stored[bid])
         raw_folded = _total(r, RAW.name)
         raw_expected = fold(RAW.params, list(acked.values()))
         sdk_folded = _total(r, SDK.name)
-        sdk_expected = fold(SDK.params, [bs[0] for bs in entries[SDK.name].values()])
+        sdk_expected = fold(SDK.params, released[SDK.name])
         delivered = sum(rep.stats().delivered for rep in self.reporters)
-        doubled = in_stream_twice + max(0, raw_folded.n - raw_expected.n) + max(0, sdk_folded.n - sdk_expected.n)
+        raw_released = sum(b.n for b in released[RAW.name])
+        doubled = max(0, raw_folded.n - raw_expected.n) + max(0, sdk_folded.n - delivered)
         return {
             "acknowledged_reports": len(acked) * self.batch + delivered,
-            "acknowledged_batches": len(acked) + len(entries[SDK.name]),
+            "acknowledged_batches": len(acked) + sum(1 for _ in released[SDK.name]),
             "lost": lost + max(0, delivered - sdk_folded.n) + max(0, raw_expected.n - lost - raw_folded.n),
-            "lost_unstored": lost,  # acknowledged, not in the streams (the rest of "lost": stored, never folded)
+            "lost_unstored": lost,  # acknowledged, no dedupe key (the rest of "lost": stored, never folded)
             "doubled": doubled,
-            "appended_unacknowledged": extra,
+            "appended_unacknowledged": max(0, raw_released - raw_expected.n),
+            "held": held,
             "raw_sketch_equal": raw_folded.equals(raw_expected),
             "sdk_sketch_equal": sdk_folded.equals(sdk_expected) and sdk_folded.n == delivered,
             "reporters_pending": sum(rep.stats().pending for rep in self.reporters),
