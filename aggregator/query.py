@@ -43,7 +43,14 @@ import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
 from ldptel.aggregator.amplification import CentralPrivacy, compose_days, release_central
-from ldptel.aggregator.breakdowns import breakdown_cells, check_where, sum_summed
+from ldptel.aggregator.breakdowns import (
+    breakdown_cells,
+    cell_plans,
+    check_where,
+    merged_plan,
+    released_cells,
+    sum_summed,
+)
 from ldptel.aggregator.fleet import fleet_of
 from ldptel.aggregator.percentiles import check_percentiles
 from ldptel.aggregator.results import (
@@ -58,7 +65,7 @@ from ldptel.aggregator.results import (
 )
 from ldptel.aggregator.selection import Selection, select
 from ldptel.aggregator.selection import check_method as check_selection
-from ldptel.aggregator.withholding import Withheld, release_plan
+from ldptel.aggregator.withholding import Withheld, release_plan, threshold_of
 from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
@@ -230,8 +237,13 @@ def released_state(r: redis_lib.Redis, target: Target, days: Sequence[str], wher
                    ) -> tuple[Summed, tuple[Withheld, ...]]:
     """:func:`summed_state` of the released units only: a day (or roll-up) with fewer reports than the metric's
     ``min_reports`` is left out of the sum (so no two ranges differ by it) and listed as withheld
-    (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld."""
-    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, where))
+    (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld. With a breakdown
+    the unit is a (combination, day) (:func:`~ldptel.aggregator.breakdowns.released_cells`)."""
+    cells = target.cells(r, where)
+    if cells != [""]:
+        return released_cells(r, target, days, cells) if threshold_of(target.record) > 0 else (
+            summed_state(r, target, days, where), ())
+    plan = release_plan(r, target.record, target.version, days, cells=cells)
     if not plan.withheld:
         return summed_state(r, target, days, where), ()
     if not plan.runs:
@@ -491,7 +503,9 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     spans = sorted({span for cell in target.cells(r, opts.where) for span in sealed_periods(
         r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)})
     # withheld days: listed, never estimated
-    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, opts.where))
+    cells = target.cells(r, opts.where)
+    plan = (release_plan(r, target.record, target.version, days, cells=cells) if cells == [""]
+            else merged_plan(cell_plans(r, target, days, cells)))  # breakdowns: per (combination, day)
     spans = [span for span in spans if span in set(plan.spans)] if plan.withheld else spans
     if not spans:
         raise WithheldRangeError(

@@ -48,8 +48,8 @@ from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.dashboard.sessions import SessionStore
 from ldptel.aggregator.defaults import DISCOVER_ALPHA, DISCOVER_KEEP, DISCOVER_TOP, default_confidence
 from ldptel.aggregator.discover import DiscoverOptions, discover_metric
-from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
 from ldptel.aggregator.json_api import versioned
+from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
 from ldptel.aggregator.render import json_text
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.server.proxies import TrustedProxies

@@ -27,6 +27,7 @@ def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
     from ldptel.client.mechanisms.daily_mean import DailyMeanParams
     from ldptel.client.mechanisms.discovery import PemParams
     from ldptel.client.mechanisms.event_count import EventCountParams
+    from ldptel.client.mechanisms.event_histogram import EventHistogramParams
     from ldptel.client.mechanisms.hcms import HcmsParams
     from ldptel.client.mechanisms.histogram import HistogramParams
     from ldptel.client.mechanisms.mean import MeanParams
@@ -44,6 +45,7 @@ def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
         "num-histogram": (HistogramParams(epsilon=4.0, edges=(0.0, 10.0, 50.0, 100.0)), lambda i: float(i * 7 % 100)),
         "daily-mean": (DailyMeanParams(epsilon=1.0, lo=0, hi=3600), lambda i: float(i * 37 % 3600)),
         "event-count": (EventCountParams(epsilon=2.0, hi=20), lambda i: i * 7 % 25),
+        "event-histogram": (EventHistogramParams(epsilon=2.0, edges=(0.0, 1.0, 3.0, 10.0, 30.0)), lambda i: i * 7 % 40),
         "unique-devices": (UniqueDevicesParams(epsilon=2.0, window_days=1), lambda i: i % 3 == 0),  # asked days shift by one
     }
 

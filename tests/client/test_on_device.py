@@ -35,6 +35,7 @@ from ldptel.client import MetricSpec, Reporter
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.event_count import EventCountParams
+from ldptel.client.mechanisms.event_histogram import EventHistogramParams
 from ldptel.client.mechanisms.longitudinal import sequence_epsilon
 from ldptel.client.mechanisms.rr import rr_split
 from ldptel.client.mechanisms.state import SketchState
@@ -42,9 +43,9 @@ from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams, release
 from ldptel.client.sdk import tally
 from ldptel.client.sdk.ledger import lifetime_epsilon
 from ldptel.client.sdk.store import DB_FILE
-from tests.longitudinal_audit import History, audit
 from ldptel.storage.registry import retire_metric
 from tests.client.conftest import LiveServer
+from tests.longitudinal_audit import History, audit
 from tests.stats import assert_close_normal
 from tests.wait import wait_until
 
@@ -186,6 +187,7 @@ import os, signal
 from ldptel.client import MetricSpec, Reporter
 from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams
 from ldptel.client.mechanisms.event_count import EventCountParams
+from ldptel.client.mechanisms.event_histogram import EventHistogramParams
 specs = [MetricSpec(name="ev", params=EventCountParams(epsilon=1, hi=100)),
          MetricSpec(name="u28", params=UniqueDevicesParams(epsilon=1, window_days=28))]
 rep = Reporter("http://127.0.0.1:9", "t", {str(tmp_path)!r}, specs=specs, start=False,
@@ -315,6 +317,28 @@ def test_event_count_estimates_events_per_device_and_the_total_within_theory(sto
     assert n == devices
     assert_close_normal(float(est[0]), float(truth.mean()), float(se[0]), n=n, what="events per device per day")
     assert_close_normal(float(est[1]), float(truth.sum()), float(se[1]), n=n, what="total events")
+
+
+def test_event_histogram_buckets_a_days_count_within_theory(storage: Path) -> None:
+    devices = 600
+    params = EventHistogramParams(epsilon=2, edges=(0.0, 1.0, 2.0, 5.0, 10.0, 50.0))
+    counts = np.random.default_rng(6).geometric(0.2, devices)  # ≥ 1; a few above 50: clipped into the last bucket
+    specs = [MetricSpec(name=f"d{i}", params=params) for i in range(devices)]
+    clock = Clock(DAY0)
+    rep = _reporter(storage, specs, clock)
+    try:
+        for spec, c in zip(specs, counts.tolist(), strict=True):
+            rep.count(spec.name, c)
+        clock.next_day()
+        reports = [rep.count(spec.name).report for spec in specs]
+    finally:
+        rep.close(timeout=0)
+    assert all(r is not None for r in reports)
+    est, se, n = _estimate(params, reports)
+    truth = np.bincount(np.clip(np.searchsorted(params.edges, counts, side="right") - 1, 0, 4), minlength=5)
+    assert n == devices
+    for b in range(5):
+        assert_close_normal(float(est[b]), float(truth[b]), float(se[b]), n=n, what=f"bucket {b}")
 
 
 @pytest.mark.parametrize("window", [1, 7, 30])
