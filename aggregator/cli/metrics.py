@@ -44,7 +44,7 @@ EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 RECORD_FORMATS = ("table", "json")
 RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "min reports",
-                  "expires", "owner")
+                  "retention", "expires", "owner")
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
 
@@ -210,15 +210,16 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
     if action == "apply":
         if profile is not None and profile != before_profile:
             registry.set_profile(r, profile)  # first: the metrics below may name its new dimensions
+        settings: dict[str, dict[str, object]] = {}  # record fields, written in the specs' one transaction
+        for name, _before, after in retention:
+            settings.setdefault(name, {})["retention_days"] = after
+        for name, _before, threshold in thresholds:
+            settings.setdefault(name, {})["min_reports"] = threshold
         try:
-            applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
+            applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics], settings=settings)
         except registry.RegistryConflictError as exc:
             raise UserError(f"{exc}; nothing was changed") from None
         changes = [change for _, change in applied]
-        for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
-            registry.set_retention(r, name, after)
-        for name, _before, threshold in thresholds:
-            registry.set_min_reports(r, name, threshold)
     if fmt == "json":
         doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
         if retention:
@@ -351,7 +352,8 @@ def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO, *, on
         return
     rows = [
         [rec.name, _status(rec, today) + ("" if _above_policy(rec) is None else " (above default policy)"), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
-         _shape(rec), rec.current.reports_per_day, rec.shards, rec.min_reports or "off", rec.current.expires or "",
+         _shape(rec), rec.current.reports_per_day, rec.shards, rec.min_reports or "off",
+         "forever" if rec.retention_days is None else f"{rec.retention_days}d", rec.current.expires or "",
          rec.current.owner]
         for rec in records
     ]
