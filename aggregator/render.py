@@ -299,6 +299,8 @@ class Renderer:
         self.mark(result, ax, count)
         ax.set_ylabel(self.y_label)
         title = f"{first.metric} v{first.version} · {first.days[0]} .. {first.days[-1]} · n = {first.n:,}"
+        if first.withheld:  # under min_reports: in no bar, named in the title
+            title += f" · withheld (< {first.withheld[0].min_reports:,} reports): " + ", ".join(w.what for w in first.withheld)
         if sel is not None:
             how = "Bonferroni" if sel.method == "bonferroni" else "Benjamini–Hochberg"
             title += (f"\n* = distinguishable from zero after {sel.candidates:,} candidates ({how}, α = {sel.alpha:g})"

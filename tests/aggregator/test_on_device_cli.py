@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
+from ldptel.aggregator.dashboard.overview import metric_summary
 from ldptel.aggregator.query import estimate_by_day, estimate_metric
 from ldptel.client import MetricSpec
 from ldptel.client.errors import InvalidParameterError
@@ -80,3 +81,8 @@ def test_a_query_reads_the_days_the_reports_arrive_on(redis: redis_lib.Redis, rn
     with pytest.raises(InvalidParameterError):
         estimate_metric(redis, "weekly", postprocess="bogus")  # type: ignore[arg-type]
     assert json.dumps(res.to_dict(), allow_nan=False)
+    # the dashboard's range selector offers the days the reports describe, so its default range reads every report
+    days = metric_summary(redis, registry.get_metric(redis, "weekly"), [])["days_by_version"]["1"]
+    assert (days[0], days[-1]) == ("2024-10-10", "2024-10-23")
+    whole = estimate_metric(redis, "weekly", day_from=days[0], day_to=days[-1])
+    assert whole.n == 600
