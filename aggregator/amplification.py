@@ -258,6 +258,38 @@ def central_for_n(spec: SpecLike, n: int, *, delta: float | None = None, n_min: 
     return Central(epsilon=eps, delta=d, epsilon0=eps0, n=devices, basis=how)
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """A planned metric for :func:`central_epsilon`: one report a day of ε₀ each."""
+
+    report_charge: float
+    reports_per_day: int = 1
+    mechanism: str = "planned"
+
+
+def central_epsilon(*, local_epsilon: float, n: int, delta: float | None = None, n_min: int = 1) -> float | None:
+    """The central ε of ``n`` reports of ``local_epsilon`` each released in ONE shuffled block (``ldptel plan``: what a
+    planned n gives; a day whose reports are released in several blocks gets its smallest block's), at
+    :func:`default_delta`; None where the bound gives nothing (too few reports to amplify)."""
+    out = central_for_n(_Planned(float(local_epsilon)), int(n), delta=delta, n_min=n_min)
+    return out.epsilon if isinstance(out, Central) else None
+
+
+PLAN_SIZES = (10_000, 100_000, 1_000_000)  # block sizes `metrics plan` shows the central ε of
+
+
+def planned_line(spec: SpecLike, sizes: Sequence[int] = PLAN_SIZES) -> str:
+    """One line for ``metrics plan``: the central (ε, δ) ``spec``'s reports would have in a shuffled block of each size."""
+    eps0, r = randomizer(spec)
+    parts = []
+    for n in sizes:
+        out = central_for_n(spec, n * r)
+        parts.append(f"{n:,}: " + (f"{out.epsilon:.3g} (δ {out.delta:.0e})" if isinstance(out, Central) else "none"))
+    per = f"ε₀ {eps0:.3g}" + ("" if r == 1 else f" per device ({r} reports/day)")
+    return (f"central ε after shuffling ({per}; ldp-math-2 §5, only where its conditions hold), by devices per "
+            f"released block: " + " · ".join(parts))
+
+
 class ReleaseStatsLike(Protocol):
     """What the shuffle stage reports of one (metric, version, day) release (``ldptel.storage.shuffle``)."""
 
@@ -293,7 +325,9 @@ def central_for_day(spec: SpecLike, day: str, folded: int, stats: ReleaseStatsLi
         return NotApplicable(condition="not_shuffled",
                              reason=f"reports not shuffled: a released block of {day} came from fewer than "
                                     f"n_min = {stats.n_min:,} uploads (released at the hold bound)")
-    out = central_for_n(spec, stats.smallest_block, delta=delta, n_min=stats.n_min)
+    # δ well below 1/(the day's reports), not just below 1/(the block's): the day is the data set released
+    out = central_for_n(spec, stats.smallest_block, delta=default_delta(max(folded, stats.reports)) if delta is None
+                        else delta, n_min=stats.n_min)
     if isinstance(out, Central):
         return Central(epsilon=out.epsilon, delta=out.delta, epsilon0=out.epsilon0, n=out.n,
                        basis=out.basis.replace("shuffled reports", "reports (the day's smallest released block)"))
@@ -365,6 +399,6 @@ def release_central(r: Any, record: Any, version: int, days: Sequence[str], *, c
 
 __all__ = [
     "CONDITIONS", "Central", "CentralPrivacy", "Condition", "DEFAULT_DELTA", "GRID", "MEANING", "NotApplicable",
-    "central_for_day", "central_for_n", "compose_days", "default_delta", "fmt_closed_form", "randomizer", "release_central",
-    "shuffle_epsilon", "shuffle_epsilons",
+    "PLAN_SIZES", "central_epsilon", "central_for_day", "central_for_n", "compose_days", "default_delta",
+    "fmt_closed_form", "planned_line", "randomizer", "release_central", "shuffle_epsilon", "shuffle_epsilons",
 ]

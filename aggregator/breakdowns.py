@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis as redis_lib
 
+from ldptel.aggregator.withholding import ReleasePlan, Withheld
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.protocol.breakdown import (
     DIMENSION_RE,
@@ -41,6 +42,9 @@ __all__ = [
     "Group",
     "Where",
     "breakdown_cells",
+    "cell_plans",
+    "merged_plan",
+    "released_cells",
     "check_by",
     "check_where",
     "estimate_breakdown",
@@ -141,6 +145,47 @@ def sum_summed(parts: Sequence[Summed]) -> Summed:
                   sum(p.states for p in parts))
 
 
+# -------------------------------------------------------------------------------------------- thresholds
+def cell_plans(r: redis_lib.Redis, target: Target, days: Sequence[str], cells: Sequence[str]) -> dict[str, ReleasePlan]:
+    """Each cell's release plan (:func:`~ldptel.aggregator.withholding.release_plan` over that cell alone): with a
+    breakdown the unit the threshold applies to is a (combination, day), so every sum any query shows (a group,
+    the total, a ``where``) is a sum of released units only and no two of them differ by a withheld one."""
+    from ldptel.aggregator.withholding import release_plan
+
+    return {cell: release_plan(r, target.record, target.version, days, cells=[cell]) for cell in cells}
+
+
+def merged_plan(plans: Mapping[str, ReleasePlan]) -> ReleasePlan:
+    """The spans released in at least one cell, and every cell's withheld units (named ``<cell> <day>``)."""
+    spans = tuple(sorted({span for plan in plans.values() for span in plan.spans}))
+    held = tuple(Withheld(f"{cell} {w.what}", w.min_reports) for cell, plan in plans.items() for w in plan.withheld)
+    return ReleasePlan(runs=(), withheld=held, spans=spans)
+
+
+def released_cells(r: redis_lib.Redis, target: Target, days: Sequence[str], cells: Sequence[str]
+                   ) -> tuple[Summed, tuple[Withheld, ...]]:
+    """The summed state of the released (combination, day) units of ``cells`` over ``days`` and the withheld ones;
+    WithheldRangeError when none is released."""
+    from ldptel.aggregator.query import WithheldRangeError
+    from ldptel.storage.sealed import summed_state
+
+    plans = cell_plans(r, target, days, cells)
+    parts: list[Summed] = []
+    for cell, plan in plans.items():
+        runs = plan.runs if plan.withheld else ((days[0], days[-1]),)
+        parts += [summed_state(r, target.name, params=target.params, version=target.version, shards=target.record.shards,
+                               day_from=first, day_to=last, cell=cell) for first, last in runs]
+    held = merged_plan(plans).withheld
+    parts = [p for p in parts if p.days]
+    if not parts:
+        first = held[0] if held else None
+        raise WithheldRangeError(
+            f"{target.name!r} version {target.version}: every combination and day in the range: "
+            f"{first.reason if first else 'no reports'}", metric=target.name, version=target.version,
+            mechanism=target.params.mechanism, withheld=held)
+    return (sum_summed(parts) if len(parts) > 1 else parts[0]), held
+
+
 # ------------------------------------------------------------------------------------------------ results
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Group:
@@ -233,7 +278,8 @@ def estimate_breakdown(
     fewer reports than the metric's ``min_reports`` is withheld. Raises what ``estimate_metric`` raises, and
     InvalidParameterError for ``by``/``where`` the metric does not declare. ``query``: the function each group is
     asked of (default ``estimate_metric``; ``ldptel discover --by`` passes ``discover_metric``)."""
-    from ldptel.aggregator.query import EmptyRangeError, Target, estimate_metric, query_options
+    from ldptel.aggregator.query import EmptyRangeError, Target, WithheldRangeError, estimate_metric, query_options
+    from ldptel.aggregator.withholding import threshold_of, withheld
 
     ask = estimate_metric if query is None else query
     opts = query_options(options, changes)
@@ -243,33 +289,26 @@ def estimate_breakdown(
     total = ask(r, name, opts)
     cells = breakdown_cells(r, target, opts.where)
     keys = {tuple(parse_cell(c).get(d, OTHER) for d in dims) for c in cells}
-    floor = min_reports_of(target)
+    floor = threshold_of(target.record)
     groups: list[Group] = []
     for key in _group_order(target, r, dims, keys):
         values = dict(zip(dims, key, strict=True))
+        what = ",".join(f"{d}={v}" for d, v in values.items())
         try:
             res = ask(r, name, opts.with_(where=(*opts.where, *values.items())))
+        except WithheldRangeError as exc:  # every (combination, day) of the group is under min_reports
+            groups.append(Group(values=values, result=None, n=None,
+                                withheld=exc.withheld[0].reason if exc.withheld else str(exc)))
+            continue
         except EmptyRangeError:
             continue  # no reports of this group in the range
-        reason = withheld_reason(res.n, floor)
-        if reason is not None:
-            groups.append(Group(values=values, result=None, n=None, withheld=reason))
+        # released units hold ≥ min_reports each, so a shown group has at least that many; checked all the same
+        held = withheld(res.n, floor, what=what)
+        if held is not None:
+            groups.append(Group(values=values, result=None, n=None, withheld=held.reason))
         else:
             groups.append(Group(values=values, result=res, n=res.n))
     return BreakdownResult(by=dims, where=opts.where, total=total, groups=tuple(groups), min_reports=floor)
-
-
-def min_reports_of(target: Target) -> int:
-    """The metric's reporting threshold (``min_reports`` on its registry record; 0 where none is set)."""
-    value = getattr(target.record, "min_reports", None)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def withheld_reason(n: int, min_reports: int) -> str | None:
-    """Why a group of ``n`` reports is not shown (None: it is)."""
-    if n >= min_reports:
-        return None
-    return f"withheld: fewer than min_reports = {min_reports} reports in this group"
 
 
 def plot_breakdown(result: BreakdownResult, path: str, *, max_bars: int = 20, max_groups: int = 12) -> None:

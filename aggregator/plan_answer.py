@@ -27,7 +27,7 @@ Nothing here names a mechanism: mechanisms are chosen by their ``kind`` and thei
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any
@@ -80,25 +80,34 @@ def odds_bound(epsilon: float) -> float:
     return math.exp(epsilon)
 
 
-def central_epsilon(local_epsilon: float, reports: int) -> float | None:
-    """The central ε of ``reports`` shuffled reports at ``local_epsilon`` each (issue 28, h28a's amplification
-    module), or None while no shuffle-amplification calculator is installed.
+@dataclass(frozen=True, kw_only=True)
+class CentralLine:
+    """The central (ε, δ) a day's reports would have if shuffled as one block (or why there is none)."""
 
-    HOOK(h28a): replaced by a call to the amplification bound when it lands; the planner's line and JSON key
-    (``central_epsilon``) are already in place and print "n/a" / null until then.
-    """
-    try:  # the module h28a is building; absent until it lands
-        from ldptel.aggregator import amplification  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    bound: Callable[..., Any] | None = getattr(amplification, "central_epsilon", None)
-    if bound is None:
-        return None
-    try:
-        value = bound(local_epsilon=local_epsilon, n=reports)
-    except (TypeError, ValueError, InvalidParameterError):
-        return None
-    return None if value is None else float(value)
+    epsilon: float | None
+    delta: float | None
+    text: str
+
+
+def central_privacy(params: ParamsBase | None, reports: int) -> CentralLine:
+    """h28a's bound (:func:`ldptel.aggregator.amplification.central_for_n`) for ``reports`` of ``params`` in one
+    shuffled block: what the planned daily volume buys once the shuffle stage runs (one report per device a day;
+    the released blocks can be smaller than a day, which only raises it: the estimate page shows the real one)."""
+    from ldptel.aggregator.amplification import central_for_n
+    from ldptel.client.protocol.specs import MetricSpec
+
+    if params is None:
+        return CentralLine(epsilon=None, delta=None, text="")
+    central = central_for_n(MetricSpec(name="plan", params=params), reports)
+    if not central.applicable:
+        return CentralLine(epsilon=None, delta=None, text=f"; {central.line()}")
+    return CentralLine(epsilon=central.epsilon, delta=central.delta,
+                       text=f"; shuffled, a day's {reports:,} reports give central ε ≈ {central.epsilon:.3g} at δ = {central.delta:.0e}")
+
+
+def central_epsilon(params: ParamsBase | None, reports: int) -> float | None:
+    """The central ε of :func:`central_privacy` (None when the bound does not apply)."""
+    return central_privacy(params, reports).epsilon
 
 
 def pp(share: float) -> str:
@@ -132,7 +141,7 @@ class Answer:
     epsilon: float | None
     effective_epsilon: float | None
     odds_bound: float | None  # e^ε (effective)
-    central_epsilon: float | None  # after shuffling (None until the calculator is installed)
+    central_epsilon: float | None  # a day's reports shuffled as one block (None: the bound does not apply)
     target: float  # in ``unit``
     error: float | None  # the ± reached with the days below, in ``unit``
     error_one_day: float | None  # the ± of one day's reports (or of the total), in ``unit``
@@ -143,6 +152,7 @@ class Answer:
     reports: int | None
     confidence: float
     line: str
+    central_delta: float | None = None
     alternative: str | None = None
     assumptions: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -153,7 +163,7 @@ class Answer:
             "question": self.question, "reachable": self.reachable, "recommendation": self.line,
             "alternative": self.alternative, "mechanism": self.mechanism, "params": self.params,
             "epsilon": self.epsilon, "effective_epsilon": self.effective_epsilon, "odds_bound": self.odds_bound,
-            "central_epsilon": self.central_epsilon, "target": self.target, "error": self.error,
+            "central_epsilon": self.central_epsilon, "central_delta": self.central_delta, "target": self.target, "error": self.error,
             "error_one_day": self.error_one_day, "unit": self.unit, "reports_needed": self.reports_needed,
             "days": self.days, "reports_per_day": self.reports_per_day, "reports": self.reports,
             "confidence": self.confidence, "assumptions": list(self.assumptions), "warnings": list(self.warnings),
@@ -163,16 +173,14 @@ class Answer:
 
 ANSWER_KEYS = (
     "question", "reachable", "recommendation", "alternative", "mechanism", "params", "epsilon", "effective_epsilon",
-    "odds_bound", "central_epsilon", "target", "error", "error_one_day", "unit", "reports_needed", "days",
+    "odds_bound", "central_epsilon", "central_delta", "target", "error", "error_one_day", "unit", "reports_needed", "days",
     "reports_per_day", "reports", "confidence", "assumptions", "warnings",
 )  # fmt: skip
 
 
-def _eps_phrase(eps: float, effective: float, n: int | None) -> str:
-    central = None if n is None else central_epsilon(effective, n)
-    text = f"ε = {eps:g} (one report changes the odds of anything learned about its sender by at most e^{effective:.3g} ≈ {odds_text(effective)}"
-    text += ")" if central is None else f"; central ε ≈ {central:.3g} after shuffling)"
-    return text
+def _eps_phrase(eps: float, effective: float, central: CentralLine) -> str:
+    return (f"ε = {eps:g} (one report changes the odds of anything learned about its sender by at most "
+            f"e^{effective:.3g} ≈ {odds_text(effective)}{central.text})")
 
 
 # ------------------------------------------------------------------------------- frequency questions
@@ -211,9 +219,10 @@ def answer_frequencies(result: Plan, *, question: str, top_k: int | None = None,
     if reachable and per_day is not None and days is not None and days > 1:  # the ± of the days' reports together
         error = max(half_widths(mechanism=mech, params=params, model=result.model, n=per_day * days, z=result.z))
     what = {"share": "the share", "category": "every value's share", "top-k": f"each of the top {top_k}'s shares"}[question]
+    central = central_privacy(params, req.n)
     if reachable:
         line = (f"Recommendation: {best.mechanism}" + ("" if best.k is None else f" (k = {best.k}, m = {best.m})")
-                + f" at {_eps_phrase(best.epsilon, best.effective_epsilon, req.n)}: {what} within ±{pp(min(error, target))} "
+                + f" at {_eps_phrase(best.epsilon, best.effective_epsilon, central)}: {what} within ±{pp(min(error, target))} "
                 f"at {req.confidence:.0%} confidence {_when(days, best.reports_needed, per_day, total)}.")
     else:
         line = (f"No plan reaches ±{pp(target)}: the best, {best.mechanism} at ε = {best.epsilon:g}, gives ±{pp(error_one)} "
@@ -262,7 +271,7 @@ def answer_frequencies(result: Plan, *, question: str, top_k: int | None = None,
     return Answer(
         question=question, reachable=reachable, mechanism=best.mechanism, params=_row_params(best, req.domain_size),
         epsilon=best.epsilon, effective_epsilon=best.effective_epsilon, odds_bound=odds_bound(best.effective_epsilon),
-        central_epsilon=central_epsilon(best.effective_epsilon, req.n), target=target * unit_scale,
+        central_epsilon=central.epsilon, central_delta=central.delta, target=target * unit_scale,
         error=(min(error, target) if reachable else error_one) * unit_scale, error_one_day=error_one * unit_scale,
         unit="pp", reports_needed=best.reports_needed, days=days, reports_per_day=per_day, reports=total,
         confidence=req.confidence, line=line, alternative=alternative, assumptions=tuple(assumptions),
@@ -343,8 +352,9 @@ def answer_mean(rows: Sequence[MeanPlanRow], *, lo: float, hi: float, error: flo
     params: dict[str, Any] = {"mechanism": best.mechanism, "epsilon": best.epsilon, "lo": lo, "hi": hi}
     if variant and not variant.startswith("["):
         params["variant"] = variant
+    central = central_privacy(params_from_dict(params), n)
     line = (f"Recommendation: {best.mechanism}" + ("" if "variant" not in params else f" ({params['variant']})")
-            + f" at {_eps_phrase(best.epsilon, best.effective_epsilon, n)}: the mean within ±{min(err, error):.4g} "
+            + f" at {_eps_phrase(best.epsilon, best.effective_epsilon, central)}: the mean within ±{min(err, error):.4g} "
             f"({min(err, error) / (hi - lo):.2%} of the range [{lo:g}, {hi:g}]) at {confidence:.0%} confidence "
             f"{_when(days, need, reports_per_day, reports)}.")
     warnings = []
@@ -353,7 +363,7 @@ def answer_mean(rows: Sequence[MeanPlanRow], *, lo: float, hi: float, error: flo
     return Answer(
         question="mean", reachable=need is not None, mechanism=best.mechanism, params=params, epsilon=best.epsilon,
         effective_epsilon=best.effective_epsilon, odds_bound=odds_bound(best.effective_epsilon),
-        central_epsilon=central_epsilon(best.effective_epsilon, n), target=error, error=min(err, error),
+        central_epsilon=central.epsilon, central_delta=central.delta, target=error, error=min(err, error),
         error_one_day=one, unit="value", reports_needed=need, days=days, reports_per_day=reports_per_day,
         reports=reports, confidence=confidence, line=line, assumptions=tuple(assumptions), warnings=tuple(warnings),
     )  # fmt: skip
@@ -434,8 +444,10 @@ def percentile_question(*, lo: float, hi: float, percentile: float, error: float
     days = _days(best.reports_needed, reports_per_day)
     err = best.rank_error / math.sqrt(days) if days else best.rank_error
     width = best.bucket_width
+    edges = tuple(float(e) for e in np.linspace(lo, hi, buckets + 1))
+    central = central_privacy(params_from_dict({"mechanism": best.mechanism, "epsilon": best.epsilon, "edges": edges}), n)
     line = (f"Recommendation: {best.mechanism} over {buckets} buckets of [{lo:g}, {hi:g}] at "
-            f"{_eps_phrase(best.epsilon, best.effective_epsilon, n)}: p{percentile:g} within ±{min(err, error) * 100:.2g} "
+            f"{_eps_phrase(best.epsilon, best.effective_epsilon, central)}: p{percentile:g} within ±{min(err, error) * 100:.2g} "
             f"percentile points of rank at {confidence:.0%} confidence {_when(days, best.reports_needed, reports_per_day, reports)}.")
     assumptions = [f"values spread evenly over [{lo:g}, {hi:g}] ({buckets} buckets of {width:g}; pass --buckets)"]
     warnings = [f"the value of p{percentile:g} is interpolated inside a bucket {width:g} wide: where the data is "
@@ -444,7 +456,7 @@ def percentile_question(*, lo: float, hi: float, percentile: float, error: float
     return rows, Answer(
         question="percentile", reachable=True, mechanism=best.mechanism, params=params, epsilon=best.epsilon,
         effective_epsilon=best.effective_epsilon, odds_bound=odds_bound(best.effective_epsilon),
-        central_epsilon=central_epsilon(best.effective_epsilon, n), target=error * 100, error=min(err, error) * 100,
+        central_epsilon=central.epsilon, central_delta=central.delta, target=error * 100, error=min(err, error) * 100,
         error_one_day=best.rank_error * 100, unit="percentile points", reports_needed=best.reports_needed, days=days,
         reports_per_day=reports_per_day, reports=reports, confidence=confidence, line=line,
         assumptions=tuple(assumptions), warnings=tuple(warnings), extra={"percentile": percentile, "bucket_width": width},
@@ -543,8 +555,10 @@ def discovery_question(*, min_share: float, reports_per_day: int | None, reports
 
     best = min(rows, key=key)
     days = _days(best.reports_needed, reports_per_day)
+    created: dict[str, Any] = {"mechanism": best.mechanism, "epsilon": best.epsilon, "k": best.k, "m": best.m, "max_bytes": max_bytes}
+    central = central_privacy(params_from_dict(created), n)
     line = (f"Recommendation: {best.mechanism} (k = {best.k}, m = {best.m}, max_bytes = {max_bytes}) at "
-            f"{_eps_phrase(best.epsilon, best.effective_epsilon, n)}: finds every value held by ≥ {pp(min_share)} of "
+            f"{_eps_phrase(best.epsilon, best.effective_epsilon, central)}: finds every value held by ≥ {pp(min_share)} of "
             f"reports (with {DISCOVERY_POWER:.0%} probability each) {_when(days, best.reports_needed, reports_per_day, reports)}.")
     assumptions = [f"values of up to {max_bytes} UTF-8 bytes (pass --max-bytes); family-wise {DEFAULT_ALPHA:.0%} chance "
                    "of reporting a value nobody holds"]
@@ -552,11 +566,10 @@ def discovery_question(*, min_share: float, reports_per_day: int | None, reports
     if best.min_share > 0.05:
         warnings.append(f"at these volumes only values held by {pp(best.min_share)} or more are found in one day's data: "
                         "discovery needs many reports; if you can list the values, a top-k over candidates is far cheaper.")
-    created: dict[str, Any] = {"mechanism": best.mechanism, "epsilon": best.epsilon, "k": best.k, "m": best.m, "max_bytes": max_bytes}
     return tuple(rows), Answer(
         question="discovery", reachable=best.reports_needed is not None, mechanism=best.mechanism, params=created,
         epsilon=best.epsilon, effective_epsilon=best.effective_epsilon, odds_bound=odds_bound(best.effective_epsilon),
-        central_epsilon=central_epsilon(best.effective_epsilon, n), target=min_share * 100,
+        central_epsilon=central.epsilon, central_delta=central.delta, target=min_share * 100,
         error=best.min_share * 100 if days is None else smallest_found(mech, params_from_dict(created), n * days) * 100,
         error_one_day=best.min_share * 100, unit="pp", reports_needed=best.reports_needed, days=days,
         reports_per_day=reports_per_day, reports=reports, confidence=1 - DEFAULT_ALPHA, line=line,
@@ -572,6 +585,7 @@ __all__ = [
     "DiscoveryRow",
     "PercentileRow",
     "central_epsilon",
+    "central_privacy",
     "discovery_question",
     "frequency_question",
     "mean_question",

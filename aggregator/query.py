@@ -32,6 +32,7 @@ always kept beside the post-processed values.
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields, replace
@@ -42,7 +43,14 @@ import redis as redis_lib
 
 from ldptel.aggregator import postprocess as pp
 from ldptel.aggregator.amplification import CentralPrivacy, compose_days, release_central
-from ldptel.aggregator.breakdowns import breakdown_cells, check_where, sum_summed
+from ldptel.aggregator.breakdowns import (
+    breakdown_cells,
+    cell_plans,
+    check_where,
+    merged_plan,
+    released_cells,
+    sum_summed,
+)
 from ldptel.aggregator.fleet import fleet_of
 from ldptel.aggregator.results import (
     ESTIMATOR_CHOICES,
@@ -56,13 +64,13 @@ from ldptel.aggregator.results import (
 )
 from ldptel.aggregator.selection import Selection, select
 from ldptel.aggregator.selection import check_method as check_selection
-from ldptel.aggregator.withholding import Withheld, release_plan
+from ldptel.aggregator.withholding import Withheld, release_plan, threshold_of
 from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import Kind, Mechanism
 from ldptel.client.mechanisms.bucketed import check_percentiles
-from ldptel.client.mechanisms.capabilities import candidate_role, proportion_label
+from ldptel.client.mechanisms.capabilities import candidate_role, on_device, proportion_label
 from ldptel.client.mechanisms.state import z_value
 from ldptel.client.protocol.params import ParamsBase
 from ldptel.client.protocol.specs import MetricSpec
@@ -73,6 +81,7 @@ from ldptel.storage.registry import MetricRecord
 from ldptel.storage.sealed import Summed, coarse_note
 from ldptel.storage.sealed import periods as sealed_periods
 from ldptel.storage.sealed import summed_state as sealed_summed_state
+from ldptel.storage.sealed import summed_states as sealed_summed_states
 
 
 class EmptyRangeError(LdpError, ValueError):
@@ -228,8 +237,13 @@ def released_state(r: redis_lib.Redis, target: Target, days: Sequence[str], wher
                    ) -> tuple[Summed, tuple[Withheld, ...]]:
     """:func:`summed_state` of the released units only: a day (or roll-up) with fewer reports than the metric's
     ``min_reports`` is left out of the sum (so no two ranges differ by it) and listed as withheld
-    (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld."""
-    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, where))
+    (:mod:`~ldptel.aggregator.withholding`). :class:`WithheldRangeError` when every unit is withheld. With a breakdown
+    the unit is a (combination, day) (:func:`~ldptel.aggregator.breakdowns.released_cells`)."""
+    cells = target.cells(r, where)
+    if cells != [""]:
+        return released_cells(r, target, days, cells) if threshold_of(target.record) > 0 else (
+            summed_state(r, target, days, where), ())
+    plan = release_plan(r, target.record, target.version, days, cells=cells)
     if not plan.withheld:
         return summed_state(r, target, days, where), ()
     if not plan.runs:
@@ -267,7 +281,15 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     """
     opts = query_options(options, changes)
     target = Target.resolve(r, name, opts.version)
-    params = target.params
+    opts = as_reported(mechanism_of(target.params), target.params, opts)  # on-device: read the days reports arrive on
+    candidates = _checked(target, opts)
+    summed, held = released_state(r, target, target.days(r, opts), opts.where)  # withheld days are in no sum
+    return _result(r, target, opts, candidates, summed, held, target.cells(r, opts.where))
+
+
+def _checked(target: Target, opts: QueryOptions) -> list[object] | None:
+    """Refuse options the metric cannot take (before anything is read); the unique candidates of a sketch."""
+    name, params = target.name, target.params
     mechanism = mechanism_of(params)
     kind = result_type(mechanism.kind)
     method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
@@ -289,8 +311,18 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
         raise InvalidParameterError(
             "estimator", f"'plain' for {mechanism.name} metrics (only sketches have hash collisions to correct)", opts.estimator
         )
+    return candidates
 
-    summed, held = released_state(r, target, target.days(r, opts), opts.where)  # withheld days are in no sum
+
+def _result(r: redis_lib.Redis, target: Target, opts: QueryOptions, candidates: list[object] | None, summed: Summed,
+            held: tuple[Withheld, ...], cells: list[str]) -> QueryResult:
+    """The result of a query whose options :func:`_checked` accepted, from the released state it read."""
+    name, params = target.name, target.params
+    mechanism = mechanism_of(params)
+    kind = result_type(mechanism.kind)
+    method = kind.default_postprocess if opts.postprocess is None else opts.postprocess
+    role = candidate_role(mechanism)
+    sketch = role == "required"
     state, days = summed.state, list(summed.days)  # wider than asked where retention left only roll-ups at an edge
     est = estimate(params, state, candidates=candidates, confidence=opts.confidence)
     adjusted = pp.apply(method, est.counts, total=est.n, full_domain=not sketch)
@@ -330,9 +362,11 @@ def estimate_metric(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     return kind(
         metric=name, version=target.version, mechanism=mechanism.name, days=tuple(days), shards=target.record.shards,
         estimate=est, postprocess=method, adjusted=adjusted, estimator=opts.estimator, corrected=corrected,
-        corrected_adjusted=corrected_adjusted, note=" ".join(x for x in (mechanism.estimate_note(params), coarse_note(summed)) if x),
+        corrected_adjusted=corrected_adjusted,
+        note=" ".join(x for x in (mechanism.estimate_note(params), _described_note(mechanism, params, days),
+                                  coarse_note(summed)) if x),
         fleet=fleet_of(target.spec, est, counts_rows=kind.counts), withheld=held,
-        local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days, cells=target.cells(r, opts.where))[1],
+        local_epsilon=target.spec.effective_epsilon, central=release_central(r, target.record, target.version, days, cells=cells)[1],
         **derived,
     )
 
@@ -349,6 +383,47 @@ def _labels(est: Estimate, candidates: Sequence[object], name: str) -> np.ndarra
 def _select(est: Estimate, keep: np.ndarray) -> Estimate:
     labels = tuple(est.labels[i] for i in keep.tolist())
     return Estimate(est.mechanism, labels, est.counts[keep], est.stderr[keep], est.n, est.confidence, est.estimator)
+
+
+# ------------------------------------------------------------------------------ on-device aggregation (issue 29)
+_EPOCH = datetime.date(1970, 1, 1)
+
+
+def _day_number(day: str) -> int:
+    return (datetime.date.fromisoformat(day) - _EPOCH).days
+
+
+def _day_text(number: int) -> str:
+    return (_EPOCH + datetime.timedelta(days=number)).isoformat()
+
+
+def as_reported(mechanism: Mechanism[Any, Any], params: ParamsBase, opts: QueryOptions) -> QueryOptions:
+    """A metric aggregated on the device reports each period during the next one
+    (:class:`~ldptel.client.mechanisms.capabilities.OnDevice`): its asked days are the days the reports describe, so
+    read the days they arrive on. Any other metric: ``opts`` unchanged."""
+    od = on_device(mechanism)
+    if od is None:
+        return opts
+    first = None if opts.day_from is None else _day_text(od.reported_days(params, *(2 * [_day_number(opts.day_from)]))[0])
+    last = None if opts.day_to is None else _day_text(od.reported_days(params, *(2 * [_day_number(opts.day_to)]))[1])
+    return opts.with_(day_from=first, day_to=last)
+
+
+def described(mechanism: Mechanism[Any, Any], params: ParamsBase, first: str, last: str) -> tuple[str, str]:
+    """The days described by the reports of an on-device metric received on days [first, last] (unchanged for any
+    other metric)."""
+    od = on_device(mechanism)
+    if od is None:
+        return first, last
+    a, b = od.described_days(params, _day_number(first), _day_number(last))
+    return _day_text(a), _day_text(b)
+
+
+def _described_note(mechanism: Mechanism[Any, Any], params: ParamsBase, days: Sequence[str]) -> str:
+    if on_device(mechanism) is None or not days:
+        return ""
+    a, b = described(mechanism, params, days[0], days[-1])
+    return f"reports received {days[0]}..{days[-1]} describe {a}..{b}."
 
 
 # ------------------------------------------------------------------------------------------ per day
@@ -421,19 +496,27 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     opts = query_options(options, changes)
     target = Target.resolve(r, name, opts.version)
     pinned = opts.with_(version=target.version)
-    days = target.days(r, pinned)
+    mechanism = mechanism_of(target.params)
+    days = target.days(r, as_reported(mechanism, target.params, pinned))
     each = pinned.with_(top=None)
     # one result per day, or per roll-up where retention left only roll-ups (that result's note says so)
     spans = sorted({span for cell in target.cells(r, opts.where) for span in sealed_periods(
         r, name, version=target.version, shards=target.record.shards, day_from=days[0], day_to=days[-1], cell=cell)})
     # withheld days: listed, never estimated
-    plan = release_plan(r, target.record, target.version, days, cells=target.cells(r, opts.where))
+    cells = target.cells(r, opts.where)
+    plan = (release_plan(r, target.record, target.version, days, cells=cells) if cells == [""]
+            else merged_plan(cell_plans(r, target, days, cells)))  # breakdowns: per (combination, day)
     spans = [span for span in spans if span in set(plan.spans)] if plan.withheld else spans
     if not spans:
         raise WithheldRangeError(
             f"{name!r} version {target.version}: every day in the range: {plan.withheld[0].reason}",
             metric=name, version=target.version, mechanism=target.params.mechanism, withheld=plan.withheld)
-    results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
+    # on-device metrics: one result per period the reports describe (estimate_metric maps it back to their days)
+    if on_device(mechanism) is None and not plan.withheld:  # each span is a plain sum of its days: read them at once
+        results = _by_span(r, target, each, spans, target.cells(r, opts.where))
+    else:
+        spans = list(dict.fromkeys(described(mechanism, target.params, first, last) for first, last in spans))
+        results = tuple(estimate_metric(r, name, each.with_(day_from=first, day_to=last)) for first, last in spans)
     values: tuple[object, ...] | None = None
     if opts.top is not None:
         ranked_by = "plain" if results[0].estimator == "plain" else "corrected"
@@ -446,9 +529,24 @@ def estimate_by_day(r: redis_lib.Redis, name: str, options: QueryOptions | None 
     return DailyResult(results=results, values=values, periods=tuple(spans), withheld=plan.withheld)
 
 
+def _by_span(r: redis_lib.Redis, target: Target, opts: QueryOptions, spans: Sequence[tuple[str, str]],
+             cells: list[str]) -> tuple[QueryResult, ...]:
+    """:func:`estimate_metric` of each span (released, not on-device), with every span's state read in one plan
+    and one pipelined stream per breakdown cell (:func:`ldptel.storage.sealed.summed_states`), one state per cell in
+    memory at a time: a 90-day series no longer pays a whole query per day."""
+    candidates = _checked(target, opts)
+    streams = [sealed_summed_states(r, target.name, params=target.params, version=target.version,
+                                    shards=target.record.shards, spans=spans, cell=cell) for cell in cells]
+    out = []
+    for (first, last), *parts in zip(spans, *streams, strict=True):
+        summed = sum_summed(parts) if len(parts) > 1 else parts[0]
+        out.append(_result(r, target, opts.with_(day_from=first, day_to=last), candidates, summed, (), cells))
+    return tuple(out)
+
+
 __all__ = [
     "ESTIMATOR_CHOICES", "OPTION_FIELDS", "DailyResult", "EmptyRangeError", "EstimatorChoice", "FrequencyResult",
-    "HistogramResult", "Proportion", "QueryOptions", "QueryResult", "SummaryResult", "Target", "estimate_by_day",
-    "WithheldRangeError", "candidate_role", "estimate_metric", "estimator_choices", "metric_kind", "query_options",
-    "released_state", "select_days", "summed_state",
+    "HistogramResult", "Proportion", "QueryOptions", "QueryResult", "SummaryResult", "Target", "as_reported",
+    "described", "estimate_by_day", "WithheldRangeError", "candidate_role", "estimate_metric", "estimator_choices",
+    "metric_kind", "query_options", "released_state", "select_days", "summed_state",
 ]

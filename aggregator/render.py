@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 import numpy as np
 
+from ldptel.aggregator.json_api import versioned
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -181,7 +183,7 @@ class Renderer:
     def write(self, result: Any, fmt: str, out: TextIO, *, summary: bool = False) -> None:
         """``result`` as ``table`` (title, what the kind adds, rows), ``json`` or ``csv``."""
         if fmt == "json":
-            write_json(result.to_dict(), out)
+            write_json(versioned("result", result.to_dict()), out)
         elif fmt == "csv":
             self.csv(result, out)
         else:
@@ -216,7 +218,7 @@ class Renderer:
     def daily(self, result: DailyResult, fmt: str, out: TextIO) -> None:
         """``--by-day``: the rows with :data:`DAILY_COLUMNS` (day, that day's n) in front."""
         if fmt == "json":
-            write_json(result.to_dict(), out)
+            write_json(versioned("result", result.to_dict()), out)
             return
         first = result.results[0]
         cells = {result._day(i): privacy_cells(res) for i, res in enumerate(result.results)}
@@ -243,7 +245,7 @@ class Renderer:
     def breakdown(self, result: BreakdownResult, fmt: str, out: TextIO, *, summary: bool = False) -> None:
         """``--by``: each group's rows with its values and ``n`` in front; withheld groups say so."""
         if fmt == "json":
-            write_json(result.to_dict(), out)
+            write_json(versioned("breakdown", result.to_dict()), out)
             return
         front = (*result.by, "n")
         rows = result.rows(summary=summary)
@@ -297,6 +299,8 @@ class Renderer:
         self.mark(result, ax, count)
         ax.set_ylabel(self.y_label)
         title = f"{first.metric} v{first.version} · {first.days[0]} .. {first.days[-1]} · n = {first.n:,}"
+        if first.withheld:  # under min_reports: in no bar, named in the title
+            title += f" · withheld (< {first.withheld[0].min_reports:,} reports): " + ", ".join(w.what for w in first.withheld)
         if sel is not None:
             how = "Bonferroni" if sel.method == "bonferroni" else "Benjamini–Hochberg"
             title += (f"\n* = distinguishable from zero after {sel.candidates:,} candidates ({how}, α = {sel.alpha:g})"

@@ -104,8 +104,19 @@ def p_values(estimates: np.ndarray, stderr: np.ndarray) -> np.ndarray:
     return out
 
 
-# 1 − Φ(z) = erfc(z/√2)/2, exact in the far tail (no scipy at import time: it is the aggregator extra's)
-_upper_tail = np.vectorize(lambda z: 0.5 * math.erfc(z / math.sqrt(2.0)), otypes=[np.float64])
+def _upper_tail(z: np.ndarray) -> np.ndarray:
+    """1 − Φ(z) = erfc(z/√2)/2, exact in the far tail: scipy's vectorized erfc (the aggregator extra's; imported
+    here, not at import time), else math.erfc value by value (100,000 candidates: ~0.1 s)."""
+    try:
+        from scipy.special import erfc  # type: ignore[import-untyped]  # scipy has no type information
+    except ModuleNotFoundError:
+        slow: np.ndarray = _upper_tail_math(z)
+        return slow
+    out: np.ndarray = np.asarray(0.5 * erfc(np.asarray(z, dtype=np.float64) / math.sqrt(2.0)), dtype=np.float64)
+    return out
+
+
+_upper_tail_math = np.vectorize(lambda z: 0.5 * math.erfc(z / math.sqrt(2.0)), otypes=[np.float64])
 
 
 def select(

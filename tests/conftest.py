@@ -32,6 +32,12 @@ from ldptel.storage.embedded import EmbeddedRedis
 _HYPOTHESIS_DIR = Path(tempfile.gettempdir()) / f"ldptel-hypothesis-{os.getuid()}"
 os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(_HYPOTHESIS_DIR))
 hypothesis.configuration.set_hypothesis_home_dir(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"])
+# The shuffle stage (ldptel.storage.shuffle) releases a block once n_min uploads are held: 1 here, one upload per
+# block, so every test that ingests and then folds sees its uploads folded at once and one stream entry per upload
+# as before the stage (each still shuffled). Subprocesses (gunicorn, ldptel aggregate) inherit it; the tests of the
+# stage itself (tests/server/test_shuffle*.py, tests/e2e/test_shuffle_at_rest.py) set their own.
+os.environ.setdefault("LDPTEL_SHUFFLE_N_MIN", "1")
+os.environ.setdefault("LDPTEL_SHUFFLE_MAX_BLOCK_UPLOADS", "1")
 
 APP_TOKEN = "test-app-token-0123456789abcdef"
 ADMIN_TOKEN = "test-admin-token-0123456789abcdef"
@@ -88,7 +94,9 @@ def redis_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedRedis]:
     """The session's embedded server (AOF on). Not available with ``--redis-url``."""
     if request.config.getoption("--redis-url"):
         pytest.skip("needs the embedded server (running with --redis-url)")
-    with EmbeddedRedis(appendonly=True) as server:
+    # everysec, an explicit opt-out of the durable default: no test kills this shared server, and an fsync per
+    # write (2-3 ms on this disk, far more under load) would slow every test that writes through it.
+    with EmbeddedRedis(appendonly=True, appendfsync="everysec") as server:
         yield server
 
 

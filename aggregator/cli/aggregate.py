@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, SOCKET_TIMEOUT, UserError, connected, positive_int
 from ldptel.aggregator.cli.output import write_json
+from ldptel.aggregator.json_api import versioned
 
 if TYPE_CHECKING:
     from ldptel.aggregator.worker import Worker, WorkerConfig, WorkerStats
+    from ldptel.storage.shuffle import ShuffleConfig
 
 NAME = "aggregate"
 EXTRA = "aggregator"
@@ -71,12 +73,28 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     p = sub.add_parser(NAME, parents=[common], help="fold stream shards into per-day sketches",
                        description="Run a fold worker: lease shards, fold their streams, commit exactly once.",
                        formatter_class=_WorkerDefaultsHelp)
-    p.add_argument("--once", action="store_true", help="drain what is there and exit (default: follow)")
+    p.add_argument("--once", action="store_true",
+                   help="drain what is there and exit (default: follow); held uploads are released too, a group "
+                        "short of --shuffle-n-min as a block marked below it (no central ε for its day)")
     p.add_argument("--metric", action="append", metavar="NAME", help="fold only this metric (repeatable)")
     p.add_argument("--seal", action="store_true",
                    help="with --once: after draining, seal every day that can no longer change (as ldptel seal)")
     for field, (option, kind, metavar, text) in TUNING.items():
         p.add_argument(option, dest=field, type=kind, metavar=metavar, help=text)
+    shuffle = p.add_argument_group("shuffle stage", "release held uploads as shuffled blocks before the fold "
+                                   "(docs/shuffle.md); defaults from LDPTEL_SHUFFLE_N_MIN / _HOLD_SECONDS / "
+                                   "_PURGE_SECONDS, else 100 uploads, 3600 s, the hold")
+    shuffle.add_argument("--shuffle-n-min", type=positive_int, metavar="N",
+                         help="distinct uploads a block must hold (released below it only at the hold bound)")
+    shuffle.add_argument("--shuffle-n-min-for", action="append", metavar="METRIC=N",
+                         help="n_min of one metric (repeatable)")
+    shuffle.add_argument("--shuffle-hold", type=float, metavar="S",
+                         help="longest time an upload is held before its group is released below n_min")
+    shuffle.add_argument("--shuffle-purge", type=float, metavar="S",
+                         help="least time between two AOF rewrites this worker asks for after releases")
+    shuffle.add_argument("--no-shuffle", action="store_true",
+                         help="run no shuffle stage here: this worker never reads held uploads (a separate "
+                              "`ldptel shuffle` process releases them)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="progress line (default: when stderr is a terminal)")
     p.add_argument("--log-level", choices=LOG_LEVELS, help="structured log level")
@@ -154,7 +172,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.seal and not args.once:
             raise UserError("--seal is for --once (a following worker seals every --seal-every seconds)")
-        config = WorkerConfig(metrics=tuple(args.metric or ()), once=args.once, seal_after_once=args.seal, **given)
+        config = WorkerConfig(metrics=tuple(args.metric or ()), once=args.once, seal_after_once=args.seal,
+                              shuffle=_shuffle_config(args), **given)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     # SIGTERM/SIGINT stop the worker cleanly from the start: one that arrives while it still connects (a
@@ -176,12 +195,34 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if tty:
         err.write("\n")
     if args.once:
-        write_json(stats.to_dict(), out, indent=None)
+        write_json(versioned("aggregate", stats.to_dict()), out, indent=None)
         if stats.unclaimed:  # drain and exit promised everything: say what was not folded, and why
             raise UserError(
                 f"{len(stats.unclaimed)} shard(s) not folded ({', '.join(stats.unclaimed)}): other workers still "
                 f"held their leases after waiting for them to expire (a live worker folds them; else retry)")
     return EXIT_OK
+
+
+def _shuffle_config(args: argparse.Namespace) -> ShuffleConfig | None:
+    """The shuffle stage's settings from the options (None: --no-shuffle); ValueError for a bad one."""
+    from ldptel.storage.shuffle import ShuffleConfig
+
+    if args.no_shuffle:
+        return None
+    given: dict[str, Any] = {}
+    if args.shuffle_n_min is not None:
+        given["n_min"] = args.shuffle_n_min
+    if args.shuffle_hold is not None:
+        given["hold_seconds"] = args.shuffle_hold
+    if args.shuffle_purge is not None:
+        given["purge_seconds"] = args.shuffle_purge
+    per_metric = []
+    for item in args.shuffle_n_min_for or ():
+        name, _, count = item.partition("=")
+        if not name or not count.isdigit():
+            raise ValueError(f"--shuffle-n-min-for takes METRIC=N, got {item!r}")
+        per_metric.append((name, int(count)))
+    return ShuffleConfig(n_min_by_metric=tuple(per_metric), **given)
 
 
 def _fold(args: argparse.Namespace, config: WorkerConfig, err: TextIO, *, tty: bool, stopping: list[Worker],

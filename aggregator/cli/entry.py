@@ -26,13 +26,14 @@ from ldptel.aggregator.cli import (
     plan,
     seal,
     serve,
+    shuffle,
     status,
 )
 from ldptel.aggregator.cli.common import EXIT_OK, EXIT_USER, redis_url_option
 from ldptel.aggregator.cli.extras import DISTRIBUTION, from_import_error, require
 from ldptel.client.errors import LdpError
 
-COMMANDS = (aggregate, estimate, inference, metrics, status, serve, demo, plan, discover, dashboard, seal)
+COMMANDS = (aggregate, estimate, inference, metrics, status, serve, demo, plan, discover, dashboard, seal, shuffle)
 _BY_NAME = {command.NAME: command for command in COMMANDS}
 
 

@@ -46,7 +46,9 @@ STDERR_MEANING = (
     "estimate ± z·stderr. Numeric histograms: the mean assumes each value at its bucket's midpoint (it is "
     "unbiased for that midpoint mean, which is within midpoint_bound of the mean of the clipped values; the "
     "mean mechanism estimates the mean itself); percentile intervals come from inverting a test on the raw "
-    "prefix sums (no stderr)."
+    "prefix sums (no stderr). The last line shows the local ε of one report beside the central (ε, δ) of the "
+    "shuffled reports, or why that bound does not apply; a day with fewer reports than the metric's min_reports "
+    "is withheld and left out of every total (docs/central-privacy.md)."
 )
 HISTOGRAM_VIEW_NEEDS = (
     "--histogram and --percentiles need a numeric histogram metric; create one with: ldptel metrics create NAME "

@@ -21,6 +21,7 @@ import math
 from typing import Any, TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, UserError, confidence, connected, day, positive_int
+from ldptel.aggregator.json_api import versioned
 
 NAME = "test"
 EXTRA = "aggregator"
@@ -152,7 +153,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
            "uncertainty_meaning": inf.UNCERTAINTY_MEANING[args.uncertainty], "groups": groups,
            "tests": [t.to_dict() for t in results]}
     if args.format == "json":
-        out.write(json.dumps(doc, indent=2, allow_nan=True) + "\n")
+        out.write(json.dumps(versioned("inference", doc), indent=2, allow_nan=True) + "\n")
     else:
         _table(doc, out)
     return EXIT_OK

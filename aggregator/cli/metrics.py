@@ -29,6 +29,7 @@ from ldptel.aggregator.cli.common import (
 )
 from ldptel.aggregator.cli.output import table, write_json
 from ldptel.aggregator.cli.params_options import add_params_options, params_dict
+from ldptel.aggregator.json_api import versioned
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import mechanism_names, mechanism_of
 from ldptel.client.protocol.specs import MetricSpec, params_from_dict
@@ -43,7 +44,7 @@ EXTRA = "aggregator"
 NEEDS = ("redis",)  # top-level modules the command imports beyond the SDK
 RECORD_FORMATS = ("table", "json")
 RECORD_HEADERS = ("name", "status", "version", "mechanism", "epsilon", "shape", "reports/day", "shards", "min reports",
-                  "expires", "owner")
+                  "retention", "expires", "owner")
 EXIT_DIFFERS = 1  # `metrics diff`: the registry differs from the file (as diff(1))
 
 
@@ -54,8 +55,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     msub = met.add_subparsers(dest="action", metavar="ACTION", required=True)
     mlist = msub.add_parser("list", parents=[common], help="every metric (status 'expired' past its expires day)")
     mlist.add_argument("--format", choices=RECORD_FORMATS, default="table")
-    mshow = msub.add_parser("show", parents=[common], help="one metric's record (JSON)")
+    mshow = msub.add_parser("show", parents=[common], help="one metric's record (JSON by default)")
     mshow.add_argument("name", metavar="NAME")
+    mshow.add_argument("--format", choices=RECORD_FORMATS, default="json",
+                       help="json (default: the versioned record, docs/json-output.md) or table (a readable summary)")
     mcreate = msub.add_parser(
         "create", parents=[common], help="create a metric, a new version of it, or edit its metadata",
         description="Create a metric. On an existing one: a new version when the privatization (params or "
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             doc = {**with_sampling(record), "min_reports": record.min_reports}
             if record.current.breakdown:
                 doc["breakdown"] = metrics_file.breakdown_facts(record.current)
-            write_json(doc, out)
+            _write_show(doc, args.format, out)
         elif action == "profile":
             _run_profile(r, args, out)
         elif action == "create":
@@ -155,20 +158,20 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 rec = registry.set_min_reports(r, spec.name, args.min_reports)
             metrics_file.write_change_note(change, err)
             if args.format == "json":
-                write_json(rec.to_dict(), out)
+                write_json(versioned("metric", rec.to_dict()), out)
             else:
                 _write_records([rec], "table", out)
         elif action == "grow":
-            _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out)
+            _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out, one=True)
         elif action == "retention":
             rec = registry.set_retention(r, args.name, None if args.forever else args.days)
             if args.format == "json":
-                write_json(rec.to_dict(), out)
+                write_json(versioned("metric", rec.to_dict()), out)
             else:
                 _write_records([rec], "table", out)
                 out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
         elif action == "retire":
-            _write_records([registry.retire_metric(r, args.name)], args.format, out)
+            _write_records([registry.retire_metric(r, args.name)], args.format, out, one=True)
         else:
             return _run_file(r, action, args.file, args.format if action != "diff" else "table", out,
                              allow=getattr(args, "allow_above_default_policy", False))
@@ -207,22 +210,23 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
     if action == "apply":
         if profile is not None and profile != before_profile:
             registry.set_profile(r, profile)  # first: the metrics below may name its new dimensions
+        settings: dict[str, dict[str, object]] = {}  # record fields, written in the specs' one transaction
+        for name, _before, after in retention:
+            settings.setdefault(name, {})["retention_days"] = after
+        for name, _before, threshold in thresholds:
+            settings.setdefault(name, {})["min_reports"] = threshold
         try:
-            applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics])
+            applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics], settings=settings)
         except registry.RegistryConflictError as exc:
             raise UserError(f"{exc}; nothing was changed") from None
         changes = [change for _, change in applied]
-        for name, _before, after in retention:  # a record field, not a version: set after the specs (idempotent)
-            registry.set_retention(r, name, after)
-        for name, _before, threshold in thresholds:
-            registry.set_min_reports(r, name, threshold)
     if fmt == "json":
         doc = metrics_file.plan_document(changes, missing, applied=action == "apply")
         if retention:
             doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
         if thresholds:
             doc["min_reports"] = [{"name": n, "before": b, "after": a} for n, b, a in thresholds]
-        write_json(doc, out)
+        write_json(versioned("metrics-plan", doc), out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")
         out.writelines(line + "\n" for line in lines)
@@ -248,7 +252,7 @@ def _run_profile(r: redis.Redis, args: argparse.Namespace, out: TextIO) -> None:
             del dims[dim]
         schema = registry.set_profile(r, ProfileSchema(dims))
     if args.format == "json":
-        write_json({"dimensions": schema.to_dict(), "implicit": "other"}, out)
+        write_json(versioned("profile", {"dimensions": schema.to_dict(), "implicit": "other"}), out)
         return
     if not schema.dimensions:
         out.write("no profile dimensions declared (ldptel metrics profile --set os=android,ios,web)\n")
@@ -316,18 +320,40 @@ def _above_policy(record: MetricRecord) -> str | None:
     return None if found is None else found[0].replace("the device policy", "the default device policy")
 
 
-def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO) -> None:
+def _write_show(doc: dict[str, Any], fmt: str, out: TextIO) -> None:
+    """``metrics show``: the record as JSON (default; versioned) or a readable summary of every version."""
+    if fmt == "json":
+        write_json(versioned("metric", doc), out)
+        return
+    out.write(f"{doc['name']} · {doc['status']} · {doc['shards']} shards · current version {doc['current_version']}\n")
+    for version, spec in doc["versions"].items():
+        params = spec["params"]
+        rest = ", ".join(f"{k}={v}" for k, v in params.items() if k not in ("mechanism", "epsilon", "domain"))
+        if "domain" in params:
+            rest = ", ".join(filter(None, [rest, f"domain of {len(params['domain'])} labels"]))
+        out.write(f"  v{version}: {params['mechanism']} · ε = {params['epsilon']:g}" + (f" · {rest}" if rest else "") + "\n")
+    for key in ("description", "owner", "expires", "notes"):
+        if doc["current"].get(key):
+            out.write(f"  {key}: {doc['current'][key]}\n")
+
+
+def _write_records(records: Sequence[MetricRecord], fmt: str, out: TextIO, *, one: bool = False) -> None:
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     if fmt == "json":
-        write_json([{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
-                    for rec in records], out)
+        docs = [{**rec.to_dict(), "expired": rec.current.expired(today), "above_default_policy": _above_policy(rec)}
+                for rec in records]
+        if one:
+            write_json(versioned("metric", docs[0]), out)
+        else:
+            write_json(versioned("metrics-list", {"metrics": docs}), out)
         return
     if not records:
         out.write("no metrics registered (create one: ldptel metrics create NAME --mechanism ... --epsilon ...)\n")
         return
     rows = [
         [rec.name, _status(rec, today) + ("" if _above_policy(rec) is None else " (above default policy)"), rec.current_version, rec.current.mechanism, f"{rec.current.params.epsilon:g}",
-         _shape(rec), rec.current.reports_per_day, rec.shards, rec.min_reports or "off", rec.current.expires or "",
+         _shape(rec), rec.current.reports_per_day, rec.shards, rec.min_reports or "off",
+         "forever" if rec.retention_days is None else f"{rec.retention_days}d", rec.current.expires or "",
          rec.current.owner]
         for rec in records
     ]

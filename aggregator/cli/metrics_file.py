@@ -270,6 +270,10 @@ def write_plan(changes: Sequence[Change], missing: Sequence[str], out: TextIO, *
                     out.write(f"    !! {line}\n")
                 if spec.breakdown != old.current.breakdown and spec.breakdown:
                     out.write(f"    {breakdown_note(spec)}\n")
+        if change.kind in ("create", "version"):
+            from ldptel.aggregator.amplification import planned_line
+
+            out.write(f"    {planned_line(spec)}\n")
     for name in missing:
         out.write(f"  {name}: registered but not in the file (left as it is)\n")
 
@@ -288,8 +292,17 @@ def plan_document(changes: Sequence[Change], missing: Sequence[str], *, applied:
             "fields": [{"field": k, "before": b, "after": a, "privatization": privatization_field(k)} for k, b, a in fields],
             "consequences": consequences(old.current, change.spec) if old is not None and change.kind == "version" else [],
             **({"breakdown": breakdown_facts(change.spec)} if change.spec.breakdown else {}),
+            **({"central": _planned_central(change.spec)} if change.kind in ("create", "version") else {}),
         })  # fmt: skip
     return {"applied": applied, "metrics": metrics, "not_in_file": list(missing)}
+
+
+def _planned_central(spec: MetricSpec) -> list[dict[str, Any]]:
+    """The central (ε, δ) of ``spec``'s reports in a shuffled block of each planned size (or why none)."""
+    from ldptel.aggregator.amplification import PLAN_SIZES, central_for_n, randomizer
+
+    r = randomizer(spec)[1]
+    return [{"devices_per_block": n, **central_for_n(spec, n * r).to_dict()} for n in PLAN_SIZES]
 
 
 def write_change_note(change: Change, err: TextIO) -> None:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TextIO
 
+from ldptel.aggregator.json_api import versioned
 from ldptel.aggregator.render import (
     DAILY_COLUMNS,
     ESTIMATE_COLOR,
@@ -57,9 +58,9 @@ def no_data_as_empty(fmt: str, out: TextIO, err: TextIO) -> Iterator[NoData]:
     except EmptyRangeError as exc:
         if fmt == "json":
             held = getattr(exc, "withheld", ())  # every day under min_reports: which, and why (never their counts)
-            write_json({"metric": exc.metric, "version": exc.version, "mechanism": exc.mechanism, "days": [],
-                        "n": 0, "rows": [], "message": str(exc),
-                        **({"withheld": [w.to_dict() for w in held]} if held else {})}, out)
+            write_json(versioned("result", {"metric": exc.metric, "version": exc.version, "mechanism": exc.mechanism,
+                                            "days": [], "n": 0, "rows": [], "message": str(exc),
+                                            **({"withheld": [w.to_dict() for w in held]} if held else {})}), out)
         elif fmt == "csv":
             out.write(",".join(RESULT_COLUMNS) + "\n")
         else:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ldptel.aggregator.cli.common import EXIT_OK, UserError, confidence, positive_int
 from ldptel.aggregator.cli.output import table, write_json
+from ldptel.aggregator.json_api import versioned
 from ldptel.aggregator.plan import (
     DEFAULT_EPSILONS,
     DEFAULT_K,
@@ -23,7 +24,6 @@ from ldptel.aggregator.plan import (
 from ldptel.aggregator.plan_answer import (
     DEFAULT_BUCKETS,
     DEFAULT_MAX_BYTES,
-    SCHEMA_VERSION,
     Answer,
     discovery_question,
     frequency_question,
@@ -230,8 +230,8 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     )  # fmt: skip
     rows = _limit(result.rows, args)
     if args.format == "json":
-        write_json({"schema_version": SCHEMA_VERSION, "answer": answer.to_dict(), **result.to_dict(),
-                    "rows": [row.to_dict() for row in rows]}, out)
+        write_json(versioned("plan", {"answer": answer.to_dict(), **result.to_dict(),
+                    "rows": [row.to_dict() for row in rows]}), out)
     elif args.format == "csv":
         writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -363,8 +363,8 @@ def _run_mean(args: argparse.Namespace, out: TextIO) -> int:
     rows, answer = mean_question(lo=lo, hi=hi, error=target, reports_per_day=args.reports_per_day, reports=args.reports,
                                  confidence=args.confidence, epsilon=_flat(args.epsilon, DEFAULT_EPSILONS), typical=typical)
     if args.format == "json":
-        write_json({"schema_version": SCHEMA_VERSION, "answer": answer.to_dict(), "lo": lo, "hi": hi, "n": n,
-                    "error": target, "typical": described, "rows": [r.to_dict() for r in _limit(rows, args)]}, out)
+        write_json(versioned("plan", {"answer": answer.to_dict(), "lo": lo, "hi": hi, "n": n,
+                    "error": target, "typical": described, "rows": [r.to_dict() for r in _limit(rows, args)]}), out)
     elif args.format == "csv":
         writer = csv.DictWriter(out, fieldnames=MEAN_COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -412,7 +412,7 @@ def _run_percentile(args: argparse.Namespace, out: TextIO) -> int:
     )  # fmt: skip
     shown = _limit(rows, args)
     if args.format == "json":
-        write_json({"schema_version": SCHEMA_VERSION, "answer": answer.to_dict(), "rows": [r.to_dict() for r in shown]}, out)
+        write_json(versioned("plan", {"answer": answer.to_dict(), "rows": [r.to_dict() for r in shown]}), out)
     elif args.format == "csv":
         _csv(shown, out)
     else:
@@ -437,7 +437,7 @@ def _run_discovery(args: argparse.Namespace, out: TextIO) -> int:
     ordered = sorted(rows, key=lambda r: (r.reports_needed is None, r.reports_needed or 0, r.epsilon))
     shown = _limit(tuple(ordered), args)
     if args.format == "json":
-        write_json({"schema_version": SCHEMA_VERSION, "answer": answer.to_dict(), "rows": [r.to_dict() for r in shown]}, out)
+        write_json(versioned("plan", {"answer": answer.to_dict(), "rows": [r.to_dict() for r in shown]}), out)
     elif args.format == "csv":
         _csv(shown, out)
     else:

@@ -13,6 +13,7 @@ from typing import TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, UserError, connected
 from ldptel.aggregator.cli.output import write_json
+from ldptel.aggregator.json_api import versioned
 
 NAME = "seal"
 EXTRA = "aggregator"
@@ -46,5 +47,5 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             registry.get_metric(r, name)  # an unknown metric is a user error before anything is written
         reports = seal_pass(r, names, horizon_days=horizon.retry_horizon_days, owner="ldptel-seal", max_days=None)
     for report in reports:
-        write_json(report.to_dict(), out, indent=None)
+        write_json(versioned("seal", report.to_dict()), out, indent=None)
     return EXIT_OK

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ldptel.aggregator.cli.common import EXIT_OK, connected
 from ldptel.aggregator.cli.output import table, write_json
+from ldptel.aggregator.json_api import versioned
 
 if TYPE_CHECKING:
     import redis
@@ -29,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 
 def shard_status(r: redis.Redis, metrics: Sequence[MetricRecord]) -> list[dict[str, Any]]:
-    """Per (metric, shard): stream length, not-yet-folded entries (lag), checkpoint, lease owner."""
+    """Per (metric, shard): stream length (held uploads + released blocks), held uploads, not-yet-folded entries
+    (lag), checkpoint, lease owner."""
     from ldptel.aggregator.worker import shard_lag
     from ldptel.storage import keys
 
@@ -38,18 +40,20 @@ def shard_status(r: redis.Redis, metrics: Sequence[MetricRecord]) -> list[dict[s
         pipe = r.pipeline(transaction=False)
         for shard in range(rec.shards):
             pipe.xlen(keys.stream(rec.name, shard))
+            pipe.xlen(keys.held(rec.name, shard))  # uploads the shuffle stage holds (ldptel.storage.shuffle)
             pipe.get(keys.checkpoint(rec.name, shard))
             pipe.get(keys.lease(rec.name, shard))
             pipe.pttl(keys.lease(rec.name, shard))
         replies = pipe.execute()
         for shard in range(rec.shards):
-            length, ckpt, owner, ttl = replies[4 * shard : 4 * shard + 4]
+            length, held, ckpt, owner, ttl = replies[5 * shard : 5 * shard + 5]
             lag = shard_lag(r, rec.name, shard)
             rows.append(
                 {
                     "metric": rec.name,
                     "shard": shard,
-                    "length": int(length),
+                    "length": int(length) + int(held),  # held uploads + released blocks
+                    "held": int(held),
                     "lag": lag,
                     "checkpoint": ckpt.decode() if ckpt else None,
                     "owner": owner.decode() if owner else None,
@@ -66,7 +70,7 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         records = [registry.get_metric(r, name) for name in args.metric] if args.metric else registry.list_metrics(r)
         rows = shard_status(r, records)
     if args.format == "json":
-        write_json(rows, out)
+        write_json(versioned("status", {"shards": rows}), out)
         return EXIT_OK
     if not rows:
         out.write("no metrics registered\n")

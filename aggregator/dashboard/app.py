@@ -42,11 +42,13 @@ from flask import Blueprint, Flask, Response, current_app, redirect, render_temp
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
+from ldptel.aggregator.breakdowns import estimate_breakdown, parse_where
 from ldptel.aggregator.dashboard.config import DashboardConfig
 from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.dashboard.sessions import SessionStore
 from ldptel.aggregator.defaults import DISCOVER_ALPHA, DISCOVER_KEEP, DISCOVER_TOP, default_confidence
 from ldptel.aggregator.discover import DiscoverOptions, discover_metric
+from ldptel.aggregator.json_api import versioned
 from ldptel.aggregator.query import EmptyRangeError, QueryOptions, estimate_by_day, estimate_metric
 from ldptel.aggregator.render import json_text
 from ldptel.client.errors import InvalidParameterError, LdpError
@@ -63,8 +65,8 @@ COOKIE = "ldptel_dashboard"
 LOGIN_FAILURE_BURST = 10  # failed logins (or wrong bearer tokens) per source before 429 ...
 LOGIN_FAILURE_RATE = 1 / 30  # ... then one more every 30 s
 QUERY_KEYS = ("from", "to", "day", "version", "candidate", "candidates", "top", "confidence", "postprocess", "estimator",
-              "percentiles")
-DISCOVER_KEYS = ("from", "to", "day", "version", "top", "keep", "threshold", "alpha", "confidence")
+              "percentiles", "by", "where")
+DISCOVER_KEYS = ("from", "to", "day", "version", "top", "keep", "threshold", "alpha", "confidence", "by", "where")
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
@@ -190,7 +192,20 @@ def _range_options(source: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str
             options[key] = _int(key, source[key])
     if source.get("confidence") not in (None, ""):
         options["confidence"] = _float("confidence", source["confidence"], "a number in (0, 1)")
+    if source.get("where") not in (None, ""):  # breakdowns: "os=android,channel=beta" (the CLI's --where)
+        options["where"] = parse_where([str(source["where"])])
     return options
+
+
+def _by(source: Mapping[str, Any]) -> list[str]:
+    """``by``: breakdown dimensions separated by commas (the CLI's ``--by``); [] when absent."""
+    raw = source.get("by")
+    return [] if raw in (None, "") else [d.strip() for d in str(raw).split(",") if d.strip()]
+
+
+def _source() -> Mapping[str, Any]:
+    body = request.get_json(silent=True) if request.method == "POST" else None
+    return body if isinstance(body, dict) else {k: request.args.get(k) for k in request.args}
 
 
 def query_options(source: Mapping[str, Any], candidates: list[str]) -> QueryOptions:
@@ -262,19 +277,27 @@ def metric(name: str) -> Response:
 @api.route("/metrics/<name>/estimate", methods=["GET", "POST"])
 def estimate(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_metric(r, name, _request_options()).to_dict())
+    by = _by(_source())
+    if by:  # ldptel estimate NAME --by DIMS: the total and one result per group (small multiples on the page)
+        return _json(versioned("breakdown", estimate_breakdown(r, name, by, _request_options()).to_dict()))
+    return _json(versioned("result", estimate_metric(r, name, _request_options()).to_dict()))
 
 
 @api.route("/metrics/<name>/by-day", methods=["GET", "POST"])
 def by_day(name: str) -> Response:
     _, r = _state()
-    return _json(estimate_by_day(r, name, _request_options()).to_dict())
+    return _json(versioned("result", estimate_by_day(r, name, _request_options()).to_dict()))
 
 
 @api.get("/metrics/<name>/discover")
 def discover(name: str) -> Response:
     _, r = _state()
-    return _json(discover_metric(r, name, discover_options({k: request.args.get(k) for k in request.args})).to_dict())
+    source = {k: request.args.get(k) for k in request.args}
+    by = _by(source)
+    if by:
+        return _json(versioned("breakdown", estimate_breakdown(r, name, by, discover_options(source),
+                                                               query=discover_metric).to_dict()))
+    return _json(versioned("result", discover_metric(r, name, discover_options(source)).to_dict()))
 
 
 # ----------------------------------------------------------------------------------------------- pages

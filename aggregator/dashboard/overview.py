@@ -10,9 +10,10 @@ import redis as redis_lib
 
 from ldptel.aggregator.cli.status import shard_status
 from ldptel.aggregator.defaults import DISCOVER_TOP
-from ldptel.aggregator.query import candidate_role, estimator_choices
+from ldptel.aggregator.query import candidate_role, described, estimator_choices
 from ldptel.aggregator.withholding import REASON, counts_shown
 from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.capabilities import on_device
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
 from ldptel.storage import registry, sealed
 from ldptel.storage import sketches as store
@@ -33,24 +34,35 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
     its days, reports per recent day and stream lag (None when a lag is unknown)."""
     spec = record.current
     mechanism = mechanism_of(spec.params)
-    index = store.sketch_index(r, record.name, record.shards)
-    view = sealed.read_view(r, record.name)  # after the shards' index: a day being sealed is seen in one or the other
+    # every breakdown cell ("" without breakdown) has its own states: a day's reports are the sum over the cells
+    cells = ["", *store.cells(r, record.name, record.shards)]
+    indexes = {c: store.sketch_index(r, record.name, record.shards, cell=c) for c in cells}
+    views = {c: sealed.read_view(r, record.name, c) for c in cells}  # after the shards' index (see ldptel.storage.sealed)
     days_by_version: dict[str, list[str]] = {}
-    for members in index.values():
-        for version, day in members:
-            days_by_version.setdefault(str(version), []).append(day)
-    for version, number in view.days:
-        days_by_version.setdefault(str(version), []).append(sealed.day_name(number))
+    for cell in cells:
+        for members in indexes[cell].values():
+            for version, day in members:
+                days_by_version.setdefault(str(version), []).append(day)
+        for version, number in views[cell].days:
+            days_by_version.setdefault(str(version), []).append(sealed.day_name(number))
     days_by_version = {v: sorted(set(days)) for v, days in sorted(days_by_version.items(), key=lambda kv: int(kv[0]))}
     recent = set(days_by_version.get(str(record.current_version), [])[-RECENT_DAYS:])
-    pairs = [(shard, v, day) for shard, members in index.items() for v, day in members
-             if v == record.current_version and day in recent]
-    reports = store.day_reports(r, record.name, params=spec.params, pairs=pairs)
-    for (version, number), n in view.days.items():  # sealed days: their reports are kept beside the sealed states
-        day = sealed.day_name(number)
-        if version == record.current_version and day in recent:
-            reports[day] = n
+    reports: dict[str, int] = {}
+    for cell in cells:
+        pairs = [(shard, v, day) for shard, members in indexes[cell].items() for v, day in members
+                 if v == record.current_version and day in recent]
+        of_cell = store.day_reports(r, record.name, params=spec.params, pairs=pairs, cell=cell)
+        for (version, number), n in views[cell].days.items():  # sealed days: their reports are kept beside them
+            day = sealed.day_name(number)
+            if version == record.current_version and day in recent:
+                of_cell[day] = n  # a sealed day wins over shard states a killed sealer left
+        for day, n in of_cell.items():
+            reports[day] = reports.get(day, 0) + n
     reports = dict(sorted(reports.items()))
+    if on_device(mechanism) is not None:  # the days a query asks are those the reports describe (a period earlier)
+        days_by_version = {v: sorted({d for day in days for d in described(mechanism, record.versions[int(v)].params,
+                                                                          day, day)})
+                           for v, days in days_by_version.items()}
     shard_rows = [row for row in lags if row["metric"] == record.name]
     unknown = any(row["lag"] is None for row in shard_rows)
     return {
@@ -74,6 +86,9 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         "estimators": list(estimator_choices(mechanism)),
         "default_top": _default_top(mechanism.kind, candidate_role(mechanism)),
         "days_by_version": days_by_version,
+        # breakdowns: the dimensions and their declared values ('other' last); profile values are not privatized
+        "breakdown": {"dimensions": list(spec.breakdown), "values": {d: [*v, "other"] for d, v in spec.profile}}
+        if spec.breakdown else None,
         # a day under the metric's min_reports shows no count: it is derived from its reports too
         "reports_by_day": [{"day": day, "n": n} if n is not None else {"day": day, "n": None, "withheld": REASON.format(
             min_reports=record.min_reports)} for day, n in counts_shown(reports, record).items()],

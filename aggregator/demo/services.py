@@ -136,12 +136,16 @@ def create_metrics(endpoint: str, *, admin_token: str, app_token: str, specs: Se
     return tuple(served)
 
 
+DEMO_SHUFFLE_HOLD_SECONDS = 2.0  # the demo's few uploads would wait the production hold bound (docs/shuffle.md)
+
+
 def start_worker(children: Children, *, redis_url: str, env: dict[str, str], logs: Path) -> Child:
     """``ldptel aggregate`` following every stream, quiet on its log."""
     return children.start(
         "aggregator",
         [sys.executable, "-m", CLI_MODULE, "aggregate", "--redis-url", redis_url,
-         "--rescan", str(WORKER_RESCAN_SECONDS), "--no-progress", "--log-level", "warning"],
+         "--rescan", str(WORKER_RESCAN_SECONDS), "--no-progress", "--log-level", "warning",
+         "--shuffle-hold", str(DEMO_SHUFFLE_HOLD_SECONDS)],
         env=env,
         log_path=logs / "aggregator.log",
     )  # fmt: skip

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from ldptel.client.protocol.validate import check_int, check_number
+from ldptel.storage.shuffle import ShuffleConfig
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -73,7 +74,10 @@ class WorkerConfig:
     it does not seal: ``ldptel seal`` does); retry_horizon_days: the
     ingest's ``LDPTEL_RETRY_HORIZON_DAYS`` (read from the environment by default), which decides when a day can no
     longer change. once: drain what is there and stop.
-    prefetch: read a shard's next batch while folding the current one. Invalid values raise
+    prefetch: read a shard's next batch while folding the current one. shuffle: the shuffle stage this worker
+    runs on the shards it leases before folding them (:mod:`ldptel.storage.shuffle`); None: it folds only what a
+    separate ``ldptel shuffle`` process releases. A ``once`` worker releases every held upload of its shards (a group
+    short of n_min as a block marked below n_min: no central ε for that day). Invalid values raise
     :class:`~ldptel.client.errors.InvalidParameterError` (a ``ValueError``).
     """
 
@@ -90,6 +94,7 @@ class WorkerConfig:
     retry_horizon_days: int = field(default_factory=_env_horizon)
     once: bool = False
     prefetch: bool = True
+    shuffle: ShuffleConfig | None = field(default_factory=ShuffleConfig)
     worker_id: str = field(default_factory=default_worker_id)
 
     def __post_init__(self) -> None:

@@ -42,6 +42,7 @@ from ldptel.storage.client import (
 )
 from ldptel.storage.connection import refused_write
 from ldptel.storage.leases import LeaseLostError, Leases
+from ldptel.storage.shuffle import Shuffler
 from ldptel.storage.sketches import format_id
 
 __all__ = ["Worker", "WorkerStats"]
@@ -89,6 +90,8 @@ class Worker:
         self.config = config or WorkerConfig()
         self._specs = MetricSpecs(r)
         self._reader = Reader(r, self._specs, batch=self.config.batch, prefetch=self.config.prefetch)
+        shuffle = self.config.shuffle
+        self._shuffler = None if shuffle is None else Shuffler(r, self._specs.params, shuffle)
         self._leases = Leases(r, owner=self.config.worker_id, ttl_seconds=self.config.lease_ttl)
         self._stop = threading.Event()
         self._owned: dict[tuple[str, int], OwnedShard] = {}
@@ -306,6 +309,9 @@ class Worker:
     def _poll(self, sh: OwnedShard, *, block_ms: int | None) -> int:
         """Read one batch of entries from a shard and fold it; returns the number of entries read."""
         self._ensure_lease(sh)
+        if self._shuffler is not None:  # release held uploads as shuffled blocks first (ldptel.storage.shuffle);
+            # a ``once`` worker drains them too: a group short of n_min goes out as a block marked below n_min
+            self._shuffler.shuffle(sh.metric, sh.shard, flush=self.config.once)
         read = self._reader.next_read(sh, block_ms=block_ms)
         if read.entries:
             folded = fold_read(self.r, self._specs, sh, read)
@@ -435,6 +441,8 @@ class Worker:
                 log.error("could not commit at shutdown", extra={"event": "error", "shard": sh.name, "error": str(exc)})
         try:
             self._leases.leave()
+            if self._shuffler is not None:
+                self._shuffler.finish()  # the AOF forgets the uploads it released (ldptel.storage.shuffle)
         except (redis_lib.RedisError, RedisClusterException):
             pass
         self._reader.close()

@@ -30,7 +30,9 @@ clipped: clipping biases F̂2 low.
 from __future__ import annotations
 
 import os
+import threading
 from abc import abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -124,10 +126,28 @@ class Cells:
     def f2(self) -> float:
         """F̂2, the plug-in estimate of Σ_d f(d)² over every value reported (unclipped; may be negative)."""
         k, m = self.y.shape
-        n = float(self.row_counts.sum())
         y = self.y
-        t = float(np.vdot(y, y)) - self.alpha * m * n - self.beta * float(y.sum())
-        return float((t - n * (k - 1) / k - n * n / (k * m)) * k * m / (m - 1))
+        return f2_from_sums(k, m, float(self.row_counts.sum()), float(np.vdot(y, y)), float(y.sum()), self.alpha, self.beta)
+
+
+def f2_from_sums(k: int, m: int, n: float, sum_y2: float, sum_y: float, alpha: float, beta: float) -> float:
+    """F̂2 (module docstring) from Σ y², Σ y over the cells and their noise model (:meth:`Cells.f2`); the
+    estimators compute the sums exactly from integer states without a float copy of the cells."""
+    t = sum_y2 - alpha * m * n - beta * sum_y
+    return float((t - n * (k - 1) / k - n * n / (k * m)) * k * m / (m - 1))
+
+
+def square_sum(z: np.ndarray) -> int | float:
+    """Σ z² of an integer matrix: the exact integer sum while it fits in int64, else a float64 sum. Reads ``z``
+    without a float copy (one 16 MB copy fewer per k = 2048, m = 1024 state)."""
+    flat = z.reshape(-1)
+    if flat.size == 0:
+        return 0
+    big = max(abs(int(flat.max())), abs(int(flat.min())))
+    if big * big * flat.size < 1 << 63:
+        return int(np.dot(flat, flat))
+    f = flat.astype(np.float64)
+    return float(np.dot(f, f))
 
 
 def collision_variance(params: SketchParams, *, f2: float, counts: np.ndarray) -> np.ndarray:
@@ -214,30 +234,109 @@ def report_bases(values: Sequence[object] | np.ndarray, fam: HashFamily) -> np.n
     return bases
 
 
-def candidate_sums(matrix: np.ndarray, fam: HashFamily, candidates: Sequence[object]) -> np.ndarray:
-    """S(d) = Σ_j matrix[j, h_j(d)] for every candidate d, as float64.
+_CACHE_LOCK = threading.Lock()
+_BASES: OrderedDict[tuple[int, tuple[object, ...]], np.ndarray] = OrderedDict()
+_FLAT: OrderedDict[tuple[int, int, int, int, tuple[object, ...]], np.ndarray] = OrderedDict()
+_BASES_CACHED = 8  # candidate lists whose base hashes are kept (8 bytes a candidate: 0.8 MB for 100,000)
+_FLAT_CACHED = 8  # candidate lists whose k hashed cells are kept (8·k bytes a candidate, ≤ _FLAT_CELLS each)
+_FLAT_CELLS = 1 << 21  # C·k at most this for the cell index to be kept (16 MB): a per-day series' few candidates
 
-    One mmh3 call per candidate, then k vectorized passes (hash a row for all candidates, gather from that
-    row, accumulate): no C·k Python calls. ``mode="wrap"`` skips numpy's bounds check; every index is < m
-    by construction.
+
+def _cached(cache: OrderedDict[Any, np.ndarray], key: Any, size: int, make: Callable[[], np.ndarray]) -> np.ndarray:
+    """An LRU of read-only arrays shared by threads (a dashboard answers queries concurrently)."""
+    with _CACHE_LOCK:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+    value = make()
+    value.setflags(write=False)
+    with _CACHE_LOCK:
+        cache[key] = value
+        while len(cache) > size:
+            cache.popitem(last=False)
+    return value
+
+
+def candidate_bases(fam: HashFamily, candidates: Sequence[object]) -> np.ndarray:
+    """The base hashes of ``candidates`` (uint64), hashed once per (seed, candidate list): a dashboard or a
+    per-day series asks the same list again and again, and hashing 100,000 values costs ~0.1 s of Python."""
+    try:
+        key = (fam.seed, tuple(candidates))  # the base hash depends on the seed only (version 1 is the only one)
+        hash(key)
+    except TypeError:  # an unhashable candidate: not a str or bytes, which hashing refuses with a clear error
+        return fam.bases(candidates)
+    return _cached(_BASES, key, _BASES_CACHED, lambda: fam.bases(candidates))
+
+
+def candidate_cells(fam: HashFamily, candidates: Sequence[object]) -> np.ndarray | None:
+    """The C × k flat cell indexes j·m + h_j(d) of ``candidates`` (int64), kept per (family, candidate list) when
+    C·k ≤ :data:`_FLAT_CELLS`, else None (too large to keep: hashed row by row, see :func:`base_sums`)."""
+    if len(candidates) * fam.k > _FLAT_CELLS:
+        return None
+    key = (fam.k, fam.m, fam.seed, fam.version, tuple(candidates))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+
+    def make() -> np.ndarray:
+        flat: np.ndarray = fam.row_hashes_matrix(candidate_bases(fam, candidates))
+        flat += (np.arange(fam.k, dtype=np.int64) * fam.m)[None, :]
+        return flat
+
+    return _cached(_FLAT, key, _FLAT_CACHED, make)
+
+
+def candidate_sums(matrix: np.ndarray, fam: HashFamily, candidates: Sequence[object]) -> np.ndarray:
+    """S(d) = Σ_j matrix[j, h_j(d)] for every candidate d, as float64 (the exact integer sum, rounded once).
+
+    The candidates' hashes are kept per candidate list (:func:`candidate_bases`, :func:`candidate_cells`): a
+    few candidates are one gather from their cached cell indexes; many are hashed row by row
+    (:func:`base_sums`), k vectorized passes, never C·k Python calls.
     """
     if isinstance(candidates, (str, bytes)) or len(candidates) == 0:
         raise InvalidParameterError("candidates", "a non-empty list of str or bytes values", candidates)
-    return base_sums(matrix, fam, fam.bases(candidates))
+    flat = candidate_cells(fam, candidates)
+    if flat is not None:
+        picked = np.take(np.ascontiguousarray(matrix).reshape(-1), flat)
+        out: np.ndarray = picked.sum(axis=1, dtype=np.int64).astype(np.float64)
+        return out
+    return base_sums(matrix, fam, candidate_bases(fam, candidates))
+
+
+def _centred(matrix: np.ndarray) -> tuple[np.ndarray, int]:
+    """(matrix − c_j per row j, Σ c_j), c_j the integer midpoint of row j's range, in int32 when no sum of one cell
+    per row can then leave int32 (Σ_j max_a |matrix[j, a] − c_j| < 2^31), else int64: the k gathers and running
+    sums of int32 move half the bytes, and S = Σ_j (matrix[j, h_j] − c_j) + Σ c_j is exact either way."""
+    if matrix.dtype.kind not in "iu":
+        return np.ascontiguousarray(matrix), 0
+    hi = matrix.max(axis=1).astype(np.int64)
+    lo = matrix.min(axis=1).astype(np.int64)
+    centre = (hi + lo) // 2
+    if int(np.maximum(hi - centre, centre - lo).sum()) >= 1 << 31:
+        return np.ascontiguousarray(matrix, dtype=np.int64), 0
+    z = np.empty(matrix.shape, dtype=np.int32)
+    np.subtract(matrix, centre[:, None], out=z, casting="unsafe")  # every value fits: checked above
+    return z, int(centre.sum())
 
 
 def base_sums(matrix: np.ndarray, fam: HashFamily, bases: np.ndarray) -> np.ndarray:
-    """S = Σ_j matrix[j, h_j(x)] for every base hash x in ``bases`` (uint64), as float64 (:func:`candidate_sums`)."""
-    rows = np.ascontiguousarray(matrix, dtype=np.int64)
+    """S = Σ_j matrix[j, h_j(x)] for every base hash x in ``bases`` (uint64), as float64 (:func:`candidate_sums`).
+
+    Exact: integer sums of the row-centred matrix in int32 when they cannot overflow it (:func:`_centred`)."""
     if bases.size * fam.k <= _ONE_SHOT_CELLS:  # few candidates: all C×k hashes in one expression
         h = fam.row_hashes_matrix(bases)
         flat = h + (np.arange(fam.k, dtype=np.int64) * fam.m)[None, :]
-        few: np.ndarray = rows.reshape(-1)[flat].sum(axis=1).astype(np.float64)
+        few: np.ndarray = np.ascontiguousarray(matrix).reshape(-1)[flat].sum(axis=1, dtype=np.int64).astype(np.float64)
         return few
+    rows, offset = _centred(matrix)
+    acc_type = rows.dtype
+
     def sums(part: np.ndarray) -> np.ndarray:
-        acc = np.zeros(part.size, dtype=np.int64)
+        acc = np.zeros(part.size, dtype=acc_type)
         idx = np.empty(part.size, dtype=np.uint64)
-        buf = np.empty(part.size, dtype=np.int64)
+        buf = np.empty(part.size, dtype=acc_type)
         for j in range(fam.k):
             fam.row_hash(part, j, out=idx)
             np.take(rows[j], idx.view(np.int64), mode="wrap", out=buf)
@@ -245,11 +344,13 @@ def base_sums(matrix: np.ndarray, fam: HashFamily, bases: np.ndarray) -> np.ndar
         return acc
 
     if _THREADS == 1 or bases.size * fam.k < _THREADED_CELLS:
-        return sums(bases).astype(np.float64)
-    # Halves of the candidates in two threads: numpy releases the GIL in each vector operation.
-    with ThreadPoolExecutor(_THREADS) as pool:
-        parts = list(pool.map(sums, np.array_split(bases, _THREADS)))
-    return np.concatenate(parts).astype(np.float64)
+        total = sums(bases).astype(np.int64)
+    else:  # halves of the candidates in two threads: numpy releases the GIL in each vector operation
+        with ThreadPoolExecutor(_THREADS) as pool:
+            total = np.concatenate(list(pool.map(sums, np.array_split(bases, _THREADS)))).astype(np.int64)
+    total += offset
+    out: np.ndarray = total.astype(np.float64)
+    return out
 
 
 def concat_rows(batches: Sequence[ReportBatch]) -> np.ndarray:

@@ -17,6 +17,7 @@ capability         what it adds                                                 
 :class:`Summary`   rows are numeric summaries (mean, sum, count), not counts of the reports                    summary
 :class:`Bucketed`  rows count declared buckets of a number (:meth:`bucket_edges`, prefix sums, covariance)    histogram
 :class:`Discovering` finds frequent values without candidates (:meth:`discover`)                          discovery
+:class:`OnDevice`  the device aggregates ``Reporter.count()`` calls and reports once per period (:meth:`period_days`)
 =================  ====================================================================================  ============
 
 Invariant: a mechanism's :attr:`~Mechanism.kind` is the one its capabilities set ("frequencies" when none does), and
@@ -135,6 +136,33 @@ class Discovering(Mechanism[P, B]):
         ``threshold`` standard errors (default: from ``alpha``)."""
 
 
+class OnDevice(Mechanism[P, B]):
+    """On-device aggregation: the app calls ``Reporter.count(metric)``; the device keeps per-UTC-day counts locally
+    (:mod:`ldptel.client.sdk.tally`) and, once a period of :meth:`period_days` days has ended, reports one value
+    for it (:meth:`period_value`) during the next period. Reports received on the days of period p + 1 describe
+    period p: :meth:`reported_days` maps asked days to the days their reports arrive on, :meth:`described_days`
+    back."""
+
+    @abstractmethod
+    def period_days(self, params: P) -> int:
+        """Days per reporting period (periods are aligned on day 0 = 1970-01-01 UTC: period p is days
+        [p·W, p·W + W − 1])."""
+
+    @abstractmethod
+    def period_value(self, params: P, counts: Sequence[int]) -> object:
+        """The value reported for one period from the count of each of its days (oldest first)."""
+
+    def reported_days(self, params: P, first: int, last: int) -> tuple[int, int]:
+        """The days (UTC day numbers) on which the reports of the periods covering days [first, last] arrive."""
+        w = self.period_days(params)
+        return (first // w + 1) * w, (last // w + 2) * w - 1
+
+    def described_days(self, params: P, first: int, last: int) -> tuple[int, int]:
+        """The days whose periods the reports received on days [first, last] describe."""
+        w = self.period_days(params)
+        return (first // w - 1) * w, (last // w) * w - 1
+
+
 # ------------------------------------------------------------------------ what a query asks of a capability
 CandidateRole = Literal["required", "labels", "none"]
 C = TypeVar("C", bound=Mechanism[Any, Any])
@@ -151,6 +179,11 @@ def proportion_label(mechanism: Mechanism[Any, Any]) -> str | None:
     return mechanism.proportion_of if isinstance(mechanism, Binary) else None
 
 
+def on_device(mechanism: Mechanism[Any, Any]) -> OnDevice[Any, Any] | None:
+    """The mechanism as :class:`OnDevice` when the device aggregates it (``Reporter.count()``), else None."""
+    return mechanism if isinstance(mechanism, OnDevice) else None
+
+
 def require(mechanism: Mechanism[Any, Any], capability: type[C], what: str) -> C:
     """``mechanism`` as a ``capability`` (InvalidParameterError naming ``what`` is needed and the mechanisms
     that have it, for any other)."""
@@ -164,10 +197,12 @@ def require(mechanism: Mechanism[Any, Any], capability: type[C], what: str) -> C
 
 
 CAPABILITIES: tuple[type[Mechanism[Any, Any]], ...] = (
-    Permanent, Mergeable, Sketch, Labelled, Binary, Summary, Categorical, Bucketed, Discovering,
+    Permanent, Mergeable, Sketch, Labelled, Binary, Summary, Categorical, Bucketed, Discovering, OnDevice,
 )
 
 __all__ = [
-    "CAPABILITIES", "SUMMARY_LABELS", "Binary", "Bucketed", "CandidateRole", "Categorical", "Discovering", "Labelled", "Mergeable", "Permanent", "Sketch",
-    "Summary", "candidate_role", "proportion_label", "require",
+    "CAPABILITIES", "SUMMARY_LABELS", "Binary", "Bucketed", "CandidateRole", "Categorical", "Discovering", "Labelled", "Mergeable", "OnDevice", "Permanent",
+    "Sketch",
+    "Summary", "candidate_role", "on_device", "proportion_label",
+    "require",
 ]

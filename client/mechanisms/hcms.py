@@ -40,8 +40,10 @@ from ldptel.client.mechanisms._sketch import (
     candidate_sums,
     collision_variance,
     concat_rows,
+    f2_from_sums,
     family_of,
     report_bases,
+    square_sum,
 )
 from ldptel.client.mechanisms.base import Column, ReportBatch, Values
 from ldptel.client.mechanisms.state import Estimate, SketchState, labels_of
@@ -180,7 +182,8 @@ def estimate(params: HcmsParams, state: SketchState, *, candidates: Sequence[obj
     w = fwht(state.counts)
     s = candidate_sums(w, family_of(params), candidates)
     est = m / (m - 1) * (c * s - n / m)
-    f2 = _cells(params, state, w).f2()
+    # Σy², Σy of the cells y = c·W from exact integer sums (no float copy of them)
+    f2 = f2_from_sums(params.k, m, float(n), c * c * float(square_sum(w)), c * float(int(w.sum(dtype=np.int64))), c * c, -1.0)
     var = variance(params, est, n) + collision_variance(params, f2=f2, counts=np.clip(est, 0, n))
     return Estimate("hcms", labels_of(candidates), est, np.sqrt(var), n, confidence)
 

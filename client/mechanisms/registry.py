@@ -13,12 +13,15 @@ from ldptel.client.mechanisms.base import Mechanism
 from ldptel.client.mechanisms.cms import CMS
 from ldptel.client.mechanisms.daily_mean import DAILY_MEAN
 from ldptel.client.mechanisms.discovery import PEM
+from ldptel.client.mechanisms.event_count import EVENT_COUNT
+from ldptel.client.mechanisms.event_histogram import EVENT_HISTOGRAM
 from ldptel.client.mechanisms.grr import GRR
 from ldptel.client.mechanisms.hcms import HCMS
 from ldptel.client.mechanisms.histogram import HISTOGRAM
 from ldptel.client.mechanisms.mean import MEAN
 from ldptel.client.mechanisms.oue_cms import OUE_CMS
 from ldptel.client.mechanisms.rr import RR
+from ldptel.client.mechanisms.unique_devices import UNIQUE_DEVICES
 from ldptel.client.protocol.params import ParamsBase
 
 AnyMechanism = Mechanism[Any, Any]
@@ -26,6 +29,7 @@ AnyMechanism = Mechanism[Any, Any]
 _MECHANISMS: tuple[AnyMechanism, ...] = (RR, GRR, CMS, HCMS, OUE_CMS)
 _MECHANISMS += (PEM,)  # discovery of values nobody listed (issue 16)
 _MECHANISMS += (MEAN, HISTOGRAM, DAILY_MEAN)  # numeric
+_MECHANISMS += (EVENT_COUNT, EVENT_HISTOGRAM, UNIQUE_DEVICES)  # aggregated on the device (issue 29): Reporter.count()
 _BY_NAME: dict[str, AnyMechanism] = {m.name: m for m in _MECHANISMS}
 _BY_CODE: dict[int, AnyMechanism] = {m.code: m for m in _MECHANISMS}
 assert len(_BY_NAME) == len(_BY_CODE) == len(_MECHANISMS), "mechanism names and wire codes must be unique"

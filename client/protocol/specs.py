@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.capabilities import on_device
 from ldptel.client.mechanisms.longitudinal import report_charge
 from ldptel.client.mechanisms.registry import get_mechanism, mechanism_names, mechanism_of
 from ldptel.client.protocol.breakdown import ProfileSchema, check_dimensions
@@ -116,7 +117,9 @@ class MetricSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not NAME_RE.fullmatch(self.name):
             raise InvalidParameterError("name", NAME_RULE, self.name)
-        mechanism_of(self.params)  # any registered mechanism's params
+        if on_device(mechanism_of(self.params)) is not None and self.reports_per_day != 1:  # any registered mechanism's
+            raise InvalidParameterError(  # the device reports once per period: a larger daily budget would be unused
+                "reports_per_day", "1 for a metric aggregated on the device (one report per period)", self.reports_per_day)
         check_int("version", self.version, 1, (1 << 31) - 1)
         check_int("reports_per_day", self.reports_per_day, 1, MAX_REPORTS_PER_DAY)
         check_text("description", self.description, MAX_DESCRIPTION_CHARS)

@@ -107,9 +107,10 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.capabilities import OnDevice, on_device
 from ldptel.client.mechanisms.registry import mechanism_of
 from ldptel.client.protocol.breakdown import check_profile
 from ldptel.client.protocol.keyed import privatization_fingerprint
@@ -125,6 +126,7 @@ from ldptel.client.sdk import ledger as _ledger
 from ldptel.client.sdk import memo
 from ldptel.client.sdk import queue as _queue
 from ldptel.client.sdk import sampling as _sampling
+from ldptel.client.sdk import tally as _tally
 from ldptel.client.sdk.counters import Counters, ReporterStats
 from ldptel.client.sdk.memo import load_or_create_secret, longitudinal_epsilon, privatize_for_device
 from ldptel.client.sdk.notify import Notifier, UploadError, log
@@ -148,6 +150,7 @@ __all__ = [
 
 Status = Literal[
     "queued", "budget_exceeded", "policy_refused", "queue_full", "no_spec", "storage_error", "closed", "not_sampled",
+    "counted",
 ]
 
 
@@ -165,8 +168,9 @@ class _Cost:
 
 @dataclass(frozen=True, slots=True)
 class ReportResult:
-    """What ``report()`` did. ``report`` is the exact privatized report queued (None unless queued);
-    ``reason`` says which policy bound refused a ``"policy_refused"`` report."""
+    """What ``report()`` or ``count()`` did. ``report`` is the exact privatized report queued (None unless queued;
+    ``count()``: the report of the period that ended, when this call made it); ``reason`` says which policy bound
+    refused a ``"policy_refused"`` report."""
 
     status: Status
     metric: str
@@ -303,10 +307,11 @@ class Reporter:
                 storage, transport=upload_tx, specs=self._specs, counters=self._counters, state=self._state,
                 clock=self._clock, sleep=sleep or time.sleep, batch_size=self._batch_size, upload_parts=upload_parts,
                 flush_interval=flush_interval, backoff=Backoff(base=backoff_base, cap=backoff_cap),
-                notify=self._notify, retry_horizon_days=retry_horizon_days, profile=profile)
+                notify=self._notify, retry_horizon_days=retry_horizon_days, profile=profile, tick=self.release_due)
         except BaseException:
             self._db.close()
             raise
+        self.release_due()  # periods that ended while the app was not running (on-device aggregation)
         if start:
             self._uploader.start()
 
@@ -327,6 +332,9 @@ class Reporter:
                 if requested:
                     self._uploader.wake()
             return ReportResult("no_spec", metric)
+        if on_device(mechanism_of(spec.params)) is not None:
+            raise InvalidParameterError(
+                "metric", f"a metric reported with report(); {metric!r} is aggregated on the device: call count()", metric)
         cost = self._cost_of(spec)
         pinned = self._specs.is_pinned(spec)
         if cost.refusal is not None and not pinned:
@@ -376,6 +384,148 @@ class Reporter:
         self._notify(UploadError(f"local storage error: {error}", outcome="storage_error", metric=metric))
         return ReportResult("storage_error", metric, spec.version)
 
+    def count(self, metric: str, n: int = 1) -> ReportResult:
+        """Count ``n`` events of a metric aggregated on the device (its mechanism has the
+        :class:`~ldptel.client.mechanisms.capabilities.OnDevice` capability: events per day, unique devices per window).
+
+        Only the UTC day's count and a 30-day bitmap of the days with events are kept, in the device database
+        (:mod:`ldptel.client.sdk.tally`); nothing is privatized or sent for the call itself. Once a reporting period has
+        ended, the first ``count()``, :meth:`flush`, upload cycle or new Reporter of the next period privatizes its value
+        and queues
+        one report (the result's ``report`` when this call made it), charged to the ledgers like any report. Status
+        ``"counted"``; ``"no_spec"`` (nothing recorded) while the spec is unknown, ``"policy_refused"`` for a served spec
+        beyond the device policy. A metric reported with :meth:`report` raises
+        :class:`~ldptel.client.errors.InvalidParameterError` (a bug in the calling code), as does ``n`` outside
+        [1, 2^31].
+        """
+        n = check_int("n", n, 1, _tally.MAX_CALL)
+        if self._closed:
+            return ReportResult("closed", metric)
+        spec = self._specs.spec_for(metric)
+        if spec is None:
+            requested = self._specs.request(metric)
+            with self._state:
+                self._counters.no_spec += 1
+                if requested:
+                    self._uploader.wake()
+            return ReportResult("no_spec", metric)
+        mech = on_device(mechanism_of(spec.params))
+        if mech is None:
+            raise InvalidParameterError(
+                "metric", f"a metric aggregated on the device; {metric!r} takes values: call report()", metric)
+        return self._tally_and_release(spec, mech, n)
+
+    def release_due(self) -> None:
+        """Report every on-device metric's period that has ended. Called at start-up, by :meth:`flush` and by the
+        background upload thread before each cycle (so a running app reports within ``flush_interval`` of a period's
+        end even when it does not count); without the thread (``start=False``) call it, or flush, yourself."""
+        with self._state:
+            if self._closed:
+                return
+            names = _tally.metrics(self._db)
+        for name in names:
+            spec = self._specs.spec_for(name)
+            mech = None if spec is None else on_device(mechanism_of(spec.params))
+            if spec is not None and mech is not None:
+                self._tally_and_release(spec, mech, 0)
+
+    def _tally_and_release(self, spec: MetricSpec, mech: OnDevice[Any, Any], n: int) -> ReportResult:
+        """:meth:`count` (``n`` ≥ 1) or a release check (``n`` = 0) once the spec is known."""
+        metric = spec.name
+        cost = self._cost_of(spec)
+        pinned = self._specs.is_pinned(spec)
+        if cost.refusal is not None and not pinned:
+            return self._refuse(spec, cost.refusal)
+        lifetime_cap = math.inf if pinned else self._policy.max_longitudinal_epsilon
+        now = self._clock()
+        error: sqlite3.Error | None = None
+        over: float | None = None
+        with self._state:
+            if self._closed:
+                return ReportResult("closed", metric)
+            counters = self._counters
+            room = counters.pending < self._max_queue  # a full queue defers the release (the count is kept)
+            try:
+                stored = self._count_txn(spec, mech, n, now, cost=cost, lifetime_cap=lifetime_cap, release=room)
+            except sqlite3.Error as exc:
+                error = exc
+            else:
+                if isinstance(stored, float):
+                    over = stored
+                else:
+                    outcome, batch, memoized = stored
+                    if outcome == "queued" and batch is not None:
+                        counters.pending += 1
+                        counters.unbatched += 1
+                        counters.queued += 1
+                        counters.memoized += memoized
+                        if counters.unbatched >= self._batch_size:
+                            self._uploader.wake()
+                    elif outcome == "budget":
+                        counters.refused_budget += 1
+                    elif outcome == "not_sampled":
+                        counters.not_sampled += 1
+                    return ReportResult("counted", metric, spec.version, batch, memoized)
+        if over is not None:
+            return self._refuse(spec, f"longitudinal_epsilon: a new privatization would take the lifetime ε∞ of a "
+                                f"value to {over:.4g}, above the device policy's maximum {lifetime_cap:.4g}")
+        log.error("ldptel could not store a count: %s", error)
+        self._notify(UploadError(f"local storage error: {error}", outcome="storage_error", metric=metric))
+        return ReportResult("storage_error", metric, spec.version)
+
+    def _count_txn(
+        self, spec: MetricSpec, mech: OnDevice[Any, Any], n: int, now: float, *, cost: _Cost, lifetime_cap: float,
+        release: bool,
+    ) -> tuple[Literal["queued", "budget", "not_sampled", "none"], ReportBatch | None, bool] | float:
+        """One transaction: report the period that ended (if due and ``release``: the same sampling, ledger, lifetime
+        and privatization steps as :meth:`_store`), then add ``n`` events of the budget day to the tally.
+
+        The lifetime ε∞ it would reach when the lifetime ledger refuses (nothing recorded, nothing reported). A
+        release the daily budget or the sampling refuses is dropped (the period counts as reported). The caller
+        holds ``_state``.
+        """
+        conn = self._db
+        period = mech.period_days(spec.params)
+        outcome: Literal["queued", "budget", "not_sampled", "none"] = "none"
+        batch: ReportBatch | None = None
+        memoized = False
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            day, high, count, eps = _ledger.state(conn, spec.name, now)
+            due = _tally.take_due(conn, spec.name, day, period,
+                                  lambda counts: mech.period_value(spec.params, counts)) if release else None
+            if due is not None:
+                if day > high:
+                    _sampling.prune(conn, day)
+                if not _sampling.takes_part(conn, spec.name, day, spec.sample_rate):
+                    outcome = "not_sampled"
+                elif not _ledger.allows(spec, count, eps, eps_one=cost.eps_one, daily=cost.daily):
+                    outcome = "budget"
+                else:
+                    if cost.lifetime is not None:
+                        over = _ledger.charge_lifetime(conn, spec.name, cost.fingerprint, cost.lifetime, cap=lifetime_cap)
+                        if over is not None:
+                            conn.execute("ROLLBACK")
+                            return over
+                    if day > high:
+                        _ledger.set_day(conn, day)
+                        memo.prune(conn, day)
+                    batch, payload, memoized = privatize_for_device(
+                        conn, spec, due[1], day=day, secret=self._secret, fingerprint=cost.fingerprint)
+                    _queue.enqueue(conn, spec.name, spec.version, payload, day=day)
+                    _ledger.spend(conn, spec.name, day, cost.eps_one)
+                    outcome = "queued"
+            if n:
+                _tally.record(conn, spec.name, day, n, period)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        if outcome == "queued" and (day > high or self._pruned_in_wal):
+            self._forget_pruned_rows()
+        return outcome, batch, memoized
+
     def flush(self, timeout: float = 30.0) -> bool:
         """Upload everything queued now; True when nothing is left unacknowledged within ``timeout`` seconds.
 
@@ -386,6 +536,7 @@ class Reporter:
         """
         if self._closed:
             return self.stats().pending == 0
+        self.release_due()
         return self._uploader.flush(timeout)
 
     def wait_for_specs(self, timeout: float = 10.0) -> bool:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.protocol.specs import NAME_RE, MetricSpec
+from ldptel.client.sdk import tally as _tally
 from ldptel.client.sdk.notify import Notifier, UploadError, log
 from ldptel.client.sdk.transport import NETWORK_ERRORS, Transport
 
@@ -191,12 +192,34 @@ class SpecCache:
             return UploadError(f"could not fetch the spec of {metric!r} from {transport.where}: {exc}", metric=metric)
         body = resp.json()
         spec = _spec_from_body(body, metric) if resp.status == 200 else None
+        if resp.status == 200 and isinstance(body, dict) and body.get("status") == "retired":
+            self._retire(metric)
         if spec is None:
             return UploadError(_no_spec_reason(metric, resp.status, body), status=resp.status, outcome="no_spec",
                                metric=metric)
         self._save([spec], current=True)
         self._want_refresh.discard(metric)
         return spec
+
+    def _retire(self, metric: str) -> None:
+        """The server says ``metric`` is retired: delete its on-device aggregation state
+        (:func:`~ldptel.client.sdk.tally.forget`) and its current spec, so ``count()`` and ``report()`` answer
+        ``"no_spec"`` from now on (a pinned spec is the app's own choice and stays)."""
+        if metric in self._pinned:
+            return
+        conn = self._conn
+        with self._conn_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                _tally.forget(conn, metric)
+                conn.execute("DELETE FROM current_spec WHERE metric = ?", (metric,))
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self._current.pop(metric, None)
+        self._want_refresh.discard(metric)
 
     def _load(self) -> None:
         with self._conn_lock:

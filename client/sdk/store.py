@@ -14,7 +14,8 @@ both (the column is left in place: every statement names the columns it writes a
 an SDK that only knows 1, and would write that column, refuses a new database with a clear error.
 
 Nothing in the file is a raw value: reports are stored privatized, memo rows are keyed by an HMAC of the
-value, the ledger holds counts per metric and day. (grr labels do appear, as part of the cached public
+value, the ledger holds counts per metric and day, the tallies of ``Reporter.count()`` a count and a 30-day bitmap
+per metric (:mod:`ldptel.client.sdk.tally`). (grr labels do appear, as part of the cached public
 spec.)
 
 At rest. The database, its ``-wal`` and ``-shm`` files are mode 0600 whatever the umask and the mode of the
@@ -93,6 +94,13 @@ CREATE TABLE IF NOT EXISTS sampling(          -- secret sampling: the device dra
     day    INTEGER NOT NULL,
     draw   INTEGER NOT NULL,                  -- 53 CSPRNG bits, takes part iff draw < floor(sample_rate · 2^53)
     PRIMARY KEY(metric, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tallies(           -- on-device aggregation (Reporter.count): one row per metric
+    metric   TEXT PRIMARY KEY,
+    day      INTEGER NOT NULL,                -- latest UTC day counted (days since 1970-01-01, nothing finer)
+    count    INTEGER NOT NULL,                -- count() calls on that day
+    seen     INTEGER NOT NULL,                -- bit i: a call on day - i (the last 30 days)
+    released INTEGER NOT NULL                 -- last reporting period already reported
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS current_spec(      -- the version the server last called current
     metric  TEXT PRIMARY KEY,

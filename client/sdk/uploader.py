@@ -83,7 +83,9 @@ class Uploader:
         notify: Notifier,
         retry_horizon_days: int,
         profile: Mapping[str, str] | None = None,
+        tick: Callable[[], None] | None = None,
     ) -> None:
+        self._tick = tick  # the background thread calls it before each cycle (on-device periods that ended)
         self._profile = dict(profile or {})  # the device's system profile (breakdowns), sent in clear with batches
         self._db = connect(storage_dir, synchronous="FULL")
         self._tx = transport
@@ -175,6 +177,8 @@ class Uploader:
                     return
                 force = self._force
             try:
+                if self._tick is not None:
+                    self._tick()
                 delay = self.cycle(force=force)
             except Exception as exc:  # never let the thread die; never raise into the app
                 log.exception("ldptel uploader cycle failed")

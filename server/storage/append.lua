@@ -1,5 +1,5 @@
 -- Append one validated batch to its shard stream, at most once per batch id.
--- KEYS[1] = stream  ldp:v1:{metric:shard}:reports
+-- KEYS[1] = held stream  ldp:v1:{metric:shard}:held  (released to the fold by the shuffle stage: shuffle.py)
 -- KEYS[2] = dedupe  ldp:v1:{metric:shard}:seen:<batch id hex>   (same hash tag, same slot)
 -- ARGV    = day, version, n, batch bytes, dedupe expiry (ms, a UTC day boundary), start of the UTC day in ms,
 --           content digest ('d1:' .. 16-byte BLAKE2b of the batch bytes: append.py), breakdown cell ('' for none:

@@ -173,7 +173,7 @@ class BatchAppender(RawClient):
             b"EVALSHA",
             self._sha,
             b"2",
-            keys.stream(metric, shard),
+            keys.held(metric, shard),  # the shuffle stage releases it to the fold (ldptel.storage.shuffle)
             keys.seen(metric, shard, batch_id.hex()),
             day,
             version,
@@ -184,7 +184,7 @@ class BatchAppender(RawClient):
             digest,  # the dedupe key's value: a retry with other content is a conflict
             cell,  # the breakdown cell ('' for none)
         )
-        stream = keys.stream(metric, shard)
+        stream = keys.held(metric, shard)
         for attempt in range(2):
             try:
                 conn, result = self._routed(stream, evalsha, RawConnection.reply, load=self._load)

@@ -23,8 +23,20 @@ def tag(metric: str, shard: int) -> str:
 
 
 def stream(metric: str, shard: int) -> str:
-    """Stream: one entry per accepted batch, fields d (UTC day), v (version), n (reports), b (batch bytes)."""
+    """Stream the fold reads: one entry per block released by the shuffle stage (:mod:`ldptel.storage.shuffle`),
+    fields d (UTC day), v (version), n (reports), b (batch bytes)."""
     return f"{PREFIX}{tag(metric, shard)}:reports"
+
+
+def held(metric: str, shard: int) -> str:
+    """Stream the ingest appends to: one entry per accepted upload, fields d, v, n, b (as :func:`stream`), held
+    until the shuffle stage releases it inside a shuffled block (:mod:`ldptel.storage.shuffle`)."""
+    return f"{PREFIX}{tag(metric, shard)}:held"
+
+
+def shuffle_stats(metric: str, shard: int) -> str:
+    """Hash "<version>:<day>:<cell>:<stat>" → integer: what the shuffle stage released (:mod:`ldptel.storage.shuffle`)."""
+    return f"{PREFIX}{tag(metric, shard)}:shuffle"
 
 
 def seen(metric: str, shard: int, batch_id_hex: str) -> str:

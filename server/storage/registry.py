@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -337,10 +337,36 @@ def register_metric(
     return register_metrics(r, [(spec, shards)], default_shards=default_shards)[0]
 
 
+RECORD_SETTINGS = ("retention_days", "min_reports")  # record fields a metrics file sets beside the specs
+
+
+def _checked_settings(settings: Mapping[str, Mapping[str, object]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``settings`` validated before anything is written: known metrics, known fields, values in range."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, values in settings.items():
+        if name not in names:
+            raise InvalidParameterError("settings", f"settings of the metrics registered with them ({names})", name)
+        for key, value in values.items():
+            if key == "retention_days":
+                if value is not None:
+                    check_int("retention_days", value, 0, MAX_RETENTION_DAYS)
+            elif key == "min_reports":
+                check_min_reports(value)
+            else:
+                raise InvalidParameterError("settings", f"one of {list(RECORD_SETTINGS)}", key)
+        out[name] = dict(values)
+    return out
+
+
 def register_metrics(
-    r: redis.Redis, specs: Sequence[tuple[MetricSpec, int | None]], *, default_shards: int = DEFAULT_SHARDS
+    r: redis.Redis, specs: Sequence[tuple[MetricSpec, int | None]], *, default_shards: int = DEFAULT_SHARDS,
+    settings: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[tuple[MetricRecord, Change]]:
     """Register every ``(spec, shards)`` at once, all or nothing; each one as :func:`plan_change` classifies it.
+
+    ``settings``: per metric name, record fields to set in the same transaction (``retention_days``: None is
+    forever; ``min_reports``), so a metrics file is applied whole or not at all (never its specs without its
+    retention). Validated before anything is written.
 
     Specs' ``version`` is ignored and assigned here. New name: version 1 with ``shards`` (None: ``default_shards``,
     the service's ``LDPTEL_SHARDS``). Existing name with the privatization of its current version: that version
@@ -359,6 +385,7 @@ def register_metrics(
         if names.count(spec.name) > 1:
             raise InvalidParameterError("name", "each metric once", spec.name)
     check_int("shards", default_shards, 1, MAX_SHARDS)
+    fields = _checked_settings(settings or {}, names)
     if not specs:
         return []
     schema = get_profile(r)
@@ -374,7 +401,10 @@ def register_metrics(
                     _register(None if raw is None else parse_record(raw), spec, shards, default_shards)
                     for (spec, shards), raw in zip(specs, raws, strict=True)
                 ]
-                writes = [(rec.name, rec.to_json()) for rec, change in results if change.kind != "unchanged"]
+                set_too = [(_with_settings(rec, fields.get(rec.name, {})), rec, change) for rec, change in results]
+                results = [(rec, change) for rec, _, change in set_too]
+                writes = [(rec.name, rec.to_json()) for rec, before, change in set_too
+                          if change.kind != "unchanged" or rec is not before]
                 if not writes:
                     pipe.unwatch()
                     return results
@@ -386,6 +416,11 @@ def register_metrics(
             except redis.WatchError:
                 continue
     raise RegistryConflictError(f"metrics {names} are being changed concurrently; try again")
+
+
+def _with_settings(record: MetricRecord, values: Mapping[str, Any]) -> MetricRecord:
+    changed = {k: v for k, v in values.items() if getattr(record, k) != v}
+    return dataclasses.replace(record, **changed) if changed else record
 
 
 def _register(

@@ -50,7 +50,7 @@ import datetime as dt
 import hashlib
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -81,13 +81,13 @@ __all__ = [
     "seal_metric",
     "sealable_through",
     "summed_state",
+    "summed_states",
 ]
 
 LEVELS = 9  # roll-up levels 1..9: aligned blocks of 2, 4, ..., 512 days
 KEEP_LEVEL = 5  # blocks of 32 days and coarser are kept forever; finer states follow the daily retention
 DAY_MS = 86_400_000
 _EPOCH = dt.date(1970, 1, 1).toordinal()
-_GET_CHUNK = 8  # blobs per pipelined round trip (bounds memory)
 _READ_ATTEMPTS = 8  # plans of one read (a sealer or retention removed a planned state meanwhile: plan again)
 _SEAL_LEASE_TTL_MS = 600_000
 
@@ -262,47 +262,83 @@ def summed_state(
     either unsealed, with every shard's state, or sealed), and a plan whose state has meanwhile been removed is
     planned again.
     """
-    lo = None if day_from is None else day_number(day_from)
-    hi = None if day_to is None else day_number(day_to)
+    return next(summed_states(r, metric, params=params, version=version, shards=shards, spans=[(day_from, day_to)],
+                              cell=cell))
+
+
+def summed_states(
+    r: redis_lib.Redis,
+    metric: str,
+    *,
+    params: Params,
+    version: int,
+    shards: int,
+    spans: Sequence[tuple[str | None, str | None]],
+    cell: str = "",
+) -> Iterator[Summed]:
+    """:func:`summed_state` of each span (day_from, day_to), in order, from one read of the indexes and one
+    pipelined fetch of every state the spans need (a per-day series reads its days in a few round trips, not a
+    query each). A span's state is yielded as soon as its last blob is read, so memory holds one summed state
+    at a time, not one per span. Where a planned state was removed meanwhile, the spans not yet yielded are
+    planned again (each span is read from one consistent plan)."""
+    bounds = [(None if f is None else day_number(f), None if t is None else day_number(t)) for f, t in spans]
+    done = 0
     for _attempt in range(_READ_ATTEMPTS):
         shard_days = _shard_days(r, metric, shards, version, cell)  # first: see module docs
         view = read_view(r, metric, cell)
-        sealed_days = view.days_of(version)
-        data = sorted(set(shard_days) | set(sealed_days))
-        if not data:
-            return Summed(SketchState.empty(params), (), None, None)
-        a = data[0] if lo is None else max(lo, data[0])
-        b = data[-1] if hi is None else min(hi, data[-1])
-        if a > b:
-            return Summed(SketchState.empty(params), (), None, None)
-        a, b = _snap(a, view, end=False), _snap(b, view, end=True)  # may widen past the data: no harm
+        data = sorted(set(shard_days) | set(view.days_of(version)))
         try:
-            plan = _plan(metric, version, a, b, shard_days, view, data, cell)
-            state = _fetch_sum(r, plan.keys, params)
+            planned = [_plan_span(metric, version, lo, hi, shard_days, view, data, cell) for lo, hi in bounds[done:]]
         except _Replan:
             continue
-        covered = [day_name(d) for d in data if a <= d <= b]
-        coarse = tuple((day_name(f), day_name(t)) for f, t in sorted(plan.coarse))
-        return Summed(state, tuple(covered), day_name(a) if covered else None, day_name(b) if covered else None,
-                      coarse, len(plan.keys))
+        blobs = store.get_blobs(r, [name for p in planned if p is not None for name in p[2].keys])
+        try:
+            for p in planned:
+                if p is None:
+                    yield Summed(SketchState.empty(params), (), None, None)
+                    done += 1
+                    continue
+                a, b, plan = p
+                total: SketchState | None = None
+                for name in plan.keys:
+                    _name, raw = next(blobs)  # in the order of the plans
+                    if raw is None:
+                        raise _Replan(f"{name} was removed while being read")
+                    if total is None and len(plan.keys) == 1:
+                        total = _decode(name, raw, params)  # one state: read it as is, nothing to add it to
+                    else:
+                        total = total or SketchState.empty(params)
+                        store.add_blob(total, name, raw, params)
+                covered = [day_name(d) for d in data if a <= d <= b]
+                coarse = tuple((day_name(f), day_name(t)) for f, t in sorted(plan.coarse))
+                yield Summed(total or SketchState.empty(params), tuple(covered), day_name(a) if covered else None,
+                             day_name(b) if covered else None, coarse, len(plan.keys))
+                done += 1
+            return
+        except _Replan:
+            continue
     raise StoreError(f"the states of {metric!r} kept changing while being read ({_READ_ATTEMPTS} plans); try again")
 
 
-def _fetch_sum(r: redis_lib.Redis, names: list[str], params: Params) -> SketchState:
-    total = SketchState.empty(params)
-    for lo in range(0, len(names), _GET_CHUNK):
-        chunk = names[lo : lo + _GET_CHUNK]
-        pipe = r.pipeline(transaction=False)
-        for name in chunk:
-            pipe.get(name)
-        for name, raw in zip(chunk, pipe.execute(), strict=True):
-            if raw is None:
-                raise _Replan(f"{name} was removed while being read")
-            try:
-                total.add_bytes(raw, params)
-            except (LdpError, ValueError) as exc:
-                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
-    return total
+def _plan_span(metric: str, version: int, lo: int | None, hi: int | None, shard_days: dict[int, list[int]],
+               view: SealedView, data: list[int], cell: str) -> tuple[int, int, _Plan] | None:
+    """(first, last, plan) of the days [lo, hi] (None: open) clipped to the data and widened to the 32-day blocks
+    retention left; None when no day of the range has reports."""
+    if not data:
+        return None
+    a = data[0] if lo is None else max(lo, data[0])
+    b = data[-1] if hi is None else min(hi, data[-1])
+    if a > b:
+        return None
+    a, b = _snap(a, view, end=False), _snap(b, view, end=True)  # may widen past the data: no harm
+    return a, b, _plan(metric, version, a, b, shard_days, view, data, cell)
+
+
+def _decode(name: str, raw: bytes, params: Params) -> SketchState:
+    try:
+        return SketchState.from_bytes(raw, params)
+    except (LdpError, ValueError) as exc:
+        raise StoreError(f"sketch {name} is unreadable: {exc}") from None
 
 
 def periods(
@@ -380,6 +416,7 @@ def sealable_through(r: redis_lib.Redis, metric: str, shards: int, *, today: dt.
     for shard, ckpt in enumerate(checkpoints):
         low = "-" if ckpt == store.ZERO_ID else "(" + format_id(ckpt)
         pipe.xrange(keys.stream(metric, shard), min=low, max="+", count=1)
+        pipe.xrange(keys.held(metric, shard), min="-", max="+", count=1)  # not yet released (ldptel.storage.shuffle)
     for entries in pipe.execute():
         if entries:
             first_unfolded_day = parse_id(entries[0][0])[0] // DAY_MS
@@ -492,21 +529,12 @@ def _sum_blobs(r: redis_lib.Redis, names: Iterable[str], params: Params) -> tupl
     total = SketchState.empty(params)
     missing: list[str] = []
     digests: list[str] = []
-    names = list(names)
-    for lo in range(0, len(names), _GET_CHUNK):
-        chunk = names[lo : lo + _GET_CHUNK]
-        pipe = r.pipeline(transaction=False)
-        for name in chunk:
-            pipe.get(name)
-        for name, raw in zip(chunk, pipe.execute(), strict=True):
-            if raw is None:
-                missing.append(name)
-                continue
-            try:
-                total.add_bytes(raw, params)
-            except (LdpError, ValueError) as exc:
-                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
-            digests.append(hashlib.sha1(raw, usedforsecurity=False).hexdigest())
+    for name, raw in store.get_blobs(r, list(names)):
+        if raw is None:
+            missing.append(name)
+            continue
+        store.add_blob(total, name, raw, params)
+        digests.append(hashlib.sha1(raw, usedforsecurity=False).hexdigest())
     return total, missing, digests
 
 

@@ -13,7 +13,7 @@ The three are only ever written together, in one MULTI/EXEC by the fold worker
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import redis as redis_lib
@@ -114,6 +114,30 @@ def available_days(r: redis_lib.Redis, metric: str, shards: int, *, version: int
     return sorted(days)
 
 
+def get_blobs(r: redis_lib.Redis, names: Sequence[str], *, chunk: int = _GET_CHUNK) -> Iterator[tuple[str, bytes | None]]:
+    """(name, blob or None when missing) for every name, in order: pipelined GETs, ``chunk`` blobs per round trip
+    (bounds memory: a k = 2048, m = 1024 state is up to 16 MiB). The one fetch loop of the sketch and sealed
+    stores. A blob read as text (a client with ``decode_responses=True``) raises :class:`StoreError`."""
+    for lo in range(0, len(names), chunk):
+        part = names[lo : lo + chunk]
+        pipe = r.pipeline(transaction=False)
+        for name in part:
+            pipe.get(name)
+        for name, raw in zip(part, pipe.execute(), strict=True):
+            if isinstance(raw, str):
+                raise StoreError(f"sketch {name} was read as text: sketches need a client with decode_responses=False")
+            yield name, raw
+
+
+def add_blob(total: SketchState, name: str, raw: bytes, params: Params) -> None:
+    """Add the serialized state ``raw`` (stored at ``name``) into ``total`` in place; a corrupt blob raises
+    :class:`StoreError` naming the key."""
+    try:
+        total.add_bytes(raw, params)  # summed in place: no 16 MB temporary per day blob
+    except (LdpError, ValueError) as exc:
+        raise StoreError(f"sketch {name} is unreadable: {exc}") from None
+
+
 def sum_sketches(
     r: redis_lib.Redis,
     metric: str,
@@ -122,26 +146,16 @@ def sum_sketches(
     pairs: Iterable[tuple[int, int, str]],
     cell: str = "",
 ) -> tuple[SketchState, int]:
-    """Sum the sketches named by (shard, version, day) of breakdown ``cell``: pipelined GETs, ``_GET_CHUNK`` blobs
-    at a time.
+    """Sum the sketches named by (shard, version, day) of breakdown ``cell`` (:func:`get_blobs`).
 
     Returns the total state and how many blobs were found. Missing keys count as empty.
     """
     total = SketchState.empty(params)
     found = 0
     names = [keys.sketch(metric, shard, version, day, cell) for shard, version, day in pairs]
-    for lo in range(0, len(names), _GET_CHUNK):
-        chunk = names[lo : lo + _GET_CHUNK]
-        pipe = r.pipeline(transaction=False)
-        for name in chunk:
-            pipe.get(name)
-        for name, raw in zip(chunk, pipe.execute(), strict=True):
-            if raw is None:
-                continue
-            try:
-                total.add_bytes(raw, params)  # summed in place: no 16 MB temporary per day blob
-            except (LdpError, ValueError) as exc:
-                raise StoreError(f"sketch {name} is unreadable: {exc}") from None
+    for name, raw in get_blobs(r, names):
+        if raw is not None:
+            add_blob(total, name, raw, params)
             found += 1
     return total, found
 
@@ -175,11 +189,13 @@ __all__ = [
     "StoreError",
     "StreamId",
     "ZERO_ID",
+    "add_blob",
     "available_days",
     "cells",
     "check_day",
     "day_reports",
     "format_id",
+    "get_blobs",
     "index_member",
     "load_state",
     "next_id",

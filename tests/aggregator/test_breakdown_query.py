@@ -193,3 +193,45 @@ def test_every_kind_breaks_down_and_adds_up(
     for fmt in ("table", "csv", "json"):
         write_breakdown(result, fmt, out, summary=kind == "num-histogram")
     assert "android" in out.getvalue()
+
+
+def test_min_reports_withholds_each_combination_day_and_no_sum_differs_by_one(
+    redis: redis_lib.Redis, rng: np.random.Generator
+) -> None:
+    """The threshold's unit is a (combination, day): a small one is in no sum, so the total, the groups and any
+    where-query are sums of released units only (total − shown groups reveals nothing)."""
+    from ldptel.aggregator.query import WithheldRangeError, estimate_by_day
+    from ldptel.storage.append import BatchAppender
+
+    registry.set_profile(redis, SCHEMA)
+    spec = registry.create_metric(redis, MetricSpec(name="t", params=GrrParams(epsilon=2.0, domain=("a", "b")),
+                                                    breakdown=("os",)), shards=2).current
+    registry.set_min_reports(redis, "t", 100)
+    appender = BatchAppender(redis)
+    plan = {("2026-03-01", "android"): 1000, ("2026-03-01", "ios"): 600, ("2026-03-01", "web"): 30,
+            ("2026-03-02", "android"): 50, ("2026-03-02", "ios"): 400}
+    for (day, os_name), n in plan.items():
+        b = privatize_batch(["a"] * n, spec.params, rng=rng)
+        bid = os.urandom(16)
+        data = encode_batch(metric="t", version=1, batch_id=bid, batch=b, params=spec.params,
+                            profile=f"os={os_name}".encode())
+        appender.append(metric="t", shards=2, batch_id=bid, version=1, n=n, data=data, day=day, dedupe_days=1,
+                        cell=f"os={os_name}")
+    drain(redis, metrics=("t",))
+    result = estimate_breakdown(redis, "t", ["os"], selection="none")
+    by = {g.values["os"]: g for g in result.groups}
+    assert by["android"].n == 1000 and by["ios"].n == 1000  # android's 50 on 03-02 are in no sum
+    assert by["web"].result is None and by["web"].n is None and "fewer than 100 reports" in str(by["web"].withheld)
+    total = estimate_metric(redis, "t", selection="none")
+    assert total.n == result.total.n == 2000 == sum(g.n for g in result.groups if g.n)  # nothing to difference
+    np.testing.assert_allclose(sum(g.result.estimate.counts for g in result.groups if g.result),
+                               total.estimate.counts, rtol=1e-12)
+    assert {w.what for w in total.withheld} == {"os=web 2026-03-01", "os=android 2026-03-02"}
+    with pytest.raises(WithheldRangeError, match="fewer than 100"):
+        estimate_metric(redis, "t", where={"os": "web"})
+    assert estimate_metric(redis, "t", where={"os": "android"}, day_from="2026-03-01", day_to="2026-03-01").n == 1000
+    daily = estimate_by_day(redis, "t", selection="none")
+    assert [res.n for res in daily.results] == [1600, 400]  # each day: its released combinations only
+    code, out, err = run_cli("estimate", "t", "--by", "os", "--redis-url", _url(redis))
+    assert code == 0, err
+    assert "os=web: withheld: fewer than 100 reports" in out and "1 groups shown" not in out

@@ -93,6 +93,7 @@ def test_cli_by_day_json_csv_and_table(redis: redis_lib.Redis, pages: list[str])
     code, out, err = run_cli(*base, "--format", "json")
     assert code == 0, err
     doc = json.loads(out)
+    assert doc.pop("schema_version") == 1  # docs/json-output.md
     assert doc == json.loads(json.dumps(want.to_dict()))
     assert doc["days"] == list(DAYS) and doc["by_day"] is True and len(doc["rows"]) == 6
 

@@ -113,7 +113,7 @@ def test_metrics_create_list_show_retire(redis: redis_lib.Redis, env_url: str, t
     spec.write_text(json.dumps({"name": "pages", "params": {"mechanism": "cms", "epsilon": 4, "k": 64, "m": 1024}}))
     assert run_cli("metrics", "create", "--spec-file", str(spec))[0] == 0
     code, out, _ = run_cli("metrics", "list", "--format", "json")
-    assert [m["name"] for m in json.loads(out)] == ["color", "pages"]
+    assert [m["name"] for m in json.loads(out)["metrics"]] == ["color", "pages"]
     code, out, _ = run_cli("metrics", "list")
     assert "color" in out and "k=64 m=1024" in out
     code, out, _ = run_cli("metrics", "show", "pages")
@@ -126,11 +126,11 @@ def test_status_reports_length_checkpoint_and_lag(redis: redis_lib.Redis, env_ur
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
     append_reports(redis, record, ["a"] * 100, rng, day="2026-03-01", batch_size=10)
     code, out, _ = run_cli("status", "--format", "json")
-    rows = json.loads(out)
+    rows = json.loads(out)["shards"]
     assert code == 0 and sum(r["length"] for r in rows) == 10 and all(r["checkpoint"] is None for r in rows)
     assert sum(r["lag"] or 0 for r in rows) == 10
     drain(redis)
-    rows = json.loads(run_cli("status", "--format", "json")[1])
+    rows = json.loads(run_cli("status", "--format", "json")[1])["shards"]
     assert all(r["lag"] in (0, None) for r in rows) and any(r["lag"] == 0 for r in rows)
     assert all(r["checkpoint"] for r in rows if r["length"])
     assert "checkpoint" in run_cli("status")[1]

@@ -63,7 +63,7 @@ def test_an_allowed_metric_is_created_and_marked(redis: redis_lib.Redis) -> None
     code, out, _ = run_cli("metrics", "list")
     lines = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert "above default policy" in lines["flag"] and "above default policy" not in lines["ok"]
-    rows = {row["name"]: row for row in json.loads(run_cli("metrics", "list", "--format", "json")[1])}
+    rows = {row["name"]: row for row in json.loads(run_cli("metrics", "list", "--format", "json")[1])["metrics"]}
     assert "report_epsilon 6" in rows["flag"]["above_default_policy"] and rows["ok"]["above_default_policy"] is None
     overview = {m["name"]: m for m in metric_list(redis)}
     assert "maximum 4" in overview["flag"]["above_default_policy"] and overview["ok"]["above_default_policy"] is None

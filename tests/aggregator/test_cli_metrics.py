@@ -47,7 +47,7 @@ def test_list_shows_expired_metrics(redis: redis_lib.Redis) -> None:
     lines = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert "expired" in lines["emoji"] and "2020-01-31" in lines["emoji"] and "growth" in lines["emoji"]
     assert "active" in lines["flag"] and "expired" not in lines["flag"]
-    rows = {row["name"]: row for row in json.loads(run_cli("metrics", "list", "--format", "json")[1])}
+    rows = {row["name"]: row for row in json.loads(run_cli("metrics", "list", "--format", "json")[1])["metrics"]}
     assert rows["emoji"]["expired"] is True and rows["flag"]["expired"] is False
     assert rows["emoji"]["current"]["expires"] == "2020-01-31"
     assert run_cli(*CMS, "--expires", "2020-02-30")[0] == 2  # argparse's usage error

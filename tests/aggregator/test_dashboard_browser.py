@@ -117,6 +117,9 @@ def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Popul
         for col in ("frequency", "adjusted_frequency"):
             assert_shown(got[col], exp[col], share=True)
     assert number(page.inner_text("[data-summary=n] .big")) == want["n"]
+    # the central ε beside the local ε, as the CLI's JSON says (here: no shuffle stage record, so why not)
+    central = page.inner_text("[data-summary=central]")
+    assert want["central"]["applicable"] is False and want["central"]["reason"] in central and "local ε" in central
     assert page.locator("#estimates-chart svg rect.bar").count() == 5
     assert page.locator("#estimates-chart svg path.marker").count() == 5  # post-processed values drawn
 

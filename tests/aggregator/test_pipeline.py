@@ -177,8 +177,11 @@ def test_retention_counts_from_the_arrival_day(redis: redis_lib.Redis, rng: np.r
     """Entry ids are "<start of the UTC day>-<seq>": folded entries of a day older than the retention go."""
     record = create(redis, MetricSpec(name="old", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=1)
     append_reports(redis, record, ["a", "b"] * 50, rng, day="2026-03-01", batch_size=10)
-    ids = [eid.decode() for eid, _ in redis.xrange(keys.stream("old", 0))]
+    ids = [eid.decode() for eid, _ in redis.xrange(keys.held("old", 0))]
     assert {eid.split("-")[0] for eid in ids} == {str(1772323200000)}  # 2026-03-01T00:00:00Z, nothing finer
+    drain(redis, retention_seconds=10**9)  # the shuffle stage released them: its blocks' ids carry the same day
+    ids = [eid.decode() for eid, _ in redis.xrange(keys.stream("old", 0))]
+    assert len(ids) == 10 and {eid.split("-")[0] for eid in ids} == {str(1772323200000)}
     drain(redis, retention_seconds=3600)
     assert redis.xlen(keys.stream("old", 0)) == 0
     assert estimate_metric(redis, "old").n == 100

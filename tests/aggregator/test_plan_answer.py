@@ -50,6 +50,13 @@ def test_boolean_share_in_percentage_points_with_the_odds_bound() -> None:
     assert answer.error_one_day == pytest.approx(100 * Z95 * math.sqrt(var / 50_000), rel=2e-3)
     assert answer.unit == "pp" and answer.days == 1 and answer.odds_bound == pytest.approx(math.e, rel=2e-3)
     assert answer.params == {"mechanism": "rr", "epsilon": 1.0}
+    # the central ε a day's reports would have in one shuffled block: h28a's bound, quoted in the line
+    from ldptel.aggregator.amplification import central_for_n
+    from ldptel.client import MetricSpec
+
+    central = central_for_n(MetricSpec(name="x", params=params), 50_000)
+    assert central.applicable and answer.central_epsilon == central.epsilon < 1 and answer.central_delta == central.delta
+    assert f"central ε ≈ {central.epsilon:.3g} at δ = {central.delta:.0e}" in first
 
 
 def test_top_k_defaults_the_domain_with_a_reason_and_warns_that_the_tail_is_not_resolved() -> None:

@@ -3,6 +3,7 @@ estimator of every mechanism kind returns identical results before and after sea
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import redis as redis_lib
 from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import estimate_by_day, estimate_metric
 from ldptel.client import CmsParams, GrrParams, MetricSpec, RrParams
+from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import Discovering, Sketch, mechanism_of
 from ldptel.client.mechanisms.registry import mechanism_names
 from ldptel.client.protocol.params import ParamsBase
@@ -26,10 +28,13 @@ from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
     from ldptel.client.mechanisms.daily_mean import DailyMeanParams
     from ldptel.client.mechanisms.discovery import PemParams
+    from ldptel.client.mechanisms.event_count import EventCountParams
+    from ldptel.client.mechanisms.event_histogram import EventHistogramParams
     from ldptel.client.mechanisms.hcms import HcmsParams
     from ldptel.client.mechanisms.histogram import HistogramParams
     from ldptel.client.mechanisms.mean import MeanParams
     from ldptel.client.mechanisms.oue_cms import OueCmsParams
+    from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams
 
     return {
         "rr": (RrParams(epsilon=2.0), lambda i: i % 3 == 0),
@@ -41,6 +46,9 @@ def _kinds() -> dict[str, tuple[ParamsBase, Callable[[int], Any]]]:
         "mean": (MeanParams(epsilon=2.0, lo=0, hi=100), lambda i: float(i * 7 % 100)),
         "num-histogram": (HistogramParams(epsilon=4.0, edges=(0.0, 10.0, 50.0, 100.0)), lambda i: float(i * 7 % 100)),
         "daily-mean": (DailyMeanParams(epsilon=1.0, lo=0, hi=3600), lambda i: float(i * 37 % 3600)),
+        "event-count": (EventCountParams(epsilon=2.0, hi=20), lambda i: i * 7 % 25),
+        "event-histogram": (EventHistogramParams(epsilon=2.0, edges=(0.0, 1.0, 3.0, 10.0, 30.0)), lambda i: i * 7 % 40),
+        "unique-devices": (UniqueDevicesParams(epsilon=2.0, window_days=1), lambda i: i % 3 == 0),  # asked days shift by one
     }
 
 
@@ -272,3 +280,45 @@ def test_a_sealer_whose_clock_is_days_ahead_does_not_seal_a_day_that_can_still_r
     assert stats.dead == 0 and stats.reports == later.batches[0].n * len(later.batches)
     assert not any(redis.xlen(keys.dead_letters("skew", s)) for s in range(2))
     assert first.batches  # today's first reports were folded into an open (unsealed) day
+
+
+def _execs(r: redis_lib.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+
+def test_a_metrics_file_is_applied_in_one_transaction_with_its_retention(redis: redis_lib.Redis, env_url: str,
+                                                                         tmp_path: Any) -> None:
+    """A file's specs, retention_days and min_reports are written by ONE MULTI/EXEC (a crash between separate writes
+    left the new specs without their retention: a half-applied file); a bad setting writes nothing at all; the
+    list shows each metric's retention."""
+    path = tmp_path / "metrics.toml"
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 1\nretention_days = 45\nmin_reports = 5\n'
+                    '[metrics.b]\nmechanism = "rr"\nepsilon = 1\n')
+    before = _execs(redis)
+    code, _out, err = run_cli("metrics", "apply", str(path))
+    assert code == 0, err
+    assert _execs(redis) - before == 1
+    a = registry.get_metric(redis, "a")
+    assert (a.retention_days, a.min_reports) == (45, 5)
+    path.write_text('[metrics.a]\nmechanism = "rr"\nepsilon = 2\nretention_days = 9\nmin_reports = 6\n'
+                    '[metrics.b]\nmechanism = "rr"\nepsilon = 1\nretention_days = 30\n')
+    before = _execs(redis)
+    code, _out, err = run_cli("metrics", "apply", str(path))
+    assert code == 0, err
+    assert _execs(redis) - before == 1  # a new version of a, and both retentions, together
+    a, b = registry.get_metric(redis, "a"), registry.get_metric(redis, "b")
+    assert (a.current_version, a.retention_days, a.min_reports, b.retention_days) == (2, 9, 6, 30)
+    code, out, err = run_cli("metrics", "list")
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert "retention" in header.split()
+    by_name = {row.split()[0]: row.split() for row in rows if row.split() and row.split()[0] in ("a", "b")}
+    assert "9d" in by_name["a"] and "30d" in by_name["b"]
+    # settings are checked before anything is written: nothing of the batch lands
+    spec = registry.get_metric(redis, "b").current
+    with pytest.raises(InvalidParameterError):
+        registry.register_metrics(redis, [(dataclasses.replace(spec, name="c"), None), (spec, None)],
+                                  settings={"b": {"retention_days": -1}})
+    with pytest.raises(InvalidParameterError):
+        registry.register_metrics(redis, [(dataclasses.replace(spec, name="c"), None)], settings={"zz": {"min_reports": 3}})
+    assert [rec.name for rec in registry.list_metrics(redis)] == ["a", "b"]

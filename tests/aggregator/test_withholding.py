@@ -17,8 +17,9 @@ from ldptel.aggregator.dashboard.app import EXTENSION
 from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.query import WithheldRangeError, estimate_by_day, estimate_metric
 from ldptel.aggregator.withholding import withheld
-from ldptel.client import CmsParams, MetricSpec
+from ldptel.client import CmsParams, GrrParams, MetricSpec
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.protocol.specs import params_from_dict
 from ldptel.storage import registry
 from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 
@@ -166,3 +167,63 @@ def test_min_reports_validation_and_cli(redis: redis_lib.Redis, redis_url: str, 
     code, out, err = run_cli("metrics", "apply", path)
     assert code != 0 and "'min_reports'" in err and registry.get_metric(redis, "m1").min_reports == 40
 
+
+
+def test_a_roll_up_holding_a_small_day_is_withheld_whole(redis: redis_lib.Redis, rng: np.random.Generator,
+                                                         env_url: str) -> None:
+    """Past retention only 32-day roll-ups remain; their days were readable one by one before, so a roll-up minus
+    those days would be the small day: the roll-up holding it is withheld whole, the others are shown."""
+    record = create(redis, MetricSpec(name="old", params=GrrParams(epsilon=2.0, domain=("x", "y"))), shards=2)
+    sizes = {"2026-01-05": 60, "2026-01-06": MIN - 1, "2026-01-20": 60, "2026-02-10": 60}  # 01-05 … 01-20: one block
+    for day, size in sizes.items():
+        append_reports(redis, record, (["x", "y", "y"] * size)[:size], rng, day=day)
+    drain(redis)
+    registry.set_min_reports(redis, "old", MIN)
+    before = estimate_metric(redis, "old")
+    assert before.n == 180 and [w.what for w in before.withheld] == ["2026-01-06"]
+    registry.set_retention(redis, "old", 30)
+    code, out, err = run_cli("seal")
+    assert code == 0 and json.loads(out.splitlines()[0])["states_dropped"] > 0, err
+    after = estimate_metric(redis, "old")
+    assert after.n == 60 and [w.what for w in after.withheld] == ["2025-12-26..2026-01-26"]
+    with pytest.raises(WithheldRangeError):
+        estimate_metric(redis, "old", day_from="2026-01-05", day_to="2026-01-05")
+    daily = estimate_by_day(redis, "old").to_dict()
+    assert daily["days"] == ["2026-01-27..2026-02-27"] and daily["withheld"][0]["what"] == "2025-12-26..2026-01-26"
+    shown = {d["day"]: d["n"] for d in metric_list(redis, ["old"])[0]["reports_by_day"]}
+    assert shown.get("2026-01-06", None) is None and shown.get("2026-01-05") == 60
+
+
+def test_discovery_leaves_the_day_out(redis: redis_lib.Redis, rng: np.random.Generator, env_url: str) -> None:
+    spec = MetricSpec(name="words", params=params_from_dict({"mechanism": "pem", "epsilon": 4.0, "k": 8, "m": 256,
+                                                             "max_bytes": 2}))
+    record = create(redis, spec, shards=1)
+    append_reports(redis, record, ["ok"] * 400, rng, day="2026-03-01", batch_size=100)
+    append_reports(redis, record, ["zz"] * (MIN - 1), rng, day=SMALL, batch_size=100)
+    drain(redis)
+    registry.set_min_reports(redis, "words", MIN)
+    code, out, err = run_cli("discover", "words", "--format", "json")
+    doc = json.loads(out)
+    assert code == 0, err
+    assert doc["n"] == 400 and doc["withheld"][0]["what"] == SMALL and SMALL not in doc["days"]
+    assert all(row["value"] != "zz" for row in doc["rows"])
+    code, out, err = run_cli("discover", "words")
+    assert code == 0 and f"{SMALL}: withheld" in out
+
+
+def test_estimates_carry_the_local_and_central_epsilon(redis: redis_lib.Redis, pages: str) -> None:
+    """Uploads of 5 reports, each its own block (or no shuffle stage at all): the central ε is not applicable, with
+    the reason, in every format (tests/aggregator/test_central_e2e.py has days where it applies)."""
+    res = estimate_metric(redis, pages, candidates=VALUES, day_from="2026-03-01", day_to="2026-03-01")
+    doc = res.to_dict()
+    assert doc["local_epsilon"] == registry.get_metric(redis, pages).current.effective_epsilon
+    assert doc["central"]["applicable"] is False and doc["central"]["condition"] in ("not_shuffled", "too_few_reports")
+    assert doc["central"]["reason"]
+    code, out, _ = run_cli("estimate", pages, "--day", "2026-03-01", "--candidate", "/p/1", "--format", "csv")
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and float(row["local_epsilon"]) == doc["local_epsilon"] and row["central_epsilon"] == ""
+    code, out, _ = run_cli("estimate", pages, "--candidate", "/p/1")
+    assert code == 0 and out.splitlines()[-1].startswith("local ε 3.964 per report · central ε not applicable: day ")
+    daily = estimate_by_day(redis, pages, candidates=VALUES).to_dict()
+    assert all(entry["central"]["applicable"] is False for entry in daily["daily"])
+    assert daily["central"]["applicable"] is False

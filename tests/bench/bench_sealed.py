@@ -11,10 +11,12 @@ Prints one JSON line per figure:
 * ``seal_per_day``: seconds to seal one day (sum its 4 shard states, write it, remove them) and build the roll-ups
   it completes, over the baseline's days.
 * ``year_*``: a year sealed 30 days at a time as a worker would, with daily retention ``--retention`` (default 90):
-  ``year_query_latency`` (the whole year), ``year_fetch_sum``, ``series_90d`` (estimate_by_day of the last 90 days,
-  ``--series-candidates`` values, as the dashboard plots), ``year_redis_bytes``, ``year_estimate_only`` (the estimate
-  of the candidates on the summed state, which no storage change affects); each with its ratio to the
-  baseline measured above.
+  ``year_query_latency`` (the whole year; ``first_ask_*``: a candidate list never asked before, no cached hashes),
+  ``year_fetch_sum``, ``series_90d`` (estimate_by_day of the last 90 days, ``--series-candidates`` values, as the
+  dashboard plots; ``per_span_*``: the same days as one query each, as estimate_by_day did before),
+  ``year_redis_bytes``, ``year_estimate_only`` (the estimate of the candidates on the summed state, against main's
+  estimator before the change on the same state); each with its ratio to the baseline measured above. Times are
+  the best wall time of ``--repeat`` runs and that run's process CPU seconds (the machine is shared).
 * ``encoding``: bytes of a per-shard state, a sealed day and roll-ups in the narrowest width, against int32, and
   zstd / lz4 (when installed) ratios and costs on them (on a real fold of privatized reports and on the seeded
   sketches).
@@ -93,14 +95,48 @@ def _used(r: redis_lib.Redis) -> int:
     return sealed.memory_of(r, r.scan_iter(count=1000))
 
 
+CPU: dict[str, float] = {}  # process CPU seconds of the last _timed call's best run (all threads)
+
+
 def _timed(fn, repeat: int):  # type: ignore[no-untyped-def]
+    """Best wall time of ``repeat`` runs (the machine is shared: the best is the least disturbed), and its result;
+    the CPU seconds of that run are in CPU["last"] (wall on a loaded machine waits for a core; CPU does not)."""
     best = float("inf")
     out = None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         out = fn()
-        best = min(best, time.perf_counter() - start)
+        took = time.perf_counter() - start
+        if took < best:
+            best, CPU["last"] = took, time.process_time() - cpu
     return best, out
+
+
+def _cpu() -> float:
+    return round(CPU["last"], 3)
+
+
+def _old_estimate(params: CmsParams, state: SketchState, candidates: list[str]) -> np.ndarray:
+    """The cms estimate as main computed it before this change (same numbers): every candidate hashed with mmh3 per
+    query, k row passes summing the raw counts in int64, F2 from the float64 k x m cells; for the baseline."""
+    from ldptel.client.mechanisms import cms
+    from ldptel.client.mechanisms._sketch import collision_variance, family_of
+
+    fam = family_of(params)
+    bases = fam.bases(candidates)
+    rows = np.ascontiguousarray(state.counts, dtype=np.int64)
+    acc = np.zeros(bases.size, dtype=np.int64)
+    idx = np.empty(bases.size, dtype=np.uint64)
+    buf = np.empty(bases.size, dtype=np.int64)
+    for j in range(fam.k):
+        fam.row_hash(bases, j, out=idx)
+        np.take(rows[j], idx.view(np.int64), mode="wrap", out=buf)
+        acc += buf
+    n, m, p, q = state.n, params.m, params.p, params.q
+    est = m / (m - 1) * ((acc.astype(np.float64) - q * n) / (p - q) - n / m)
+    f2 = cms.cells(params, state).f2()
+    var = cms.variance(params, est, n) + collision_variance(params, f2=f2, counts=np.clip(est, 0, n))
+    return np.asarray(np.sqrt(var))
 
 
 def main() -> int:
@@ -185,18 +221,36 @@ def main() -> int:
         emit(figure="year_fetch_sum", days=ny, seconds=round(summed_s, 3), states=summed.states,
              baseline_extrapolated=round(base_fetch * ny / nb, 2), ratio=round(summed_s / (base_fetch * ny / nb), 4),
              **common)
+        fresh = [f"/fresh/{i}" for i in range(args.candidates)]  # a list never asked before: no cached hashes
+        cold_q, _ = _timed(lambda: estimate_metric(r, METRIC, candidates=fresh, postprocess="norm-sub"), 1)
+        cold_cpu = _cpu()
         year_q, yres = _timed(lambda: estimate_metric(r, METRIC, candidates=candidates, postprocess="norm-sub"), args.repeat)
-        emit(figure="year_query_latency", days=ny, seconds=round(year_q, 3), candidates=args.candidates,
+        emit(figure="year_query_latency", days=ny, seconds=round(year_q, 3), cpu_seconds=_cpu(),
+             first_ask_seconds=round(cold_q, 3), first_ask_cpu_seconds=cold_cpu, candidates=args.candidates,
              first=yres.days[0], last=yres.days[-1], baseline_extrapolated=round(base_query * ny / nb, 2),
              ratio=round(year_q / (base_query * ny / nb), 4), **common)
-        est_s, _ = _timed(lambda: estimate(params, summed.state, candidates=candidates), args.repeat)
-        emit(figure="year_estimate_only", days=ny, seconds=round(est_s, 3), candidates=args.candidates, **common)
+        old_s, old_err = _timed(lambda: _old_estimate(params, summed.state, candidates), args.repeat)
+        old_cpu = _cpu()
+        est_s, est = _timed(lambda: estimate(params, summed.state, candidates=candidates), args.repeat)
+        assert np.allclose(est.stderr, old_err, rtol=1e-12, atol=0)
+        emit(figure="year_estimate_only", days=ny, seconds=round(est_s, 3), cpu_seconds=_cpu(),
+             baseline_seconds=round(old_s, 3), baseline_cpu_seconds=old_cpu, ratio=round(est_s / old_s, 3),
+             candidates=args.candidates, baseline="main's estimator before this change, same state, same run", **common)
         s_lo = _day(ny - 90)
+        spans = sealed.periods(r, METRIC, version=1, shards=SHARDS, day_from=s_lo, day_to=hi)
+
+        def per_span():  # type: ignore[no-untyped-def]  # what estimate_by_day did before: a whole query per day
+            return [estimate_metric(r, METRIC, day_from=f, day_to=t, candidates=series_candidates) for f, t in spans]
+
+        span_s, span_res = _timed(per_span, args.repeat)
+        span_cpu = _cpu()
         series_s, series = _timed(lambda: estimate_by_day(r, METRIC, day_from=s_lo, day_to=hi,
                                                           candidates=series_candidates), args.repeat)
-        emit(figure="series_90d", days=90, seconds=round(series_s, 3), results=len(series.results),
-             candidates=args.series_candidates, baseline_seconds=round(base_series * 90 / nb, 3),
-             ratio=round(series_s / (base_series * 90 / nb), 4), **common)
+        assert [x.to_dict() for x in series.results] == [x.to_dict() for x in span_res]
+        emit(figure="series_90d", days=90, seconds=round(series_s, 3), cpu_seconds=_cpu(), results=len(series.results),
+             candidates=args.series_candidates, per_span_seconds=round(span_s, 3), per_span_cpu_seconds=span_cpu,
+             baseline_seconds=round(base_series * 90 / nb, 3), ratio=round(series_s / (base_series * 90 / nb), 4),
+             ratio_to_per_span=round(series_s / span_s, 3), **common)
 
         # ------------------------------------------------------------------ encoding and compression
         view = sealed.read_view(r, METRIC)

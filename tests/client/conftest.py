@@ -84,7 +84,7 @@ class LiveServer:
     def delivered(self, metric: str) -> dict[str, Any]:
         """Everything the server appended for ``metric``: total reports, per version, entries, batch ids."""
         total, per_version, entries, batch_ids = 0, {}, 0, []
-        for key in self.redis.scan_iter(match=f"ldp:v1:{{{metric}:*}}:reports"):
+        for key in self.redis.scan_iter(match=f"ldp:v1:{{{metric}:*}}:held"):
             for _id, fields in self.redis.xrange(key):
                 n, v = int(fields[b"n"]), int(fields[b"v"])
                 total += n

@@ -42,6 +42,7 @@ T = 20  # reports per history, one per day
 # required field not listed here fails test_every_mechanism_has_an_example, never is skipped silently).
 _EXAMPLE_FIELDS: dict[str, object] = {
     "k": 2, "m": 8, "domain": ("a", "b", "c"), "lo": 0.0, "hi": 10.0, "edges": (0.0, 5.0, 10.0), "max_bytes": 1,
+    "window_days": 7,
 }
 
 

@@ -75,7 +75,7 @@ def test_pipeline_and_every_command_on_a_cluster(
     assert json.loads(out)["reports"] == len(values)
     code, out, err = run_cli("status", "--format", "json")
     assert code == 0, err
-    rows = json.loads(out)
+    rows = json.loads(out)["shards"]
     assert len(rows) == SHARDS and all(row["lag"] == 0 for row in rows)
 
     ingested = Ingested(record=record, batches=[b for _, b in sent], values=values)  # type: ignore[misc]
@@ -114,7 +114,7 @@ def test_the_appender_follows_moved_when_a_slot_changes_owner(
     """Resharding: a shard's slot moves to another primary (CLUSTER SETSLOT ... NODE) after the appender
     cached the slot map; the append gets MOVED, follows it, and the batch lands on the new owner."""
     appender = BatchAppender(cluster_redis)
-    stream = keys.stream("moving", 0)
+    stream = keys.held("moving", 0)
     slot = cluster_redis.keyslot(stream)  # type: ignore[attr-defined]
     nodes = cluster_redis.nodes_manager  # type: ignore[attr-defined]
     source = nodes.get_node_from_slot(slot)
@@ -175,7 +175,7 @@ def test_a_metric_grows_its_shard_count_without_double_counting_retries(
     after = batches(30)
     assert not any(post(data) for data in after)
     app.extensions["redis"].close()
-    lengths = [cluster_redis.xlen(keys.stream("flag", s)) for s in range(6)]
+    lengths = [cluster_redis.xlen(keys.held("flag", s)) for s in range(6)]
     assert sum(lengths) == 60 and sum(lengths[2:]) > 0  # the new shards took new batches
     assert len(_owners(cluster_redis, "flag", 6)) == 3
 

@@ -177,7 +177,7 @@ def test_readme_example_runs_verbatim(ingest: tuple[int, int, EmbeddedRedis], tm
     assert res.stdout.strip() == "queued"
     r = server.client()
     try:
-        entries = sum(r.xlen(key) for key in r.scan_iter("ldp:v1:{app.page:*}:reports"))
+        entries = sum(r.xlen(key) for key in r.scan_iter("ldp:v1:{app.page:*}:held"))
     finally:
         r.close()
     assert entries == 1  # delivered by close(), once

@@ -188,6 +188,7 @@ def test_nothing_at_rest_or_in_logs_identifies_a_sender_or_a_time_finer_than_the
     r = server.client()
     try:
         blobs = {f"redis key {k}": v for k, v in _redis_dump(r).items()}
+        rate_state = [r.get(key) or b"" for key in r.scan_iter(match="ldp:v1:rate:*")]
         r.execute_command("CONFIG", "SET", "appendfsync", "always")
         r.set("scan:flush", "1")  # one more write so the AOF buffer is flushed
     finally:
@@ -196,12 +197,22 @@ def test_nothing_at_rest_or_in_logs_identifies_a_sender_or_a_time_finer_than_the
     aof_files = [p for p in server.data_dir.rglob("*") if p.is_file() and "aof" in p.name.lower()]
     assert aof_files, list(server.data_dir.rglob("*"))
     blobs.update({f"AOF {p.name}": p.read_bytes() for p in aof_files})
+    for name in [k for k in blobs if k.startswith("AOF") and k.endswith(".rdb")]:
+        # A rewritten base (the shuffle stage asks for a rewrite after its releases, docs/shuffle.md; Redis's own
+        # auto-rewrite does it too) is a snapshot of memory: it holds the app tokens' rate state, exempt above as
+        # in-memory state (README: what remains visible). Judged without those exact values, like memory.
+        for value in rate_state:
+            blobs[name] = blobs[name].replace(value, b"") if value else blobs[name]
     blobs.update({f"log {p.name}": p.read_bytes() for p in logs.iterdir()})
     aof = b"".join(v for k, v in blobs.items() if k.startswith("AOF"))
-    assert b"POST /v1/reports" in blobs["log access.log"] and b"XADD" in aof  # the scan sees the real traffic
-    # Periodic coordination writes would order-stamp the appends around them: none reaches the AOF.
+    # the scan sees the real traffic: the appends, or (after the AOF rewrite the shuffle stage asks for once it
+    # released them: docs/shuffle.md) the released blocks in the rewritten base
+    assert b"POST /v1/reports" in blobs["log access.log"] and (b"XADD" in aof or b"{scan.page:" in aof)
+    # Periodic coordination writes would order-stamp the appends around them: none reaches the AOF's command log
+    # (a rewritten base is a snapshot of memory, with no order: what it holds is judged below like memory).
+    log_part = b"".join(v for k, v in blobs.items() if k.startswith("AOF") and not k.endswith(".rdb"))
     for key in (b":lease", b"ldp:v1:aggregators", b"ldp:v1:ready-probe", b"ldp:v1:rate:", b"XCLAIM", b"XGROUP"):
-        assert key not in aof, key
+        assert key not in log_part, key
     problems = []
     for where, blob in blobs.items():
         for what, needle in _forbidden_text().items():

@@ -46,6 +46,7 @@ from ldptel.storage.client import connect
 from ldptel.storage.embedded import EmbeddedRedis
 from tests.client.conftest import OPEN_POLICY
 from tests.cluster.local import LocalCluster
+from tests.disk_pressure import DiskPressure, fsync_backlog
 from tests.faults.slow import create_metric
 from tests.faults.stack import DEPLOY, ROOT, free_port, worker_pids
 from tests.server.srv_helpers import OCTET, fill_to_maxmemory, lift_maxmemory
@@ -124,6 +125,13 @@ class FaultRun:
         return connect(self.url)
 
     def __enter__(self) -> FaultRun:
+        try:
+            return self._enter()
+        except BaseException:  # a failed set-up stops what it started (no process or socket outlives the test)
+            self.__exit__()
+            raise
+
+    def _enter(self) -> FaultRun:
         if self.cluster is None:
             self.redis.start()
         else:
@@ -180,7 +188,9 @@ class FaultRun:
         cmd = [sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--worker-id", worker_id,
                "--lease-ttl", str(LEASE_TTL), "--checkpoint-seconds", "0.2", "--block", "0.2", "--rescan", "0.5",
                "--retention", "86400", "--log-level", "warning"]
-        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.url},
+        # Real shuffle blocks (docs/shuffle.md): a block of ≥ 4 uploads, or whatever is held after 1 s.
+        shuffle = {"LDPTEL_SHUFFLE_N_MIN": "4", "LDPTEL_SHUFFLE_MAX_BLOCK_UPLOADS": "0", "LDPTEL_SHUFFLE_HOLD_SECONDS": "1"}
+        self.aggregators[worker_id] = subprocess.Popen(cmd, env={**os.environ, "LDPTEL_REDIS_URL": self.url, **shuffle},
                                                        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         log.close()
         return worker_id
@@ -325,10 +335,10 @@ class FaultRun:
 
     def _inject_redis_kill9_after_ack(self) -> float:
         """kill -9 Redis the moment a batch has been acknowledged, while its AOF fsyncs are slow: a competing
-        writer fsyncs large writes on the same disk (:class:`_DiskPressure`). Under ``appendfsync everysec``
+        writer fsyncs large writes on the same disk (:class:`~tests.disk_pressure.DiskPressure`). Under ``appendfsync everysec``
         Redis then postpones its AOF writes (up to 2 s) yet still replies: the acknowledged batches of that
         window exist only in its memory, and this kill takes them. Under ``always`` a reply follows the fsync."""
-        with _DiskPressure(self.tmp / "pressure.bin"):
+        with DiskPressure(self.tmp / "pressure.bin"):
             self._wait_fsync_backlog()
             self.acks.acked.clear()
             assert self.acks.acked.wait(10), "no acknowledgement under disk pressure"
@@ -343,14 +353,12 @@ class FaultRun:
         under everysec; under always there is none and this returns after ``timeout``)."""
         r = self.redis.client()
         try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                info = r.info("persistence")
-                if info.get("aof_pending_bio_fsync") and info.get("aof_buffer_length", 0) > 0:
-                    self.extra["fsync_backlog_seen"] = True
-                    return
-                time.sleep(0.005)
-            self.extra["fsync_backlog_seen"] = False
+            try:
+                wait_until(lambda: fsync_backlog(r), timeout=timeout, interval=0.005, max_interval=0.005,
+                           what="an AOF fsync backlog")
+                self.extra["fsync_backlog_seen"] = True
+            except AssertionError:
+                self.extra["fsync_backlog_seen"] = False
         finally:
             r.close()
 
@@ -534,71 +542,42 @@ class FaultRun:
                    timeout=timeout, what="the aggregators to catch up (lag 0 on every shard)")
 
     def _audit(self, r: redis_lib.Redis) -> dict[str, Any]:
-        entries: dict[str, dict[bytes, list[ReportBatch]]] = {RAW.name: {}, SDK.name: {}}
+        # The fold reads shuffled blocks (ldptel.storage.shuffle): no batch id is left in them, so an upload is
+        # found stored by its dedupe key (kept to the end of its day + the horizon), and counted once by the
+        # sketches: the fold of exactly the acknowledged raw batches, and of exactly the released SDK reports.
+        released: dict[str, list[ReportBatch]] = {RAW.name: [], SDK.name: []}
+        held = 0
         for spec in (RAW, SDK):
             for shard in range(SHARDS):
                 for _, fields in r.xrange(keys.stream(spec.name, shard)):
-                    header, batch = decode_batch(fields[b"b"], spec.params)
-                    entries[spec.name].setdefault(header.batch_id, []).append(batch)
+                    released[spec.name].append(decode_batch(fields[b"b"], spec.params)[1])
+                held += r.xlen(keys.held(spec.name, shard))
         with self.acks.lock:
             acked = dict(self.acks.batches)
-        raw_stream = entries[RAW.name]
-        lost = sum(b.n for bid, b in acked.items() if bid not in raw_stream)
-        extra = sum(bs[0].n for bid, bs in raw_stream.items() if bid not in acked)  # appended, never acknowledged
-        in_stream_twice = sum(sum(b.n for b in bs[1:]) for stream in entries.values() for bs in stream.values())
+        pipe = r.pipeline(transaction=False)
+        for bid in acked:
+            pipe.exists(keys.seen(RAW.name, keys.shard_for(bid, SHARDS), bid.hex()))
+        stored = dict(zip(acked, pipe.execute(), strict=True)) if acked else {}
+        lost = sum(b.n for bid, b in acked.items() if not stored[bid])
         raw_folded = _total(r, RAW.name)
         raw_expected = fold(RAW.params, list(acked.values()))
         sdk_folded = _total(r, SDK.name)
-        sdk_expected = fold(SDK.params, [bs[0] for bs in entries[SDK.name].values()])
+        sdk_expected = fold(SDK.params, released[SDK.name])
         delivered = sum(rep.stats().delivered for rep in self.reporters)
-        doubled = in_stream_twice + max(0, raw_folded.n - raw_expected.n) + max(0, sdk_folded.n - sdk_expected.n)
+        raw_released = sum(b.n for b in released[RAW.name])
+        doubled = max(0, raw_folded.n - raw_expected.n) + max(0, sdk_folded.n - delivered)
         return {
             "acknowledged_reports": len(acked) * self.batch + delivered,
-            "acknowledged_batches": len(acked) + len(entries[SDK.name]),
+            "acknowledged_batches": len(acked) + sum(1 for _ in released[SDK.name]),
             "lost": lost + max(0, delivered - sdk_folded.n) + max(0, raw_expected.n - lost - raw_folded.n),
-            "lost_unstored": lost,  # acknowledged, not in the streams (the rest of "lost": stored, never folded)
+            "lost_unstored": lost,  # acknowledged, no dedupe key (the rest of "lost": stored, never folded)
             "doubled": doubled,
-            "appended_unacknowledged": extra,
+            "appended_unacknowledged": max(0, raw_released - raw_expected.n),
+            "held": held,
             "raw_sketch_equal": raw_folded.equals(raw_expected),
             "sdk_sketch_equal": sdk_folded.equals(sdk_expected) and sdk_folded.n == delivered,
             "reporters_pending": sum(rep.stats().pending for rep in self.reporters),
         }
-
-
-class _DiskPressure:
-    """A thread that keeps the disk busy: 8 MB writes to one file (rewritten in place, at most 64 MB), each
-    fsynced, until the block ends. Bounded in size and time; the file is deleted."""
-
-    CHUNK = 8 << 20
-    FILE_BYTES = 64 << 20
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        block = os.urandom(self.CHUNK)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            offset = 0
-            deadline = time.monotonic() + 30
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                os.pwrite(fd, block, offset)
-                os.fsync(fd)
-                offset = (offset + self.CHUNK) % self.FILE_BYTES
-        finally:
-            os.close(fd)
-            self.path.unlink(missing_ok=True)
-
-    def __enter__(self) -> _DiskPressure:
-        self._thread.start()
-        time.sleep(0.2)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def _total(r: redis_lib.Redis, name: str) -> SketchState:

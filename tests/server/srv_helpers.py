@@ -70,7 +70,7 @@ def stream_entries(r: redis.Redis, metric: str, shards: int) -> list[tuple[int, 
 
     out = []
     for shard in range(shards):
-        for entry_id, fields in r.xrange(keys.stream(metric, shard)):
+        for entry_id, fields in r.xrange(keys.held(metric, shard)):
             out.append((shard, entry_id, fields))
     return out
 

@@ -113,7 +113,7 @@ def test_the_dedupe_key_holds_a_digest_and_expires_at_a_day_boundary(redis: redi
     other = appender.append(metric="m", shards=1, batch_id=BID, version=1, n=1, data=data + b"!", day="2099-01-01",
                             dedupe_days=3)
     assert (other.duplicate, other.conflict) == (True, True)
-    assert redis.xlen(keys.stream("m", 0)) == 1
+    assert redis.xlen(keys.held("m", 0)) == 1
     assert int(redis.execute_command("PEXPIRETIME", seen)) == 4070908800000 + 4 * DAY_MS  # untouched
 
 
@@ -125,7 +125,7 @@ def test_a_dedupe_key_written_before_digests_stays_a_duplicate(redis: redis_lib.
     result = _appender(redis).append(metric="m", shards=1, batch_id=BID, version=1, n=1, data=b"anything",
                                          day=utc_day(), dedupe_days=3)
     assert (result.duplicate, result.conflict) == (True, False)
-    assert redis.exists(keys.stream("m", 0)) == 0
+    assert redis.exists(keys.held("m", 0)) == 0
 
 
 def test_a_conflict_is_found_across_a_shard_count_growth(redis: redis_lib.Redis) -> None:
@@ -139,7 +139,7 @@ def test_a_conflict_is_found_across_a_shard_count_growth(redis: redis_lib.Redis)
     same = appender.append(data=b"one", **kwargs)  # type: ignore[arg-type]
     other = appender.append(data=b"two", **kwargs)  # type: ignore[arg-type]
     assert (same.duplicate, same.conflict) == (True, False) and (other.duplicate, other.conflict) == (True, True)
-    assert sum(redis.xlen(keys.stream("g", s)) for s in range(4)) == 1
+    assert sum(redis.xlen(keys.held("g", s)) for s in range(4)) == 1
 
 
 def test_racing_appends_of_one_id_store_exactly_one_content(redis: redis_lib.Redis) -> None:
@@ -162,7 +162,7 @@ def test_racing_appends_of_one_id_store_exactly_one_content(redis: redis_lib.Red
         t.start()
     for t in threads:
         t.join()
-    entries = redis.xrange(keys.stream("race", 0))
+    entries = redis.xrange(keys.held("race", 0))
     assert len(entries) == 1
     stored = contents.index(entries[0][1][b"b"])
     assert [r for r in results if not r[1]] == [(stored, False, False)]  # appended once

@@ -37,7 +37,7 @@ def test_a_retry_after_the_old_dedupe_expiry_is_refused_not_appended_twice(api: 
     spec = cms_spec()
     assert api.create(spec).status_code == 201
     data, bid = make_batch(spec, 20, rng)
-    stream = keys.stream(spec.name, keys.shard_for(bid, 4))
+    stream = keys.held(spec.name, keys.shard_for(bid, 4))
     first = (date.fromisoformat(utc_day()) - timedelta(days=HORIZON + 1)).isoformat()
     redis.xadd(stream, {"d": first, "v": "1", "n": "20", "b": data})  # the first arrival; no dedupe key left
     response = _post(api, data, str(HORIZON + 1))

@@ -177,3 +177,36 @@ def test_a_shard_state_written_after_its_day_was_sealed_is_kept_not_deleted_or_s
         raw = redis.get(keys.sketch(name, shard, 1, day))
         assert raw is not None and SketchState.from_bytes(raw, PARAMS).equals(state)
     assert sealed.summed_state(redis, name, params=PARAMS, version=1, shards=SHARDS).state.equals(before.state)
+
+
+def test_a_series_reads_every_span_as_summed_state_does_and_replans_when_a_state_goes_mid_read(
+    redis: redis_lib.Redis, metric: tuple[str, dict[tuple[int, str], SketchState], list[str]], rng: np.random.Generator,
+) -> None:
+    """summed_states (one plan, one pipelined fetch for a per-day series) gives each span exactly what summed_state
+    gives it, also for spans widened to 32-day roll-ups, unsealed days and empty spans; a state removed by a sealer
+    after the plan (while the first spans were already yielded) makes it plan the rest again, never lose a day."""
+    name, states, days = metric
+    sealed.seal_metric(redis, name, horizon_days=3, today=FIRST + dt.timedelta(days=90), retention_days=20)
+    spans = [(f, t) for f, t in sealed.periods(redis, name, version=1, shards=SHARDS)]
+    spans += [(days[3], days[60]), ("2020-01-01", "2020-02-01"), (None, None)]
+    assert any(f != t for f, t in spans[:-3]) and any(f == t for f, t in spans[:-3])  # coarse and daily spans
+
+    def one(span: tuple[str | None, str | None]) -> sealed.Summed:
+        return sealed.summed_state(redis, name, params=PARAMS, version=1, shards=SHARDS, day_from=span[0], day_to=span[1])
+
+    want = [one(s) for s in spans]
+    got = list(sealed.summed_states(redis, name, params=PARAMS, version=1, shards=SHARDS, spans=spans))
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.state.equals(w.state) and (g.days, g.first, g.last, g.coarse, g.states) == (w.days, w.first, w.last,
+                                                                                               w.coarse, w.states)
+    # the last daily spans are unsealed per-shard states: seal them after the plan, between two yields
+    unsealed = [(f, t) for f, t in spans[:-3] if f == t and f > (FIRST + dt.timedelta(days=85)).isoformat()]
+    assert len(unsealed) > 10
+    reader = sealed.summed_states(redis, name, params=PARAMS, version=1, shards=SHARDS, spans=unsealed)
+    first = next(reader)  # planned on per-shard states; the first chunk of blobs is read
+    report = sealed.seal_metric(redis, name, horizon_days=3, today=TODAY)
+    assert report.days_sealed >= len(unsealed)
+    rest = list(reader)
+    for g, span in zip([first, *rest], unsealed, strict=True):
+        assert g.state.equals(_sum(states, span[0], span[1])) and g.days == (span[0],)

@@ -32,7 +32,7 @@ def test_short_lived_threads_reuse_a_bounded_set_of_connections(redis: redis_lib
         t.start()
         t.join()
     assert errors == []
-    assert redis.xlen(keys.stream("m", 0)) == 200
+    assert redis.xlen(keys.held("m", 0)) == 200
     assert len(appender._single._idle) <= BatchAppender.MAX_IDLE
     assert len(appender._single._idle) == 1  # sequential threads: one connection, reused 200 times
 
@@ -53,18 +53,18 @@ def test_an_earlier_day_after_a_later_id_keeps_day_only_ids(redis: redis_lib.Red
     _append(appender, 1, "2026-11-23")
     _append(appender, 2, "2026-11-22")  # yesterday, after today's entry
     _append(appender, 3, "2026-11-23")
-    ids = [eid.decode() for eid, _ in redis.xrange(keys.stream("m", 0))]
+    ids = [eid.decode() for eid, _ in redis.xrange(keys.held("m", 0))]
     assert all(int(eid.split("-")[0]) % DAY_MS == 0 for eid in ids), ids
     assert [eid.split("-")[0] for eid in ids] == ["1795392000000"] * 3 and len(set(ids)) == 3
-    days = [fields[b"d"] for _, fields in redis.xrange(keys.stream("m", 0))]
+    days = [fields[b"d"] for _, fields in redis.xrange(keys.held("m", 0))]
     assert days == [b"2026-11-23", b"2026-11-22", b"2026-11-23"]  # the day field is the batch's own
 
 
 def test_an_id_finer_than_the_day_is_rounded_up_to_the_next_day(redis: redis_lib.Redis) -> None:
     """A stream whose last id carries a time (written before day-only ids) gets the next day boundary."""
-    redis.xadd(keys.stream("m", 0), {"d": "2026-11-23"}, id="1795441204552-0")
+    redis.xadd(keys.held("m", 0), {"d": "2026-11-23"}, id="1795441204552-0")
     _append(BatchAppender(redis), 1, "2026-11-23")
-    last = redis.xrevrange(keys.stream("m", 0), count=1)[0][0].decode()
+    last = redis.xrevrange(keys.held("m", 0), count=1)[0][0].decode()
     assert last == f"{1795392000000 + DAY_MS}-0"
 
 

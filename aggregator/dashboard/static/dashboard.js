@@ -140,7 +140,7 @@ async function indexPage() {
 }
 
 // ------------------------------------------------------------------------------------------ metric page
-const FORM_KEYS = ["from", "to", "version", "top", "estimator", "postprocess", "percentiles"];
+const FORM_KEYS = ["from", "to", "version", "top", "estimator", "postprocess", "percentiles", "by", "where"];
 const shownField = (form, key) => !form.elements[key].closest("label").hidden;
 
 // The form's parameters, leaving out the fields this metric's page hides.
@@ -186,6 +186,16 @@ function summaryCards(doc, kind) {
   if (doc.fleet) box.append(statCard(`fleet · sample rate ${doc.fleet.sample_rate}`, fmtInt(doc.fleet.devices),
     `devices ± ${fmtInt(doc.fleet.devices_stderr)} · counts ÷ ${doc.fleet.sample_rate} (population uncertainty) · amplified ε ` +
     `${fmtEps(doc.fleet.amplified_epsilon)}: ${doc.fleet.amplified_epsilon_note}`, "fleet"));
+  // The central (ε, δ) of the shuffled reports beside the local ε, or why it does not apply (ldp-math-2 §5).
+  if (doc.central) {
+    const c = doc.central;
+    const local = doc.local_epsilon === undefined || doc.local_epsilon === null ? "" : `local ε ${fmtEps(doc.local_epsilon)} per report · `;
+    box.append(statCard("central ε", c.applicable ? fmtEps(c.epsilon) : "n/a",
+      local + (c.applicable ? `at δ ${c.delta.toExponential(0)} · ${c.basis}` : `not applicable: ${c.reason}`), "central"));
+  }
+  if (doc.withheld && doc.withheld.length) box.append(el("div", { class: "stat note-card", dataset: { summary: "withheld" } },
+    el("div", { class: "label", text: "withheld" }),
+    el("div", { class: "small", text: doc.withheld.map((w) => `${w.what}: ${w.reason}`).join(" · ") + " (left out of every total)" })));
   if (doc.discovery) {
     const d = doc.discovery;
     box.append(statCard("values found", fmtInt(d.found), `at ≥ ${d.threshold_stderr.toFixed(2)} stderr` +
@@ -476,6 +486,25 @@ const KINDS = {
 };
 const kindOf = (name) => KINDS[name] || KINDS.frequencies;
 
+// Breakdowns (`ldptel estimate NAME --by DIMS`): small multiples, one panel per group with its own intervals, drawn
+// by the renderer of the groups' kind (a chart, or summary cards for rows that are not counts); a withheld group
+// (below the metric's min_reports) says why instead. The document's "total" is the unbroken estimate.
+function groupPanels(doc) {
+  const shown = kindOf(doc.kind);
+  const panels = [];
+  for (const g of doc.groups) {
+    const label = doc.by.map((d) => `${d}=${g[d]}`).join(", ");
+    const panel = el("div", { class: "group" + (g.result ? "" : " withheld"), dataset: { group: label } });
+    panel.append(el("h3", { text: g.result ? `${label} · n = ${fmtInt(g.n)}` : label }));
+    if (!g.result) panel.append(el("p", { class: "muted", text: g.withheld }));
+    else if (shown.chart) panel.append(shown.chart(g.result));
+    else panel.append(el("div", { class: "cards" }, ...g.result.rows.map((r) => statCard(r.value, fmtCount(r.estimate),
+      `${pct(g.result)}% interval ${fmtCount(r.ci_low)} – ${fmtCount(r.ci_high)}`, r.value))));
+    panels.push(panel);
+  }
+  return panels;
+}
+
 async function metricPage() {
   const name = document.body.dataset.metric;
   const form = document.getElementById("query");
@@ -502,6 +531,13 @@ async function metricPage() {
     }
   };
   kindFields();
+  if (info.breakdown) { // the metric's dimensions: a selector; where: dimension=value pairs (checked by the server)
+    for (const d of info.breakdown.dimensions) form.elements.by.append(el("option", { value: d, text: d }));
+    form.elements.where.placeholder = `e.g. ${info.breakdown.dimensions[0]}=${info.breakdown.values[info.breakdown.dimensions[0]][0]}`;
+    field("by").hidden = field("where").hidden = false;
+    meta.append(el("span", { class: "small", dataset: { meta: "breakdown" }, text: `broken down by ${info.breakdown.dimensions.join(", ")}` +
+      " · profile values are sent in clear (not privatized); a group hides each report among that group's reports only" }));
+  }
 
   // defaults: the URL's parameters, else the version's days; candidates are kept per metric in this browser
   const params = new URLSearchParams(location.search);
@@ -525,7 +561,7 @@ async function metricPage() {
     document.getElementById("series-chart").replaceChildren(seriesChart(lastSeries, scale, seriesWhat, seriesOffset));
   };
   document.querySelectorAll("input[name=scale]").forEach((r) => r.addEventListener("change", draw));
-  const cards = ["estimates-card", "percentiles-card", "discovery-card", "series-card", "table-card"];
+  const cards = ["estimates-card", "groups-card", "percentiles-card", "discovery-card", "series-card", "table-card"];
   const show = (ids) => cards.forEach((id) => { document.getElementById(id).hidden = !ids.includes(id); });
 
   const run = async () => {
@@ -538,16 +574,20 @@ async function metricPage() {
     const base = `/api/metrics/${encodeURIComponent(name)}`;
     const k = kind();
     try {
-      let doc, daily, seriesBody = body, estimateLink;
+      let doc, daily, seriesBody = body, estimateLink, broken = null;
+      const unbroken = Object.fromEntries(Object.entries(body).filter(([key]) => key !== "by"));
       if (k.endpoint === "discover") { // the values come from the walk; the per-day series estimates those values
         estimateLink = jsonLink(`${base}/discover`, body);
         doc = await api(estimateLink);
+        if (body.by) { broken = doc; doc = doc.total; }
         const found = doc.rows.map((r) => r.value);
-        seriesBody = { ...Object.fromEntries(Object.entries(body).filter(([k]) => k !== "top")), candidates: found.join("\n") };
+        seriesBody = { ...Object.fromEntries(Object.entries(unbroken).filter(([k]) => k !== "top")), candidates: found.join("\n") };
         daily = found.length ? await api(`${base}/by-day`, seriesBody) : null;
       } else {
         estimateLink = jsonLink(`${base}/estimate`, body);
-        [doc, daily] = await Promise.all([api(`${base}/estimate`, body), api(`${base}/by-day`, body)]);
+        seriesBody = unbroken;
+        [doc, daily] = await Promise.all([api(`${base}/estimate`, body), api(`${base}/by-day`, unbroken)]);
+        if (body.by) { broken = doc; doc = doc.total; }
       }
       const shown = kindOf(doc.kind);
       summaryCards(doc, shown);
@@ -561,6 +601,16 @@ async function metricPage() {
           ` · stderr: ${doc.uncertainty || "randomization"} (${doc.uncertainty_meaning || "given the devices that reported"})` +
           (doc.selection ? ` · ${doc.selection.note}` : "");
         document.getElementById("estimates-json").href = estimateLink;
+      }
+      if (broken) {
+        visible.push("groups-card");
+        document.getElementById("groups").replaceChildren(...groupPanels(broken));
+        document.getElementById("groups-title").textContent = `By ${broken.by.join(", ")}`;
+        const withheld = broken.groups.filter((g) => !g.result).length;
+        document.getElementById("groups-note").textContent = `${broken.groups.length} group(s), each with its own ` +
+          `${pct(doc)}% intervals; they add up to the total above` + (withheld ? ` · ${withheld} withheld below min_reports ${broken.min_reports}` : "") +
+          ` · ${broken.profile_note}`;
+        document.getElementById("groups-json").href = estimateLink;
       }
       if (doc.percentiles) {
         visible.push("percentiles-card");
