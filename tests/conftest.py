@@ -71,7 +71,9 @@ def redis_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedRedis]:
     """The session's embedded server (AOF on). Not available with ``--redis-url``."""
     if request.config.getoption("--redis-url"):
         pytest.skip("needs the embedded server (running with --redis-url)")
-    with EmbeddedRedis(appendonly=True) as server:
+    # everysec, an explicit opt-out of the durable default: no test kills this shared server, and an fsync per
+    # write (2-3 ms on this disk, far more under load) would slow every test that writes through it.
+    with EmbeddedRedis(appendonly=True, appendfsync="everysec") as server:
         yield server
 
 
