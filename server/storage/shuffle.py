@@ -193,6 +193,7 @@ class Shuffler:
         self._cached = 0  # bytes of held uploads kept in the indexes
         self._last_purge: dict[str, float] = {}
         self._dirty: dict[str, str] = {}  # node name → a key it holds: released on since its last AOF rewrite
+        self._started = time.monotonic()  # the first rewrite is asked purge_seconds after start (or at finish)
 
     def shuffle(self, metric: str, shard: int, *, flush: bool = False) -> PassResult:
         """One pass over a shard's held uploads: read the ones appended since the last pass (up to
@@ -276,13 +277,13 @@ class Shuffler:
 
     def maybe_purge(self, *, wait: bool = False) -> None:
         """Ask every node this shuffler released on since its last AOF rewrite for a new one (:func:`purge_aof`),
-        at most every ``purge_seconds`` (``wait``: now, waiting for a rewrite under way to end first; the fold
+        at most every ``purge_seconds``, the first one ``purge_seconds`` after this shuffler started (``wait``: now, waiting for a rewrite under way to end first; the fold
         worker calls it once at shutdown). A rewrite that starts after a release leaves none of the released
         uploads' appends in the log; until one starts, the node stays on the list."""
         interval = self.config.hold_seconds if self.config.purge_seconds is None else self.config.purge_seconds
         now = time.monotonic()
         for node, key in list(self._dirty.items()):
-            if not wait and now - self._last_purge.get(node, -1e18) < interval:
+            if not wait and now - self._last_purge.get(node, self._started) < interval:
                 continue
             started = purge_aof(self.r, key, wait_seconds=30.0 if wait else 0.0)
             if started is not None:
