@@ -36,10 +36,10 @@ if TYPE_CHECKING:
     from ldptel.aggregator.breakdowns import BreakdownResult
     from ldptel.aggregator.discover import DiscoverResult
     from ldptel.aggregator.fleet import Fleet
-    from ldptel.aggregator.percentiles import Percentile
     from ldptel.aggregator.query import DailyResult
     from ldptel.aggregator.results import QueryResult
     from ldptel.aggregator.withholding import Withheld
+    from ldptel.client.mechanisms.bucketed import Percentile
 
 RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
 ESTIMATOR_COLUMN = "estimator"  # csv: last, when the result has corrected rows; table: after the value
@@ -493,8 +493,8 @@ def _title(first: QueryResult, out: TextIO, *, days: Sequence[str], n: int, per_
 
 
 def unresolved_note(levels: Sequence[Percentile], out: TextIO) -> None:
-    """One line per percentile whose interval is too wide for a point (:mod:`~ldptel.aggregator.percentiles`)."""
-    from ldptel.aggregator.percentiles import MAX_SPAN, UNRESOLVED_NOTE
+    """One line per percentile whose interval is too wide for a point (:mod:`~ldptel.client.mechanisms.bucketed`)."""
+    from ldptel.client.mechanisms.bucketed import MAX_SPAN, UNRESOLVED_NOTE
 
     for pc in levels:
         if not pc.resolved:
