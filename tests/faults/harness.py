@@ -469,19 +469,21 @@ class FaultRun:
         self.gunicorn.kill()
         self.gunicorn.wait(timeout=10)
         killed = time.monotonic()
-        deadline = killed + 30
-        while True:  # a supervisor's restart (gunicorn retries the bind while the orphans hold the port)
+
+        def restarted() -> bool:  # a supervisor's restart (gunicorn retries the bind while the orphans hold the port)
             try:
                 self.start_gunicorn()
-                break
-            except AssertionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                return True
+            except AssertionError:  # the new master gave up on the port: start it again
+                return False
+
+        wait_until(restarted, what="a new gunicorn master to serve", interval=0.1, max_interval=0.1)
         # Served by the new master: the orphans are gone (they exit ~2 s after the kill) and its workers run.
-        while (any(Path(f"/proc/{pid}").exists() for pid in orphans) or len(worker_pids(self.gunicorn.pid)) < 2) \
-                and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert self.gunicorn is not None
+        master = self.gunicorn.pid
+        wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in orphans)
+                   and len(worker_pids(master)) >= 2,
+                   what="the orphaned workers to exit and the new master's workers to run", max_interval=0.02)
         ready = time.monotonic()
         return ready - killed + self._wait_ack_after(ready)
 
