@@ -133,7 +133,7 @@ def test_released_uploads_keep_their_dedupe_but_lose_the_content_digest(redis: r
                   dedupe_days=1)
     assert not appender.append(**append).duplicate  # type: ignore[arg-type]
     seen = keys.seen(CMS.name, 0, bid.hex())
-    assert redis.get(seen).startswith(b"d1:") and (ttl := redis.pttl(seen)) > 0
+    assert redis.get(seen).startswith(b"d2:") and (ttl := redis.pttl(seen)) > 0
     assert _shuffler(redis, n_min=1).shuffle(CMS.name, 0).blocks == 1
     assert redis.get(seen) == b"1" and 0 < redis.pttl(seen) <= ttl  # same day-boundary expiry
     assert appender.append(**append).duplicate  # type: ignore[arg-type]
