@@ -12,6 +12,8 @@ writes it), and folded by one :class:`~ldptel.aggregator.worker.Worker` (``once`
 * ``state_bytes`` per C: the committed states (C states of k·m counters: the memory a breakdown costs per day);
 * ``query_total_s`` per C: ``estimate_metric`` of the unbroken total (sums the C cells) and ``query_by_s``
   (``estimate_breakdown --by``: one estimate per cell), with their ratios to no breakdown;
+* ``ingest_part_us``: what a profile adds to the ingest's CPU, each part alone: the header decode without and
+  with a profile, and the canonical cell (cached per distinct profile and spec);
 * ``ingest_validate_us``: the ingest's per-batch CPU for a batch without and with a profile (header decode, full
   payload validation, and for the breakdown the canonical cell: ``server.state.batch_cell``), and
   ``ingest_append_us``: the Redis append (dedupe + XADD script) without and with the ``c`` field, alternated in one
@@ -80,6 +82,14 @@ def ingest(r: Any, params: CmsParams, batch: Any, *, rounds: int, n: int = 2000)
             for key, value in (("validate", cpu), ("append", app)):
                 best[(name, key)] = min(best.get((name, key), float("inf")), value)
             r.delete(keys.stream(spec.name, 0))
+    # the parts a profile adds, each alone (timeit's best of 7 × 5,000 calls: robust to the load of a shared host)
+    import timeit
+
+    header = decode_header(bodies["breakdown"][1])
+    for name, stmt in (("header_plain", lambda: decode_header(bodies["plain"][1])),
+                       ("header_profile", lambda: decode_header(bodies["breakdown"][1])),
+                       ("cell", lambda: batch_cell(cast(Any, None), broken, header))):
+        emit(figure="ingest_part_us", part=name, value=round(1e6 * min(timeit.repeat(stmt, number=5000, repeat=7)) / 5000, 2))
     for key in ("validate", "append"):
         for name in bodies:
             emit(figure=f"ingest_{key}_us", target=name, value=round(1e6 * best[(name, key)], 1), reports=batch.n,
