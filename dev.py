@@ -2,7 +2,9 @@
 """Bootstrap and run ldptel from a fresh checkout with nothing but Python 3.11+.
 
     python3 dev.py demo [ARGS...]   the one-command demo (embedded Redis, ingest, aggregator, devices)
-    python3 dev.py test [ARGS...]   the test suite (pytest; ARGS go to pytest); what CI runs
+    python3 dev.py test [ARGS...]   the test suite (pytest; ARGS go to pytest); what CI runs. It runs in 2
+                                    pytest-xdist workers (LDPTEL_TEST_WORKERS=N to change; -n 0 or -s: one
+                                    process)
     python3 dev.py test --quick     the edit loop (goal ≤ 90 s): skips the tests marked slow (statistical and
                                     end-to-end runs, the fault suite, the wheel install, the browser) and cluster
                                     (a local Redis Cluster); everything else, lint-free units and Redis-backed
@@ -31,6 +33,10 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".ldptel-installed"
 QUICK_MARKERS = "not slow and not cluster"  # dev.py test --quick
+# dev.py test runs the suite in WORKERS pytest-xdist processes. Most of its wall time is waiting (servers starting,
+# processes killed and restarted, a browser, npm), so two workers overlap it even on two cores; tests that share a
+# costly fixture or a build directory run in one worker (xdist_group, tests/conftest.py). -n 0: one process.
+WORKERS = os.environ.get("LDPTEL_TEST_WORKERS", "2")
 
 
 def ensure_env() -> None:
@@ -85,6 +91,16 @@ def lint() -> int:
     return status | subprocess.call(cmd, cwd=tree)
 
 
+def parallel(args: list[str]) -> list[str]:
+    """The xdist options dev.py adds to pytest's ``args`` (none when they choose: -n/--numprocesses, -p no:xdist,
+    or a debugger; none for WORKERS 0 or 1)."""
+    own = ("-n", "--numprocesses", "--pdb", "--trace", "-s", "--capture=no")
+    chosen = any(a in own or a.startswith(("-n", "--numprocesses=")) for a in args) or "no:xdist" in args
+    if chosen or WORKERS in ("0", "1"):
+        return []
+    return ["-n", WORKERS, "--dist", "loadgroup"]
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in ("demo", "test", "lint", "bench", "shell"):
         print(__doc__, file=sys.stderr)
@@ -96,7 +112,7 @@ def main(argv: list[str]) -> int:
     if cmd == "test":
         if "--quick" in rest:
             rest = [a for a in rest if a != "--quick"] + ["-m", QUICK_MARKERS]
-        return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT)
+        return subprocess.call([str(PY), "-m", "pytest", *parallel(rest), *rest], cwd=ROOT)
     if cmd == "lint":
         return lint()
     if cmd == "bench":

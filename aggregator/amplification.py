@@ -325,7 +325,9 @@ def central_for_day(spec: SpecLike, day: str, folded: int, stats: ReleaseStatsLi
         return NotApplicable(condition="not_shuffled",
                              reason=f"reports not shuffled: a released block of {day} came from fewer than "
                                     f"n_min = {stats.n_min:,} uploads (released at the hold bound)")
-    out = central_for_n(spec, stats.smallest_block, delta=delta, n_min=stats.n_min)
+    # δ well below 1/(the day's reports), not just below 1/(the block's): the day is the data set released
+    out = central_for_n(spec, stats.smallest_block, delta=default_delta(max(folded, stats.reports)) if delta is None
+                        else delta, n_min=stats.n_min)
     if isinstance(out, Central):
         return Central(epsilon=out.epsilon, delta=out.delta, epsilon0=out.epsilon0, n=out.n,
                        basis=out.basis.replace("shuffled reports", "reports (the day's smallest released block)"))

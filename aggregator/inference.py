@@ -142,9 +142,8 @@ def share_of(group: Group, label: str) -> Quantity:
 
 def mean_of(group: Group) -> Quantity:
     """The mean: the ``mean`` mechanism's estimate, or a numeric histogram's midpoint mean."""
-    from ldptel.aggregator.histogram_mean import histogram_mean
-    from ldptel.aggregator.percentiles import bucket_edges
     from ldptel.aggregator.postprocess import norm_sub
+    from ldptel.client.mechanisms.bucketed import bucket_edges, histogram_mean
 
     est, params = group.estimate, group.params
     mech = mechanism_of(params)
@@ -697,7 +696,7 @@ def _pooled_probs(groups: Sequence[Group]) -> np.ndarray:
 
 def _values_of(group: Group, codes: np.ndarray) -> Any:
     """Device values whose labels are ``codes`` (the inverse of the metric's labelling)."""
-    from ldptel.aggregator.percentiles import bucket_edges
+    from ldptel.client.mechanisms.bucketed import bucket_edges
 
     mech = mechanism_of(group.params)
     if mech.kind == "histogram":

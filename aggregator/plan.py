@@ -17,7 +17,7 @@ Variance of one estimated count f̂ of a value with true count f out of n report
 * the mechanism's variance as ``Mechanism.variance(params, counts, n)`` gives it, evaluated at the model's
   counts (for sketches it includes which row each report picked);
 * for sketches (k rows × m columns over a fixed hash family), plus the hash-collision variance
-  (F2 − f²)/(k(m − 1)) (:func:`~ldptel.client.mechanisms._sketch.collision_variance`, the term the estimator's stderr carries): averaged over hash families, the other values'
+  (F2 − f²)/(k(m − 1)) (:meth:`Mechanism.collision_variance`, the term the estimator's stderr carries): averaged over hash families, the other values'
   counts that collide with the value (the collision term of the count-mean-sketch variance; Apple, "Learning
   with Privacy at Scale", 2017). For one fixed family it is a bias
   that stays put however many reports arrive, so a sketch's frequency error has a floor,
@@ -45,8 +45,7 @@ from typing import Any
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms import SketchState, mechanisms, recommend_mechanism
-from ldptel.client.mechanisms._sketch import SketchParams, collision_variance
+from ldptel.client.mechanisms import mechanism_of, mechanisms, recommend_mechanism
 from ldptel.client.mechanisms.base import Mechanism
 from ldptel.client.mechanisms.state import z_value
 from ldptel.client.protocol.params import ParamsBase, check_epsilon
@@ -307,41 +306,13 @@ class Plan:
 
 
 # ------------------------------------------------------------------------------------------ the planner
-def _labels(d: int) -> tuple[str, ...]:
-    return tuple(f"v{i}" for i in range(d))
-
-
-def _candidate_params(mech: AnyMechanism, epsilon: float, d: int, ks: Sequence[int], ms: Sequence[int]) -> list[ParamsBase]:
-    """The params to plan for one mechanism: the (k, m) grid for a sketch; else one params over d labels
-    (a declared domain), or none when the mechanism cannot carry d values."""
-    base: dict[str, Any] = {"mechanism": mech.name, "epsilon": epsilon}
-    if issubclass(mech.params_type, SketchParams):
-        return [params_from_dict({**base, "k": k, "m": m}) for k in ks for m in ms]
-    declared = {f.name for f in fields(mech.params_type)}
-    if "domain" in declared:
-        base["domain"] = _labels(d)
-    try:
-        params = params_from_dict(base)
-    except InvalidParameterError:  # d too large for a declared domain, or ε too small for d labels
-        return []
-    return [params] if _domain_size(mech, params) == d else []
-
-
-def _domain_size(mech: AnyMechanism, params: ParamsBase) -> int:
-    """The number of labels a mechanism without candidates estimates (its whole domain)."""
-    state = SketchState.empty(params)
-    state.row_counts[0] = 1  # one report, so the estimate is defined
-    return len(mech.estimate(params, state).labels)
-
-
 def _variance(mech: AnyMechanism, params: ParamsBase, shares: np.ndarray, f2_share: float, n: int) -> np.ndarray:
     """Var of the estimated counts of values with these ``shares`` at n reports: the mechanism's, plus the
     collision term for sketches."""
     counts = shares * n
     var = np.asarray(mech.variance(params, counts, n), dtype=np.float64)
-    if isinstance(params, SketchParams):
-        var = var + collision_variance(params, f2=f2_share * float(n) * n, counts=counts)
-    return var
+    out: np.ndarray = var + mech.collision_variance(params, f2=f2_share * float(n) * n, counts=counts)
+    return out
 
 
 def half_widths(
@@ -356,10 +327,8 @@ def half_widths(
 
 def collision_floor(*, params: ParamsBase, model: DomainModel, z: float) -> float:
     """The ± of the rarest value's frequency as n → ∞: z·√((F2/n² − share²)/(k(m − 1))); 0 without a sketch."""
-    if not isinstance(params, SketchParams):
-        return 0.0
     share = np.array([model.rare_share])
-    return float(z * np.sqrt(collision_variance(params, f2=model.f2_share, counts=share))[0])
+    return float(z * np.sqrt(mechanism_of(params).collision_variance(params, f2=model.f2_share, counts=share))[0])
 
 
 def reports_needed(*, mechanism: AnyMechanism, params: ParamsBase, model: DomainModel, target: float, z: float) -> int | None:
@@ -369,10 +338,9 @@ def reports_needed(*, mechanism: AnyMechanism, params: ParamsBase, model: Domain
     either value is at or above the target, else double n until it meets the target, then bisect.
     """
     shares = np.array([model.top_share, model.rare_share])
-    if isinstance(params, SketchParams):
-        floor = z * np.sqrt(collision_variance(params, f2=model.f2_share, counts=shares))
-        if float(floor.max()) >= target:
-            return None
+    floor = z * np.sqrt(mechanism.collision_variance(params, f2=model.f2_share, counts=shares))
+    if float(floor.max()) >= target:
+        return None
 
     def meets(n: int) -> bool:
         var = _variance(mechanism, params, shares, model.f2_share, n)
@@ -421,20 +389,22 @@ def evaluate(*, request: PlanRequest) -> Plan:
     rows: list[PlanRow] = []
     for mech in mechanisms():
         for eps in request.epsilons:
-            for params in _candidate_params(mech, eps, d, request.ks, request.ms):
+            # what to compare, as the mechanism says (Mechanism.plan_candidates: the (k, m) grid for a sketch,
+            # one params over d labels for a declared domain, none when it cannot carry d values)
+            for candidate in mech.plan_candidates(eps, d, ks=request.ks, ms=request.ms):
+                params = candidate.params
                 heavy, rare = half_widths(mechanism=mech, params=params, model=model, n=n, z=z)
                 needed = reports_needed(mechanism=mech, params=params, model=model, target=target, z=z)
                 days = None
                 if needed is not None and request.reports_per_day is not None:
                     days = max(1, math.ceil(needed / request.reports_per_day))
                 memory = _memory(mech, params, n)
-                shape = (params.k, params.m) if isinstance(params, SketchParams) else (None, None)
                 rows.append(PlanRow(
                     mechanism=mech.name,
                     epsilon=eps,
                     effective_epsilon=params.effective_epsilon,
-                    k=shape[0],
-                    m=shape[1],
+                    k=candidate.k,
+                    m=candidate.m,
                     recommended=recommended[eps] == mech.name,
                     heavy_error=heavy,
                     rare_error=rare,

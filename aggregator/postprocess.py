@@ -30,6 +30,7 @@ from typing import Literal, cast, get_args
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms import bucketed
 from ldptel.client.protocol.validate import check_choice
 
 PostProcess = Literal["none", "clip", "norm-sub"]
@@ -68,18 +69,7 @@ def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
     >>> project_simplex(np.array([1.0, 1.0]), total=4.0).tolist()
     [2.0, 2.0]
     """
-    x = _as_float(counts)
-    z = _check_total(total)
-    if x.size == 0:
-        return x.copy()
-    u = np.sort(x)[::-1]
-    css = np.cumsum(u) - z
-    ind = np.arange(1, x.size + 1, dtype=np.float64)
-    positive = u - css / ind > 0
-    rho = int(np.flatnonzero(positive)[-1]) if positive.any() else 0
-    theta = css[rho] / (rho + 1)
-    projected: np.ndarray = np.maximum(x - theta, 0.0)
-    return projected
+    return bucketed.project_simplex(_as_float(counts), total=_check_total(total))
 
 
 def norm_sub(counts: np.ndarray, *, total: float, full_domain: bool = True) -> np.ndarray:

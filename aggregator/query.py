@@ -9,9 +9,9 @@ asked range, sums them with pipelined GETs and calls the mechanism's own estimat
 * grr: every label of the domain (or the ``candidates`` among them).
 * cms, oue-cms, hcms: the ``candidates`` (required); ``top`` keeps the largest raw estimates.
 * numeric metrics: the mechanism's summaries (mean, sum, count) or its buckets; ``percentiles`` (levels in
-  (0, 100)) adds percentiles with intervals for a numeric histogram (:mod:`~ldptel.aggregator.percentiles`);
+  (0, 100)) adds percentiles with intervals for a numeric histogram (:mod:`~ldptel.client.mechanisms.bucketed`);
   :attr:`QueryResult.note` says how the values were clipped; a numeric histogram's result also carries its
-  mean (:mod:`~ldptel.aggregator.histogram_mean`) and :meth:`HistogramResult.summary_rows` (count, mean, sum,
+  mean (:mod:`~ldptel.client.mechanisms.bucketed`) and :meth:`HistogramResult.summary_rows` (count, mean, sum,
   percentiles: what ``ldptel estimate`` prints unless asked for ``--histogram``).
 
 What a query asks is one :class:`QueryOptions` (its fields may also be given as keywords); what it returns is the
@@ -52,7 +52,6 @@ from ldptel.aggregator.breakdowns import (
     sum_summed,
 )
 from ldptel.aggregator.fleet import fleet_of
-from ldptel.aggregator.percentiles import check_percentiles
 from ldptel.aggregator.results import (
     ESTIMATOR_CHOICES,
     EstimatorChoice,
@@ -70,6 +69,7 @@ from ldptel.client import Estimate, SketchState, estimate
 from ldptel.client.errors import InvalidParameterError, LdpError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import Kind, Mechanism
+from ldptel.client.mechanisms.bucketed import check_percentiles
 from ldptel.client.mechanisms.capabilities import candidate_role, on_device, proportion_label
 from ldptel.client.mechanisms.state import z_value
 from ldptel.client.protocol.params import ParamsBase

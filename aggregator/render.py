@@ -36,17 +36,18 @@ if TYPE_CHECKING:
     from ldptel.aggregator.breakdowns import BreakdownResult
     from ldptel.aggregator.discover import DiscoverResult
     from ldptel.aggregator.fleet import Fleet
-    from ldptel.aggregator.percentiles import Percentile
     from ldptel.aggregator.query import DailyResult
     from ldptel.aggregator.results import QueryResult
     from ldptel.aggregator.withholding import Withheld
+    from ldptel.client.mechanisms.bucketed import Percentile
 
 RESULT_COLUMNS = ("value", "estimate", "stderr", "ci_low", "ci_high", "frequency", "adjusted", "adjusted_frequency")
 ESTIMATOR_COLUMN = "estimator"  # csv: last, when the result has corrected rows; table: after the value
 SIGNIFICANT_COLUMN = "significant"  # rows of candidates: distinguishable from zero over all of them (selection)
 RESULT_FORMATS = ("table", "json", "csv")
 DAILY_COLUMNS = ("day", "n")  # in front of RESULT_COLUMNS with --by-day
-# csv: last, the local ε per report and the central (ε, δ) of the row's range or day (empty where not applicable)
+# csv: after the rows' columns (before significant and estimator, which stay last), the local ε per report and the
+# central (ε, δ) of the row's range or day (empty where not applicable)
 PRIVACY_COLUMNS = ("local_epsilon", "central_epsilon", "central_delta")
 ESTIMATE_COLOR = "#4c72b0"  # bars of raw estimates
 MARKER_COLOR = "#dd8452"  # what is drawn over them: post-processed values, true counts
@@ -298,7 +299,9 @@ class Renderer:
         ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
         self.mark(result, ax, count)
         ax.set_ylabel(self.y_label)
-        title = f"{first.metric} v{first.version} · {first.days[0]} .. {first.days[-1]} · n = {first.n:,}"
+        title = _plot_title(first)
+        if first.withheld:  # under min_reports: in no bar, named in the title
+            title += f" · withheld (< {first.withheld[0].min_reports:,} reports): " + ", ".join(w.what for w in first.withheld)
         if sel is not None:
             how = "Bonferroni" if sel.method == "bonferroni" else "Benjamini–Hochberg"
             title += (f"\n* = distinguishable from zero after {sel.candidates:,} candidates ({how}, α = {sel.alpha:g})"
@@ -329,6 +332,28 @@ class SummaryRenderer(Renderer):
 
     kind = "summary"
     y_label = "estimate"
+
+    def plot(self, result: Any, path: str, *, max_bars: int = 50) -> None:
+        """One panel per row, each on its own axis (a sum is n times a mean: on one axis only the sum showed):
+        the estimate with its interval; an exact row (stderr 0, the count) says so."""
+        first = self.rows_of(result)
+        est = first.estimate
+        labels = [str(v) for v in est.labels]
+        fig = new_figure("--plot", figsize=(3.2 * len(labels) + 0.6, 4.2))
+        axes = fig.subplots(1, len(labels), squeeze=False)[0]
+        for i, (ax, label) in enumerate(zip(axes, labels, strict=True)):
+            value, err = float(est.counts[i]), float(est.z * est.stderr[i])
+            exact = err == 0
+            ax.bar([0], [value], yerr=None if exact else [[err], [err]], capsize=6, color=ESTIMATE_COLOR, width=0.5)
+            ax.axhline(0, color="black", linewidth=0.6)
+            ax.set_xticks([0], [label])
+            ax.set_xlim(-0.8, 0.8)
+            unit = "reports" if exact else "value units"
+            ax.set_ylabel(f"{label} ({unit})")
+            ax.set_title(f"{label}: {value:,.0f} (exact)" if exact else
+                         f"{label}: {value:,.4g} ± {err:,.3g} ({est.confidence:.0%})", fontsize=9)
+        fig.suptitle(_plot_title(first), fontsize=9)
+        save_figure(fig, path, dpi=120, what="plot")
 
 
 class HistogramRenderer(Renderer):
@@ -451,19 +476,26 @@ def plot_result(result: Any, path: str, *, max_bars: int = 50) -> None:
     renderer(result.kind).plot(result, path, max_bars=max_bars)
 
 
+def _plot_title(first: QueryResult) -> str:
+    """A chart's title: the metric, version, days, n and the ε of its reports (issue 31 §3)."""
+    eps = "" if first.local_epsilon is None else f" · ε = {first.local_epsilon:.3g} per report"
+    return f"{first.metric} v{first.version} · {first.days[0]} .. {first.days[-1]} · n = {first.n:,}{eps}"
+
+
 def _title(first: QueryResult, out: TextIO, *, days: Sequence[str], n: int, per_day: bool) -> None:
     labelled = first.estimator != "plain"
     estimators = "" if not labelled else f" · {first.estimator} estimator" + ("s" if first.estimator == "both" else "")
     out.write(
-        f"{first.metric} v{first.version} ({first.mechanism}) · {_span(days)} · n = {n:,} reports"
+        f"{first.metric} v{first.version} ({first.mechanism}"
+        f"{'' if first.local_epsilon is None else f', ε = {first.local_epsilon:.4g} per report'}) · {_span(days)} · n = {n:,} reports"
         f"{' · per day' if per_day else ''} · {first.confidence:.0%} intervals{estimators} · stderr: {first.uncertainty}"
         f"{' (json: also population)' if first.uncertainty == 'randomization' else ''}\n"
     )
 
 
 def unresolved_note(levels: Sequence[Percentile], out: TextIO) -> None:
-    """One line per percentile whose interval is too wide for a point (:mod:`~ldptel.aggregator.percentiles`)."""
-    from ldptel.aggregator.percentiles import MAX_SPAN, UNRESOLVED_NOTE
+    """One line per percentile whose interval is too wide for a point (:mod:`~ldptel.client.mechanisms.bucketed`)."""
+    from ldptel.client.mechanisms.bucketed import MAX_SPAN, UNRESOLVED_NOTE
 
     for pc in levels:
         if not pc.resolved:
@@ -520,7 +552,7 @@ def _rows_csv(first: QueryResult, rows: list[dict[str, Any]], out: TextIO, *, fr
     # Plain-only results keep the columns they always had; results with corrected rows say which row is which.
     labelled = first.estimator != "plain"
     marked = (SIGNIFICANT_COLUMN,) if first.selection is not None else ()
-    fields = front + _columns(first) + marked + ((ESTIMATOR_COLUMN,) if labelled else ()) + PRIVACY_COLUMNS
+    fields = front + _columns(first) + PRIVACY_COLUMNS + marked + ((ESTIMATOR_COLUMN,) if labelled else ())
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:

@@ -27,13 +27,12 @@ import numpy as np
 
 from ldptel.aggregator import postprocess as pp
 from ldptel.aggregator.fleet import Fleet
-from ldptel.aggregator.histogram_mean import HistogramMean, histogram_mean
-from ldptel.aggregator.percentiles import Percentile, bucket_edges
-from ldptel.aggregator.percentiles import percentiles as percentiles_of
 from ldptel.aggregator.selection import Selection
 from ldptel.client import Estimate
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.base import Kind
+from ldptel.client.mechanisms.bucketed import HistogramMean, Percentile, bucket_edges, histogram_mean
+from ldptel.client.mechanisms.bucketed import percentiles as percentiles_of
 from ldptel.client.protocol.params import ParamsBase
 
 if TYPE_CHECKING:

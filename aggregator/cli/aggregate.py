@@ -83,7 +83,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
         p.add_argument(option, dest=field, type=kind, metavar=metavar, help=text)
     shuffle = p.add_argument_group("shuffle stage", "release held uploads as shuffled blocks before the fold "
                                    "(docs/shuffle.md); defaults from LDPTEL_SHUFFLE_N_MIN / _HOLD_SECONDS / "
-                                   "_PURGE_SECONDS, else 100 uploads, 3600 s, the hold")
+                                   "_PURGE_SECONDS, else 100 uploads, 3600 s, 3600 s")
     shuffle.add_argument("--shuffle-n-min", type=positive_int, metavar="N",
                          help="distinct uploads a block must hold (released below it only at the hold bound)")
     shuffle.add_argument("--shuffle-n-min-for", action="append", metavar="METRIC=N",

@@ -110,8 +110,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
 
 
 def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from ldptel.aggregator.percentiles import DEFAULT_PERCENTILES
     from ldptel.aggregator.query import QueryOptions, estimate_by_day, estimate_metric, metric_kind
+    from ldptel.client.mechanisms.bucketed import DEFAULT_PERCENTILES
 
     if args.by_day and args.plot:
         raise UserError("--plot draws the estimates over the whole range; drop --by-day (the dashboard charts days)")

@@ -144,6 +144,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     question.add_argument("--range", type=float, nargs=2, metavar=("LO", "HI"),
                           help="numeric metrics instead: the declared value range; --error is then a share of HI - LO "
                                "(the metric's lo and hi)")
+    question.add_argument("--lo", type=float, metavar="LO", help="with --hi: the same as --range LO HI (the TOML keys lo, hi)")
+    question.add_argument("--hi", type=float, metavar="HI", help="with --lo: the same as --range LO HI")
     question.add_argument("--percentile", type=float, metavar="P", help="with --range: plan percentile P (0-100)")
     question.add_argument("--discover", action="store_true", help="find frequent values without a list (free text)")
     p.add_argument("--buckets", type=positive_int, default=None, metavar="D",
@@ -189,6 +191,12 @@ def _flat(groups: list[Any] | None, default: tuple[Any, ...]) -> tuple[Any, ...]
 
 def _question(args: argparse.Namespace) -> str:
     """Which question the flags ask (module help); a clear error when they ask none or two."""
+    if args.lo is not None or args.hi is not None:  # one vocabulary with metrics create and the TOML: lo, hi
+        if args.range is not None:
+            raise UserError("give --range LO HI or --lo LO --hi HI, not both")
+        if args.lo is None or args.hi is None:
+            raise UserError("--lo and --hi go together (the value range; or --range LO HI)")
+        args.range = [args.lo, args.hi]
     asked = [name for name, given in (("share", args.share), ("top-k", args.top_k is not None),
                                       ("percentile", args.percentile is not None), ("discovery", args.discover))
              if given]  # fmt: skip

@@ -43,6 +43,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response as BaseResponse
 
 from ldptel.aggregator.breakdowns import estimate_breakdown, parse_where
+from ldptel.aggregator.dashboard.candidates import shipped_candidates
 from ldptel.aggregator.dashboard.config import DashboardConfig
 from ldptel.aggregator.dashboard.overview import metric_list
 from ldptel.aggregator.dashboard.sessions import SessionStore
@@ -298,6 +299,21 @@ def discover(name: str) -> Response:
         return _json(versioned("breakdown", estimate_breakdown(r, name, by, discover_options(source),
                                                                query=discover_metric).to_dict()))
     return _json(versioned("result", discover_metric(r, name, discover_options(source)).to_dict()))
+
+
+@api.get("/candidate-lists")
+def candidate_lists() -> Response:
+    """The candidate lists shipped with the package (a sketch metric's page offers them when it has none)."""
+    return _json([{"name": c.name, "count": len(c.values), "description": c.description} for c in shipped_candidates()])
+
+
+@api.get("/candidate-lists/<name>")
+def candidate_list(name: str) -> Response:
+    for c in shipped_candidates():
+        if c.name == name:
+            return _json({"name": c.name, "description": c.description, "values": list(c.values)})
+    return _json({"error": "not_found", "message": f"no shipped candidate list {name!r}; "
+                  f"shipped: {', '.join(c.name for c in shipped_candidates())}"}, status=404)
 
 
 # ----------------------------------------------------------------------------------------------- pages

@@ -10,9 +10,10 @@ import redis as redis_lib
 
 from ldptel.aggregator.cli.status import shard_status
 from ldptel.aggregator.defaults import DISCOVER_TOP
-from ldptel.aggregator.query import candidate_role, estimator_choices
+from ldptel.aggregator.query import candidate_role, described, estimator_choices
 from ldptel.aggregator.withholding import REASON, counts_shown
 from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.capabilities import on_device
 from ldptel.client.mechanisms.longitudinal import longitudinal_note
 from ldptel.storage import registry, sealed
 from ldptel.storage import sketches as store
@@ -58,6 +59,10 @@ def metric_summary(r: redis_lib.Redis, record: MetricRecord, lags: list[dict[str
         for day, n in of_cell.items():
             reports[day] = reports.get(day, 0) + n
     reports = dict(sorted(reports.items()))
+    if on_device(mechanism) is not None:  # the days a query asks are those the reports describe (a period earlier)
+        days_by_version = {v: sorted({d for day in days for d in described(mechanism, record.versions[int(v)].params,
+                                                                          day, day)})
+                           for v, days in days_by_version.items()}
     shard_rows = [row for row in lags if row["metric"] == record.name]
     unknown = any(row["lag"] is None for row in shard_rows)
     return {

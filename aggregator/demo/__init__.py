@@ -2,7 +2,7 @@
 
 What it runs, all real and all on loopback:
 
-1. a private Redis (:class:`~ldptel.storage.embedded.EmbeddedRedis`, AOF on);
+1. a private Redis (:class:`~ldptel.storage.embedded.EmbeddedRedis`, AOF on, ``appendfsync always`` as shipped);
 2. the ingest service as a real HTTP server in its own process group: gunicorn (gthread) when it is
    installed, else ``ldptel serve``; a free port and bearer tokens generated for this run;
 3. three metrics created through the HTTP admin API: ``demo.dark_mode`` (a boolean, ``rr``),

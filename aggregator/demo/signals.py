@@ -21,7 +21,10 @@ def in_main_thread() -> bool:
 
 @contextlib.contextmanager
 def sigterm_as_exception() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated` (only the main thread can install handlers)."""
+    """Within the block, SIGTERM raises :class:`Terminated` and SIGINT raises KeyboardInterrupt (only the main
+    thread can install handlers). SIGINT explicitly: a process started as a background job of a non-interactive
+    shell (``cmd &`` in a script, a CI loop) inherits SIGINT *ignored*, and Python then never raises
+    KeyboardInterrupt: Ctrl-C / ``kill -INT`` would not stop the demo."""
     if not in_main_thread():
         yield
         return
@@ -30,10 +33,12 @@ def sigterm_as_exception() -> Iterator[None]:
         raise Terminated()
 
     previous = signal.signal(signal.SIGTERM, handler)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 @contextlib.contextmanager

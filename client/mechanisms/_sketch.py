@@ -37,12 +37,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import ReportBatch
+from ldptel.client.mechanisms.base import PlanCandidate, ReportBatch
 from ldptel.client.mechanisms.capabilities import Sketch
 from ldptel.client.mechanisms.state import Estimate, SketchState, codes_for
 from ldptel.client.protocol.hashing import HashFamily
@@ -191,6 +191,13 @@ class SketchMechanism(Sketch[SP, SB]):
 
     def shape(self, params: SP) -> str:
         return f"k={params.k} m={params.m}"
+
+    def plan_candidates(self, epsilon: float, d: int, *, ks: Sequence[int], ms: Sequence[int]) -> tuple[PlanCandidate, ...]:
+        make = cast("Callable[..., SketchParams]", self.params_type)  # every sketch's params take epsilon, k and m
+        return tuple(PlanCandidate(make(epsilon=epsilon, k=k, m=m), k, m) for k in ks for m in ms)
+
+    def collision_variance(self, params: SP, *, f2: float, counts: np.ndarray) -> np.ndarray:
+        return collision_variance(params, f2=f2, counts=counts)
 
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:
         return sketch_params_schema()

@@ -86,6 +86,16 @@ P = TypeVar("P", bound=ParamsBase)
 B = TypeVar("B", bound=ReportBatch)
 
 
+@dataclass(frozen=True)
+class PlanCandidate:
+    """One params a plan compares (:meth:`Mechanism.plan_candidates`), with its sketch shape (k rows, m columns)
+    when it has one."""
+
+    params: ParamsBase
+    k: int | None = None
+    m: int | None = None
+
+
 class Mechanism(ABC, Generic[P, B]):
     """Everything ldptel does with one mechanism, over its one frozen params type ``P`` and batch type ``B``.
 
@@ -172,6 +182,17 @@ class Mechanism(ABC, Generic[P, B]):
     def shape(self, params: P) -> str:
         """The size of a metric's params in a few characters, for listings ("" when there is none)."""
         return ""
+
+    def plan_candidates(self, epsilon: float, d: int, *, ks: Sequence[int], ms: Sequence[int]) -> tuple[PlanCandidate, ...]:
+        """The params ``ldptel plan`` compares for a categorical metric of ``d`` values at ``epsilon`` (a sketch:
+        one per (k, m) of ``ks`` × ``ms``; a declared domain: one over d labels). (): the mechanism cannot carry
+        such a metric (numeric ones; a domain too large; rr when d ≠ 2)."""
+        return ()
+
+    def collision_variance(self, params: P, *, f2: float, counts: np.ndarray) -> np.ndarray:
+        """The variance hash collisions add to the estimated counts ``counts`` when Σ f² over all values is ``f2``
+        (zero but for sketches, which override it)."""
+        return np.zeros(np.shape(counts), dtype=np.float64)
 
     @abstractmethod
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:

@@ -101,7 +101,7 @@ class Categorical(Mechanism[P, B]):
 
 class Bucketed(Categorical[P, B]):
     """A numeric histogram: rows count the reports in declared buckets, in order (percentiles and a midpoint mean
-    apply: :mod:`ldptel.aggregator.percentiles`, :mod:`ldptel.aggregator.histogram_mean`)."""
+    apply: :mod:`ldptel.client.mechanisms.bucketed`)."""
 
     kind: ClassVar[Kind] = "histogram"
 

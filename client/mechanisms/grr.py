@@ -32,7 +32,7 @@ from ldptel.client.errors import (
     InvalidValueError,
     UnknownValueError,
 )
-from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, PlanCandidate, ReportBatch, Values
 from ldptel.client.mechanisms.capabilities import Categorical, Labelled, Permanent
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
@@ -263,6 +263,13 @@ class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch], Categor
     code = 2
     params_type = GrrParams
     batch_type = GrrBatch
+
+    def plan_candidates(self, epsilon: float, d: int, *, ks: Sequence[int], ms: Sequence[int]) -> tuple[PlanCandidate, ...]:
+        """One domain of d labels (none when d or ε is out of grr's range)."""
+        try:
+            return (PlanCandidate(GrrParams(epsilon=epsilon, domain=tuple(f"v{i}" for i in range(d)))),)
+        except InvalidParameterError:
+            return ()
 
     def columns(self, params: GrrParams) -> tuple[Column, ...]:
         return (Column("cols", "col", "index", 1 if params.d <= 256 else 2, params.d, "grr label index"),)

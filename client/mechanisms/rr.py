@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import EmptyStateError, InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.base import Column, PlanCandidate, ReportBatch, Values
 from ldptel.client.mechanisms.capabilities import Binary, Categorical, Permanent
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.state import Estimate, SketchState
@@ -198,6 +198,13 @@ class Rr(Permanent[RrParams, RrBatch], Binary[RrParams, RrBatch], Categorical[Rr
     params_type = RrParams
     batch_type = RrBatch
     proportion_of = BOOLEAN_LABELS[1]
+
+    def plan_candidates(self, epsilon: float, d: int, *, ks: Sequence[int], ms: Sequence[int]) -> tuple[PlanCandidate, ...]:
+        """Two values only."""
+        try:
+            return (PlanCandidate(RrParams(epsilon=epsilon)),) if d == 2 else ()
+        except InvalidParameterError:
+            return ()
 
     def columns(self, params: RrParams) -> tuple[Column, ...]:
         return (Column("bits", "bit", "bit"),)

@@ -14,6 +14,7 @@ schema become ``other`` (on the device and again on the server). The cell is par
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -31,6 +32,7 @@ __all__ = [
     "OTHER",
     "VALUE_RE",
     "ProfileSchema",
+    "cell_for",
     "cell_of",
     "check_dimensions",
     "check_profile",
@@ -134,6 +136,10 @@ def check_breakdown(name: str, dims: Sequence[str], schema: ProfileSchema, state
         raise InvalidParameterError(
             f"{name}.breakdown", f"dimensions of the profile schema {sorted(schema.dimensions)} "
             "(declare them first: [profile] in the metrics file, or `ldptel metrics profile set`)", missing)
+    longest = sum(len(d) + 1 + max(len(v) for v in schema.values(d)) for d in dims) + len(dims) - 1
+    if longest > MAX_PROFILE_BYTES:
+        raise InvalidParameterError(
+            f"{name}.breakdown", f"dimension and value names whose longest profile fits {MAX_PROFILE_BYTES} bytes", longest)
     cells = combinations(dims, schema)
     if cells > MAX_COMBINATIONS:
         raise InvalidParameterError(
@@ -188,8 +194,14 @@ def parse_profile(data: bytes | str) -> list[tuple[str, str]]:
             raise WireFormatError("profile is not ASCII") from None
     else:
         text = data
+    return list(_parse_text(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> tuple[tuple[str, str], ...]:
+    """:func:`parse_profile` of text (cached: a fleet sends few distinct profiles; an error is never cached)."""
     if not text:
-        return []
+        return ()
     pairs = []
     for part in text.split(","):
         dim, eq, value = part.partition("=")
@@ -199,7 +211,7 @@ def parse_profile(data: bytes | str) -> list[tuple[str, str]]:
         pairs.append((dim, value))
     if len({d for d, _ in pairs}) != len(pairs):
         raise WireFormatError("profile names a dimension twice")
-    return pairs
+    return tuple(pairs)
 
 
 def cell_of(profile: bytes | str | Mapping[str, str], dims: Sequence[str], schema: ProfileSchema) -> str:
@@ -212,6 +224,13 @@ def cell_of(profile: bytes | str | Mapping[str, str], dims: Sequence[str], schem
         declared = ", ".join(dims) if dims else "none (the metric has no breakdown)"
         raise WireFormatError(f"profile dimension(s) {', '.join(extra)} not declared by the metric; declared: {declared}")
     return ",".join(f"{d}={schema.canonical(d, pairs.get(d, OTHER))}" for d in dims)
+
+
+@functools.lru_cache(maxsize=4096)
+def cell_for(profile: str, dims: tuple[str, ...], values: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    """:func:`cell_of` of a wire profile by a spec's ``breakdown`` and ``profile`` (cached: ingest computes it once per
+    distinct (profile, spec), not per batch; an invalid profile raises every time, never cached)."""
+    return cell_of(profile, dims, ProfileSchema(dict(values)))
 
 
 def parse_cell(cell: str) -> dict[str, str]:

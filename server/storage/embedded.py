@@ -7,8 +7,9 @@ because it ships Valkey 8.1: the Redis 7 feature set we rely on (Lua with ``#!lu
 ``WAITAOF``, no script flags, older AOF format) and a Python wrapper that monkeypatches redis-py. We only use the
 binary: the process is started, watched and stopped here, by pid, with our own flags.
 
-The server runs with AOF on (``appendfsync everysec`` by default, ``always`` for the process-wide instance
-that ``ldptel serve`` and an ingest without a Redis URL use, as the shipped deploy/redis.conf), RDB snapshots off, no LZF compression of the AOF
+The server runs with AOF on and ``appendfsync always`` by default (as the shipped deploy/redis.conf: a reply
+follows the fsync of its write, so kill -9 loses nothing acknowledged; ``everysec`` is an explicit opt-in that
+can lose up to ~2 s of acknowledged writes on a busy disk), RDB snapshots off, no LZF compression of the AOF
 rewrite's RDB preamble (as deploy/redis.conf; see there), bound to 127.0.0.1 only, and logs to a file in its
 data directory. :meth:`EmbeddedRedis.kill` (SIGKILL) followed by :meth:`EmbeddedRedis.start`
 restarts it on the same port and data directory, so AOF data survives a crash. No process is ever left behind:
@@ -107,7 +108,7 @@ class EmbeddedRedis:
         data_dir: str | Path | None = None,
         port: int | None = None,
         extra_args: tuple[str, ...] = (),
-        appendfsync: str = "everysec",
+        appendfsync: str = "always",
         config_file: str | Path | None = None,
     ) -> None:
         if appendfsync not in ("always", "everysec", "no"):

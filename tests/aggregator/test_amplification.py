@@ -144,6 +144,8 @@ def test_day_applicability_reasons() -> None:
         assert "\n" not in out.reason and out.to_dict()["applicable"] is False
     ok = central_for_day(spec, day, 100_000, Stats(100_000, 40_000, 1000))
     assert isinstance(ok, Central) and ok.n == 40_000  # the smallest block, not the day's total
+    big = central_for_day(spec, day, 10_000_000, Stats(10_000_000, 40_000, 1000))
+    assert isinstance(big, Central) and big.delta == pytest.approx(1e-8)  # δ from the day's 10⁷ reports, not the block
     assert ok.epsilon0 == spec.report_charge > spec.effective_epsilon  # rr: a permanent RR, ε₀ = ε_irr
     assert ok.epsilon == shuffle_epsilon(spec.report_charge, 40_000, 1e-6)
 

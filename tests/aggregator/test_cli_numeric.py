@@ -146,6 +146,29 @@ def test_plot_draws_the_histogram_with_percentile_markers(numeric: np.ndarray, t
     assert code == 0, err
 
 
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="the plot extra is not installed")
+def test_a_mean_plot_draws_mean_sum_and_count_on_their_own_axes_with_epsilon(numeric: np.ndarray, tmp_path: Path) -> None:
+    """Issue 31 §3: mean, sum and count shared one axis, so only the sum (n × the mean) was visible. Each gets
+    its panel (axes_1..3 of the SVG), whose axis reaches its own estimate; the title says ε (matplotlib's SVG keeps
+    every text as a comment)."""
+    import re
+
+    path = tmp_path / "mean.svg"
+    code, out, err = run_cli("estimate", "load_ms", "--format", "json")
+    doc = json.loads(out)
+    code, _, err = run_cli("estimate", "load_ms", "--plot", str(path))
+    assert code == 0, err
+    svg = path.read_text(encoding="utf-8")
+    assert [f"axes_{i}" in svg for i in (1, 2, 3, 4)] == [True, True, True, False]
+    texts = re.findall(r"<!-- (.*?) -->", svg)
+    mean, total, count = (r["estimate"] for r in doc["rows"])
+    assert any(t.startswith(f"mean: {mean:,.4g} ± ") for t in texts) and any(t.startswith(f"sum: {total:,.4g} ± ") for t in texts)
+    assert f"count: {count:,.0f} (exact)" in texts and "count (reports)" in texts and "mean (value units)" in texts
+    assert any("ε = 4 per report" in t for t in texts)
+    code, out, err = run_cli("estimate", "load_ms")  # and the table says ε under its title
+    assert code == 0 and out.startswith("load_ms v1 (mean, ε = 4 per report) · 2026-03-01 · n = 4,000 reports"), out
+
+
 def test_a_percentile_the_data_cannot_resolve_is_shown_as_an_interval_without_a_point(
     redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch, rng: np.random.Generator
 ) -> None:

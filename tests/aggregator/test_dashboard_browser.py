@@ -117,9 +117,14 @@ def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Popul
         for col in ("frequency", "adjusted_frequency"):
             assert_shown(got[col], exp[col], share=True)
     assert number(page.inner_text("[data-summary=n] .big")) == want["n"]
-    # the central ε beside the local ε, as the CLI's JSON says (here: no shuffle stage record, so why not)
-    central = page.inner_text("[data-summary=central]")
-    assert want["central"]["applicable"] is False and want["central"]["reason"] in central and "local ε" in central
+    # the central ε beside the local ε, as the CLI's JSON says (its value and δ, or why it does not apply)
+    central, c = page.inner_text("[data-summary=central]"), want["central"]
+    assert "local ε" in central
+    if c["applicable"]:
+        assert number(page.inner_text("[data-summary=central] .big")) == pytest.approx(c["epsilon"], abs=1e-4)
+        assert c["basis"] in central
+    else:
+        assert c["reason"] in central
     assert page.locator("#estimates-chart svg rect.bar").count() == 5
     assert page.locator("#estimates-chart svg path.marker").count() == 5  # post-processed values drawn
 
@@ -200,8 +205,13 @@ def test_mean_page_shows_the_cli_summaries(chromium: Any, site: tuple[str, Popul
     show(page, f"{base}/metrics/load_ms?from={DAYS[1]}")
     assert page.inner_text("#error") == ""
     want = cli_json("estimate", "load_ms", "--from", DAYS[1], "--format", "json")
-    for row in want["rows"]:  # mean, sum, count: each a card with its interval
+    for row in want["rows"]:  # mean, sum: each a card with its interval; count: exact, in reports (issue 31 §3)
         card = page.locator(f"[data-summary={row['value']}]")
+        if row["value"] == "count":
+            assert row["stderr"] == 0 and card.locator(".big").inner_text() == f"{int(row['estimate']):,} reports"
+            assert "interval" not in card.locator(".small").inner_text() and "exact" in card.locator(".small").inner_text()
+            continue
+        assert card.locator(".label").inner_text() == f"{row['value']} · in the value's unit"
         assert_shown(card.locator(".big").inner_text(), row["estimate"])
         low, high = card.locator(".small").inner_text().split("interval ")[1].split(" · ")[0].split(" – ")
         assert_shown(low, row["ci_low"])
@@ -279,8 +289,8 @@ def test_errors_are_shown_and_dark_mode_applies(chromium: Any, site: tuple[str, 
     base, _ = site
     page = logged_in(chromium, base, scheme="dark")
     page.evaluate("localStorage.clear()")
-    show(page, f"{base}/metrics/emoji")
-    assert "candidates must be a non-empty list" in page.inner_text("#error")
+    show(page, f"{base}/metrics/emoji?candidate=x&from={DAYS[-1]}&to={DAYS[0]}")  # a range that ends before it starts
+    assert page.inner_text("#error").strip() != "" and page.locator("#empty-state").is_hidden()
     assert page.locator("#estimates-card").is_hidden()
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(20, 23, 28)"  # --bg of prefers-color-scheme: dark
@@ -323,3 +333,68 @@ def test_failed_logins_are_limited(chromium: Any, site: tuple[str, Populated]) -
     page.click("button[type=submit]")
     assert "too many failed logins" in page.inner_text("body")
     assert not [c for c in page.context.cookies() if c["name"] == "ldptel_dashboard"]
+
+
+# ------------------------------------------------------------------------------- issue 31 §3: rough edges
+def test_a_sketch_page_without_candidates_explains_how_to_load_them(chromium: Any, site: tuple[str, Populated],
+                                                                     tmp_path: Any) -> None:
+    """It opened on a red "candidates must be a non-empty list … got None": now an empty state offers the shipped
+    lists, a file, and the discovery metrics; loading one runs the query."""
+    from ldptel.aggregator.dashboard.candidates import shipped_candidates
+
+    base, data = site
+    page = logged_in(chromium, base)  # a fresh browser context: no candidates stored for the metric
+    show(page, f"{base}/metrics/emoji")
+    assert page.inner_text("#error") == "" and page.locator("#empty-state").is_visible()
+    assert page.locator("#estimates-card").is_hidden() and page.locator("#summary .stat").count() == 0
+    lists = {c.name: c for c in shipped_candidates()}
+    assert {"emoji", "words"} <= set(lists)
+    page.wait_for_selector("#shipped-lists button[data-list=emoji]")  # the lists and the links fill in together
+    assert page.locator("#discovery-links a").all_inner_texts() == ["typed"]  # the discovery metric of the fixture
+    page.click("#shipped-lists button[data-list=emoji]")
+    page.wait_for_selector("#estimates-card:not([hidden])")
+    page.wait_for_selector("body[data-state=ready]")
+    assert page.inner_text("#error") == "" and page.locator("#empty-state").is_hidden()
+    assert page.input_value("textarea[name=candidates]").split("\n") == list(lists["emoji"].values)
+    # a file: one value per line (a TSV's first column), comments skipped
+    picked = [c for c in data.candidates[:3]]
+    upload = tmp_path / "mine.tsv"
+    upload.write_text("# my values\n" + "\n".join(f"{v}\t1" for v in picked) + "\n", encoding="utf-8")
+    show(page, f"{base}/metrics/emoji")  # the stored candidates now run the query at once
+    assert page.locator("#empty-state").is_hidden()
+    page.fill("textarea[name=candidates]", "")
+    page.click("#query button[type=submit]")
+    page.wait_for_selector("#empty-state:not([hidden])")
+    page.set_input_files("#candidates-file", str(upload))
+    page.wait_for_selector("#table-card:not([hidden]) #rows tbody tr")
+    assert page.input_value("textarea[name=candidates]").split("\n") == picked
+
+
+def test_post_processing_default_names_what_was_used_and_fits(chromium: Any, site: tuple[str, Populated]) -> None:
+    """The select read "default (norm-sub" (cut off) while the chart said "none": it names the default the
+    query used, and its text fits the select."""
+    base, data = site
+    page = logged_in(chromium, base)
+    query = "&".join(f"candidate={c}" for c in data.candidates[:3])
+    fits = ("s => { const c = document.createElement('canvas').getContext('2d'); c.font = getComputedStyle(s).font;"
+            " return c.measureText(s.options[s.selectedIndex].text).width + 24 <= s.clientWidth; }")
+    for name, extra, used in (("emoji", query, "none"), ("load_hist", "", "norm-sub")):
+        show(page, f"{base}/metrics/{name}?{extra}")
+        assert page.inner_text("#error") == ""
+        text = page.eval_on_selector("select[name=postprocess]", "s => s.options[s.selectedIndex].text")
+        assert text == f"default ({used})" and f"post-processing: {used}" in page.inner_text("#estimates-note")
+        assert page.eval_on_selector("select[name=postprocess]", fits), name
+
+
+def test_the_overview_table_fits_a_1400px_window(chromium: Any, site: tuple[str, Populated]) -> None:
+    """Days and lag were cut off (scrolled out of the card) at 1,400 px."""
+    base, _ = site
+    page = logged_in(chromium, base)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    show(page, f"{base}/")
+    wrap = page.locator("#metrics").locator("xpath=..")
+    assert wrap.evaluate("w => w.scrollWidth <= w.clientWidth")
+    right = wrap.bounding_box()["x"] + wrap.bounding_box()["width"]
+    for col in ("lag", "last_day"):
+        for box in (c.bounding_box() for c in page.locator(f"#metrics td[data-col={col}]").all()):
+            assert box is not None and box["x"] + box["width"] <= right + 0.5, col

@@ -1,4 +1,4 @@
-"""The mean of a numeric histogram (ldptel.aggregator.histogram_mean).
+"""The mean of a numeric histogram (ldptel.client.mechanisms.bucketed).
 
 A fixed lognormal population (median 120, σ = 0.8, clipped to [0, 1000]; n = 2,000 devices, 16 linear
 buckets), privatized 7,201 times per configuration (grr at ε = 4, oue at ε = 1; d = 16 picks each): the mean
@@ -14,10 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from ldptel.aggregator.histogram_mean import histogram_mean
 from ldptel.client import Estimate, estimate, fold, privatize_batch
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.bucketed import histogram_mean
 from ldptel.client.mechanisms.histogram import HistogramBatch, HistogramParams, bucket_edges
 from ldptel.client.mechanisms.mean import MeanParams
 from ldptel.client.mechanisms.state import SketchState

@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
+from ldptel.aggregator.dashboard import DashboardConfig, create_dashboard
+from ldptel.aggregator.dashboard.app import EXTENSION
+from ldptel.aggregator.dashboard.overview import metric_summary
 from ldptel.aggregator.query import estimate_by_day, estimate_metric
 from ldptel.client import MetricSpec
 from ldptel.client.errors import InvalidParameterError
@@ -19,6 +22,7 @@ from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams
 from ldptel.storage import registry
 from tests.aggregator.agg_helpers import append_reports, create, drain, run_cli
 
+TOKEN = "dash-0123456789abcdef-ABCDEFGHIJ-xyz"
 TOML = """
 [metrics.opens]
 mechanism = "event-count"
@@ -58,7 +62,7 @@ def test_toml_apply_and_cli_create_take_the_new_kinds(redis: redis_lib.Redis, en
     assert code == 0 and "7-day window" in out and "[0, 20]" in out
 
 
-def test_a_query_reads_the_days_the_reports_arrive_on(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+def test_a_query_reads_the_days_the_reports_arrive_on(redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
     create(redis, MetricSpec(name="opens", params=EventCountParams(epsilon=4, hi=10)), shards=2)
     record = create(redis, MetricSpec(name="weekly", params=UniqueDevicesParams(epsilon=4, window_days=7)), shards=2)
     # 2024-10-10 is day 20006 (a multiple of 7): the window 2024-10-10..16 is reported 2024-10-17..23
@@ -80,3 +84,22 @@ def test_a_query_reads_the_days_the_reports_arrive_on(redis: redis_lib.Redis, rn
     with pytest.raises(InvalidParameterError):
         estimate_metric(redis, "weekly", postprocess="bogus")  # type: ignore[arg-type]
     assert json.dumps(res.to_dict(), allow_nan=False)
+    # the dashboard's range selector offers the days the reports describe, so its default range reads every report
+    days = metric_summary(redis, registry.get_metric(redis, "weekly"), [])["days_by_version"]["1"]
+    assert (days[0], days[-1]) == ("2024-10-10", "2024-10-23")
+    whole = estimate_metric(redis, "weekly", day_from=days[0], day_to=days[-1])
+    assert whole.n == 600
+    # the dashboard API answers what the CLI answers (the typed result of the mechanism's kind)
+    app = create_dashboard(DashboardConfig(token=TOKEN, redis_url=redis_url))
+    try:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        got = app.test_client().get("/api/metrics/weekly/estimate?day=2024-10-12", headers=auth)
+        assert got.status_code == 200, got.get_data(as_text=True)
+        body = got.get_json()
+        assert body["n"] == 500 and body["kind"] == "frequencies"
+        assert [r["value"] for r in body["rows"]] == ["inactive", "active"]
+        assert body["rows"][1]["estimate"] == pytest.approx(res.rows()[1]["estimate"])
+        by_day = app.test_client().get("/api/metrics/weekly/by-day", headers=auth).get_json()
+        assert by_day["days"] == ["2024-10-10..2024-10-16", "2024-10-17..2024-10-23"]
+    finally:
+        app.extensions[EXTENSION][1].close()

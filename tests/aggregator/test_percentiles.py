@@ -1,4 +1,4 @@
-"""Percentiles of a numeric histogram (ldptel.aggregator.percentiles).
+"""Percentiles of a numeric histogram (ldptel.client.mechanisms.bucketed).
 
 Coverage: a fixed lognormal population (median 120 ms, σ = 0.8, clipped to [0, 1000] ms; n = 20,000 devices,
 32 log-spaced buckets), 2,000 repetitions of the privatization per configuration (grr at ε = 4, oue at
@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pytest
 
-from ldptel.aggregator.percentiles import percentiles
 from ldptel.client import Estimate, estimate, fold, privatize_batch
 from ldptel.client.errors import InvalidParameterError
+from ldptel.client.mechanisms.bucketed import percentiles
 from ldptel.client.mechanisms.histogram import HistogramBatch, HistogramParams, bucket_edges
 from ldptel.client.mechanisms.mean import MeanParams
 from ldptel.client.mechanisms.state import SketchState

@@ -415,3 +415,26 @@ def test_the_readme_section_holds_the_planners_tables() -> None:
     section = readme[readme.index("## Choosing ε, k and m") : readme.index("## Architecture and scale")]
     assert module.markdown() in section
     assert "ldp-math" not in section and "shared" not in section
+
+
+def test_plan_asks_each_mechanism_for_its_candidates_and_never_branches_on_params() -> None:
+    """Issue 25: the categorical plan compares exactly what each mechanism's plan_candidates hook returns (a sketch's
+    (k, m) grid, grr's domain of d labels, rr only at d = 2) and reads collisions through its collision_variance
+    hook; plan.py itself imports no sketch module and tests no params type."""
+    import ast
+    import inspect
+
+    from ldptel.aggregator import plan as plan_module
+    from ldptel.client.mechanisms import mechanisms
+
+    for d in (2, 40):
+        result = plan(domain_size=d, reports=10_000, error=0.05, epsilon=(1.0, 4.0), k=(16, 64), m=(256,))
+        got = {(row.mechanism, row.epsilon, row.k, row.m) for row in result.rows}
+        want = {(mech.name, eps, c.k, c.m) for mech in mechanisms() for eps in (1.0, 4.0)
+                for c in mech.plan_candidates(eps, d, ks=(16, 64), ms=(256,))}
+        assert got == want and want, (d, got ^ want)
+        assert ("rr" in {row.mechanism for row in result.rows}) == (d == 2)
+    tree = ast.parse(inspect.getsource(plan_module))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not any(m and m.endswith("_sketch") for m in imported), imported
+    assert "SketchParams" not in inspect.getsource(plan_module)

@@ -104,6 +104,10 @@ def test_mean_answer_in_value_units_and_days() -> None:
     assert (code, err) == (0, "")
     assert out.startswith("Recommendation: mean (dhm) at ε = 1 ") and "of the range [0, 600]" in out
     assert "--range 0 600" in out.splitlines()[1]
+    # one vocabulary with the TOML keys and metrics create: --lo/--hi are --range
+    assert _cli("--daily-users", "50000", "--lo", "0", "--hi", "600", "--error", "1%")[1] == out
+    code, _, err = _cli("--daily-users", "50000", "--lo", "0", "--error", "1%")
+    assert code == 2 and "--lo and --hi go together" in err
 
 
 def test_percentile_rank_error_is_the_prefix_variance() -> None:

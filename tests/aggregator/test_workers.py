@@ -7,6 +7,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -19,6 +20,7 @@ from ldptel.client import CmsParams, GrrParams, MetricSpec
 from ldptel.storage import keys, registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports, create, drain, ldptel, ldptel_popen, post_reports
+from tests.redis_gate import RedisGate
 from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
 from tests.wait import wait_until
 
@@ -49,19 +51,23 @@ def test_sigkill_mid_fold_then_restart_counts_every_report_once(
     args = ("aggregate", "--once", "--metric", "pages", "--batch", "3", "--checkpoint-every", "9", "--retention", "0")
 
     kills = 0
-    for _ in range(2):  # kill twice, each time after at least one new commit and with work still pending
+    where = redis_lib.connection.parse_url(redis_url)
+    markers = [keys.checkpoint("pages", s).encode() for s in range(shards)]
+    for count in (1, 3):  # kill twice, each time right after this worker's count-th commit reached Redis
         before = {s: redis.get(keys.checkpoint("pages", s)) for s in range(shards)}
-        proc = ldptel_popen(*args, redis_url=redis_url)
-        try:
-            _wait(
-                lambda before=before: any(redis.get(keys.checkpoint("pages", s)) != before[s] for s in range(shards)),
-                timeout=30, what="a checkpoint",
-            )
-            proc.send_signal(signal.SIGKILL)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=10)
+        # The worker talks to Redis through a gate that stops forwarding right after the commit: it cannot
+        # finish before the kill however the machine schedules it (polling for the moment was a race).
+        with RedisGate(where["port"], host=where.get("host", "127.0.0.1"), markers=markers, count=count) as gate:
+            proc = ldptel_popen(*args, redis_url=gate.url)
+            try:
+                _wait(gate.frozen.is_set, timeout=60, what="the worker's commits to reach the gate")
+                _wait(lambda before=before: any(redis.get(keys.checkpoint("pages", s)) != before[s]
+                                                for s in range(shards)), timeout=30, what="a new checkpoint")
+                proc.send_signal(signal.SIGKILL)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate(timeout=10)
         assert proc.returncode == -signal.SIGKILL
         kills += 1
         assert _lag(redis, "pages", shards) > 0, "the worker finished before it was killed; the test proves nothing"
@@ -127,17 +133,28 @@ def test_aggregate_once_waits_for_a_dead_workers_leases_with_progress(
         redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
     sent = append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)
-    # What a SIGKILLed worker leaves behind: its leases, expiring. 5 s outlasts the CLI's start-up even on a
-    # loaded machine (1.5 s did not: the leases were sometimes gone before the CLI looked, and nothing waited).
-    for s in range(2):
-        redis.set(keys.lease("color", s), "a-dead-worker", px=5000)
-    t0 = time.monotonic()
-    proc = ldptel("aggregate", "--once", redis_url=redis_url)
-    assert proc.returncode == 0, proc.stderr
-    assert time.monotonic() - t0 >= 4.9
-    stats = json.loads(proc.stdout)
+    # What a SIGKILLed worker leaves behind: its leases, expiring. They are kept alive until the CLI has seen
+    # them and said it waits (a fixed TTL raced the CLI's start-up on a loaded machine: sometimes the leases
+    # were gone before it looked and nothing waited); then they expire on their own 2 s later.
+    def hold() -> None:
+        for s in range(2):
+            redis.set(keys.lease("color", s), "a-dead-worker", px=2000)
+
+    hold()
+    proc = ldptel_popen("aggregate", "--once", redis_url=redis_url)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+    _wait(lambda: hold() or any('"wait_leases"' in line for line in lines), timeout=60,
+          what="the CLI to wait for the dead worker's leases")
+    released = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    reader.join(timeout=10)
+    assert proc.returncode == 0, "".join(lines)
+    assert time.monotonic() - released >= 1.0  # it waited for the leases to expire
+    stats = json.loads(out)
     assert stats["reports"] == sent.n and stats["unclaimed"] == []
-    waits = [json.loads(line) for line in proc.stderr.splitlines() if '"wait_leases"' in line]
+    waits = [json.loads(line) for line in lines if '"wait_leases"' in line]
     assert waits and waits[0]["shards"] == 2 and waits[0]["holders"] == ["a-dead-worker"]
     assert _total(redis, "color").equals(sent.expected_state())
 
@@ -145,7 +162,6 @@ def test_aggregate_once_waits_for_a_dead_workers_leases_with_progress(
 @pytest.mark.slow
 def test_aggregate_once_says_which_shards_a_live_worker_kept_and_exits_2(
         redis: redis_lib.Redis, redis_url: str, rng: np.random.Generator) -> None:
-    import threading
 
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=2)
     append_reports(redis, record, ["a", "b"] * 100, rng, day="2026-03-01", batch_size=20)

@@ -57,6 +57,10 @@ TARGETS = (
     ("bare_xadd", "bare_app:app", "/xadd/v1/reports"),
     ("ldptel", "ldptel.server:create_app()", "/v1/reports"),
 )
+# --breakdown: the same ingest app, sent batches of a metric broken down by os and app_version (each batch carries
+# its profile; ingest validates it and stores the cell with the entry): its ratio to "ldptel" is the cost of breakdowns
+BREAKDOWN_TARGET = ("ldptel_breakdown", "ldptel.server:create_app()", "/v1/reports")
+BREAKDOWN_PROFILE = b"os=android,app_version=2.1"
 BATCH_ID_OFFSET = 16  # magic 4 + format 1 + mechanism 1 + flags 2 + version 4 + n 4
 BARE_APP = '''
 import os
@@ -326,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="gunicorn threads per worker (default: deploy/gunicorn.conf.py's)")
     parser.add_argument("--no-trim", action="store_true", help="do not trim the streams while loading")
     parser.add_argument("--no-aof", action="store_true", help="run Redis without AOF (to see what persistence costs)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also load the ingest with batches of a breakdown metric (os, app_version): the cost of "
+                             "breakdowns on ingest, and its ratio to the bare XADD")
     parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always",
                         help="Redis's AOF fsync policy, for every target alike (default: always, as deploy/redis.conf; "
                              "the bare XADD then has the same durability as the ingest)")
@@ -334,16 +341,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("bounded: duration ≤ 60 s, rounds ≤ 20, procs ≤ 8, conns ≤ 64")
 
     from ldptel.client import CmsParams, MetricSpec, privatize_batch
+    from ldptel.client.protocol.breakdown import ProfileSchema
     from ldptel.client.protocol.wire import encode_batch
     from ldptel.storage.embedded import EmbeddedRedis
-    from ldptel.storage.registry import create_metric
+    from ldptel.storage.registry import create_metric, set_profile
 
     spec = MetricSpec(name="bench.cms", params=CmsParams(epsilon=4.0, k=256, m=1024))
+    broken = MetricSpec(name="bench.cms.by", params=spec.params, breakdown=("os", "app_version"))
+    targets = TARGETS + ((BREAKDOWN_TARGET,) if args.breakdown else ())
     rng = np.random.default_rng(1)
     bodies = {}
+    broken_bodies = {}
     for size in (int(s) for s in args.sizes.split(",")):
         batch = privatize_batch([f"v{i % 97}" for i in range(size)], spec.params, rng=rng)
         bodies[size] = encode_batch(metric=spec.name, version=1, batch_id=bytes(16), batch=batch, params=spec.params)
+        broken_bodies[size] = encode_batch(metric=broken.name, version=1, batch_id=bytes(16), batch=batch,
+                                           params=spec.params, profile=BREAKDOWN_PROFILE)
 
     with tempfile.TemporaryDirectory(prefix="ldptel-bench-") as tmp, EmbeddedRedis(
         data_dir=Path(tmp) / "redis", appendonly=not args.no_aof, appendfsync=args.appendfsync
@@ -352,6 +365,9 @@ def main(argv: list[str] | None = None) -> int:
         (workdir / "bare_app.py").write_text(BARE_APP)
         r = redis_server.client()
         create_metric(r, spec, shards=4)
+        if args.breakdown:
+            set_profile(r, ProfileSchema({"os": ("android", "ios", "web"), "app_version": ("2.0", "2.1", "2.2")}))
+            create_metric(r, broken, shards=4)
         env = {k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}
         env.update(
             LDPTEL_APP_TOKENS=APP_TOKEN,
@@ -368,8 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         # ~1 GB per run and the benchmark would measure Redis memory growth and AOF rewrites instead of ingest.
         stop_trim = threading.Event()
         trimmer = threading.Thread(target=_trim_loop, args=(redis_server.url, spec.name, stop_trim), daemon=True)
+        trimmer2 = threading.Thread(target=_trim_loop, args=(redis_server.url, broken.name, stop_trim), daemon=True)
         if not args.no_trim:
             trimmer.start()
+            if args.breakdown:
+                trimmer2.start()
         log = workdir / "gunicorn.log"
         with_cpu = Path("/proc/stat").exists()
         results: dict[tuple[str, int], list[dict]] = {}
@@ -377,16 +396,16 @@ def main(argv: list[str] | None = None) -> int:
         for size, body in bodies.items():
             servers: dict[str, tuple[subprocess.Popen, int]] = {}
             try:
-                for target, app, _ in TARGETS:
+                for target, app, _ in targets:
                     port = _free_port()
                     servers[target] = (start_gunicorn(app, port, env, workdir, log), port)
                 for rnd in range(args.rounds):
-                    shift = rnd % len(TARGETS)
-                    for target, _, path in TARGETS[shift:] + TARGETS[:shift]:
+                    shift = rnd % len(targets)
+                    for target, _, path in targets[shift:] + targets[:shift]:
                         _quiesce(r)
                         proc, port = servers[target]
                         cpu = CpuWindow(proc.pid, redis_server.pid, args.warmup, args.duration) if with_cpu else None
-                        res = run_load(port, body, path=path, procs=args.procs, conns=args.conns, warmup=args.warmup, duration=args.duration)
+                        res = run_load(port, broken_bodies[size] if target == BREAKDOWN_TARGET[0] else body, path=path, procs=args.procs, conns=args.conns, warmup=args.warmup, duration=args.duration)
                         res["cpu"] = cpu.totals() if cpu else {}
                         res["round"] = rnd
                         if target == "ldptel":
@@ -400,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
                     stop(proc)
 
         stop_trim.set()
-        if trimmer.is_alive():
-            trimmer.join(timeout=10)
+        for thread in (trimmer, trimmer2):
+            if thread.is_alive():
+                thread.join(timeout=10)
         # XINFO's entries-added counts every entry ever appended, trimmed or not
         stored_batches = sum(
             int(r.xinfo_stream(f"ldp:v1:{{{spec.name}:{shard}}}:held")["entries-added"]) for shard in range(4)
@@ -412,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                   "slice_s": args.duration, "rounds": args.rounds, "appendfsync": args.appendfsync}
         rps_of: dict[tuple[str, int], float] = {}
         for size in bodies:
-            for target, _, _ in TARGETS:
+            for target, _, _ in targets:
                 runs = results[(target, size)]
                 requests = sum(x["requests"] for x in runs)
                 rps = rps_of[(target, size)] = requests / (args.duration * len(runs))
@@ -433,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
                 ("ratio_vs_bare_xadd_requests_per_s", "ldptel", "bare_xadd", 0.90),
                 ("ratio_vs_bare_requests_per_s", "ldptel", "bare", None),
                 ("ratio_bare_redis_ping_vs_bare_requests_per_s", "bare_redis_ping", "bare", None),
+                *((("ratio_breakdown_vs_bare_xadd_requests_per_s", "ldptel_breakdown", "bare_xadd", 0.90),
+                   ("ratio_breakdown_vs_plain_ingest_requests_per_s", "ldptel_breakdown", "ldptel", None))
+                  if args.breakdown else ()),
             ):
                 if not rps_of[(base, size)]:
                     print(f"warning: {base} answered nothing at batch {size}: no ratio", file=sys.stderr)

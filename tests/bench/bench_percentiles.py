@@ -6,7 +6,7 @@
 Populations (fixed, n = 50,000 by default): log-normal file sizes (median 20 kB, σ = 1.5) and Pareto(α = 1.1,
 x_m = 2 kB), clipped to [0, 1 MB]; 32 log-spaced buckets (the first [0, 1 kB)); ε ∈ {1, 2, 4}; R = 400
 privatizations each. Figures: the median over repetitions of estimate / true percentile (goal |ratio − 1| ≤
-0.25 where resolved) for the shipped estimator (:mod:`ldptel.aggregator.percentiles`) and for Norm-Sub +
+0.25 where resolved) for the shipped estimator (:mod:`ldptel.client.mechanisms.bucketed`) and for Norm-Sub +
 linear interpolation (the estimator before issue 24); the share of repetitions in which the percentile is
 resolved (its interval spans ≤ a quarter of the buckets); the coverage of the shipped interval and of the
 earlier interval rule (the largest edge rejecting F ≥ level), goal ≥ 0.95.
@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ldptel.aggregator.percentiles import percentiles
 from ldptel.aggregator.postprocess import norm_sub
 from ldptel.client import estimate, fold, privatize_batch
 from ldptel.client.mechanisms import mechanism_of
+from ldptel.client.mechanisms.bucketed import percentiles
 from ldptel.client.mechanisms.histogram import HistogramParams, bucket_edges
 
 LEVELS = (50.0, 90.0, 99.0)

@@ -121,7 +121,7 @@ def ingest_round(server: EmbeddedRedis, ports: dict[str, int], body: bytes, args
     for stage in ("without", "with"):
         log = (tmp / f"worker-{stage}.log").open("wb")
         cmd = [sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--retention", "0", "--no-progress",
-               "--log-level", "warning", "--shuffle-n-min", "100", "--shuffle-hold", "5"]
+               "--log-level", "warning", "--shuffle-n-min", "100", "--shuffle-hold", "5", "--shuffle-purge", "3600"]
         if stage == "without":
             cmd.append("--no-shuffle")  # it folds what the old-style ingest appended straight to its stream
         env = {**os.environ, "LDPTEL_REDIS_URL": server.url, "LDPTEL_SHUFFLE_MAX_BLOCK_UPLOADS": "0"}

@@ -29,7 +29,7 @@ class LocalCluster:
         self.replicas = replicas
         self.appendfsync = appendfsync
         flags = (
-            "--appendfsync", appendfsync,  # after EmbeddedRedis's own everysec: this one wins
+            "--appendfsync", appendfsync,  # after EmbeddedRedis's own (always): this one wins
             "--cluster-enabled", "yes",
             "--cluster-config-file", "nodes.conf",
             "--cluster-node-timeout", str(node_timeout_ms),

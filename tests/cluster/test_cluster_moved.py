@@ -79,7 +79,7 @@ def test_a_commit_with_a_stale_slot_map_lands_on_the_new_owner_once(
         last = store.parse_id(entries[-1][0])
         state = fold(SPEC.params, sent.batches)
         sh = OwnedShard(metric=SPEC.name, shard=0, checkpoint=ZERO_ID, last_folded=last, leased_at=0.0,
-                        cursor=format_id(last), states={(1, "2026-01-02"): state}, dirty={(1, "2026-01-02")},
+                        cursor=format_id(last), states={(1, "2026-01-02", ""): state}, dirty={(1, "2026-01-02", "")},
                         uncommitted=len(entries))
         new_owner = _migrate_slot(cluster_redis, keys.stream(SPEC.name, 0))
         assert stale.nodes_manager.get_node_from_slot(stale.keyslot(keys.stream(SPEC.name, 0))).name != new_owner  # type: ignore[attr-defined]

@@ -3,7 +3,9 @@ Redis; ``ldptel aggregate --once`` folds; ``ldptel estimate`` covers the truth.
 
 * 300 Node devices (one FileStore namespace each) fetch their specs, report three metrics while the ingest is
   unreachable (an offline period: everything stays queued on disk), then are reopened (a restart) and deliver.
-* 1,000 browser devices (one IndexedDB namespace each) in one page of a persistent Chromium profile, served
+* 200 browser devices (one IndexedDB namespace each; ``LDPTEL_JS_BROWSER_DEVICES=1000`` for the 1,000-device run
+  of issue 27, about 5x the time: the same checks, whose tolerances are the estimates' own standard errors, so
+  they hold at either n) in one page of a persistent Chromium profile, served
   from an origin the ingest's CORS allow-list names (real preflights): they report and commit, go offline
   (uploads fail), the page reloads mid-queue (the queue and the ledgers survive: a second report the same day
   is refused), a report inside the ≤ 1 s commit window is lost with its spend while a committed one survives,
@@ -33,7 +35,10 @@ ROOT = Path(__file__).resolve().parents[2]
 APP = "js-e2e-app-token-0123456789abcdefghij"
 ADMIN = "js-e2e-admin-token-0123456789abcdefgh"
 NODE_DEVICES = 300
-BROWSER_DEVICES = int(os.environ.get("LDPTEL_JS_BROWSER_DEVICES", "1000"))
+# Every check below is exact (counts of queued, pending, delivered, refused reports: independent of n) or a z = 6
+# band from the estimate's own standard error (valid at any n of this size: each estimate sums ≥ 500 independent
+# bounded reports). The suite runs 200 browser devices; the 1,000 of issue 27 is LDPTEL_JS_BROWSER_DEVICES=1000.
+BROWSER_DEVICES = int(os.environ.get("LDPTEL_JS_BROWSER_DEVICES", "200"))
 pytestmark = pytest.mark.slow
 
 SPECS = [

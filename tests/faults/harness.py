@@ -46,6 +46,7 @@ from ldptel.storage.client import connect
 from ldptel.storage.embedded import EmbeddedRedis
 from tests.client.conftest import OPEN_POLICY
 from tests.cluster.local import LocalCluster
+from tests.disk_pressure import DiskPressure, fsync_backlog
 from tests.faults.slow import create_metric
 from tests.faults.stack import DEPLOY, ROOT, free_port, worker_pids
 from tests.server.srv_helpers import OCTET, fill_to_maxmemory, lift_maxmemory
@@ -124,6 +125,13 @@ class FaultRun:
         return connect(self.url)
 
     def __enter__(self) -> FaultRun:
+        try:
+            return self._enter()
+        except BaseException:  # a failed set-up stops what it started (no process or socket outlives the test)
+            self.__exit__()
+            raise
+
+    def _enter(self) -> FaultRun:
         if self.cluster is None:
             self.redis.start()
         else:
@@ -327,10 +335,10 @@ class FaultRun:
 
     def _inject_redis_kill9_after_ack(self) -> float:
         """kill -9 Redis the moment a batch has been acknowledged, while its AOF fsyncs are slow: a competing
-        writer fsyncs large writes on the same disk (:class:`_DiskPressure`). Under ``appendfsync everysec``
+        writer fsyncs large writes on the same disk (:class:`~tests.disk_pressure.DiskPressure`). Under ``appendfsync everysec``
         Redis then postpones its AOF writes (up to 2 s) yet still replies: the acknowledged batches of that
         window exist only in its memory, and this kill takes them. Under ``always`` a reply follows the fsync."""
-        with _DiskPressure(self.tmp / "pressure.bin"):
+        with DiskPressure(self.tmp / "pressure.bin"):
             self._wait_fsync_backlog()
             self.acks.acked.clear()
             assert self.acks.acked.wait(10), "no acknowledgement under disk pressure"
@@ -345,14 +353,12 @@ class FaultRun:
         under everysec; under always there is none and this returns after ``timeout``)."""
         r = self.redis.client()
         try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                info = r.info("persistence")
-                if info.get("aof_pending_bio_fsync") and info.get("aof_buffer_length", 0) > 0:
-                    self.extra["fsync_backlog_seen"] = True
-                    return
-                time.sleep(0.005)
-            self.extra["fsync_backlog_seen"] = False
+            try:
+                wait_until(lambda: fsync_backlog(r), timeout=timeout, interval=0.005, max_interval=0.005,
+                           what="an AOF fsync backlog")
+                self.extra["fsync_backlog_seen"] = True
+            except AssertionError:
+                self.extra["fsync_backlog_seen"] = False
         finally:
             r.close()
 
@@ -463,19 +469,21 @@ class FaultRun:
         self.gunicorn.kill()
         self.gunicorn.wait(timeout=10)
         killed = time.monotonic()
-        deadline = killed + 30
-        while True:  # a supervisor's restart (gunicorn retries the bind while the orphans hold the port)
+
+        def restarted() -> bool:  # a supervisor's restart (gunicorn retries the bind while the orphans hold the port)
             try:
                 self.start_gunicorn()
-                break
-            except AssertionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                return True
+            except AssertionError:  # the new master gave up on the port: start it again
+                return False
+
+        wait_until(restarted, what="a new gunicorn master to serve", interval=0.1, max_interval=0.1)
         # Served by the new master: the orphans are gone (they exit ~2 s after the kill) and its workers run.
-        while (any(Path(f"/proc/{pid}").exists() for pid in orphans) or len(worker_pids(self.gunicorn.pid)) < 2) \
-                and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert self.gunicorn is not None
+        master = self.gunicorn.pid
+        wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in orphans)
+                   and len(worker_pids(master)) >= 2,
+                   what="the orphaned workers to exit and the new master's workers to run", max_interval=0.02)
         ready = time.monotonic()
         return ready - killed + self._wait_ack_after(ready)
 
@@ -572,42 +580,6 @@ class FaultRun:
             "sdk_sketch_equal": sdk_folded.equals(sdk_expected) and sdk_folded.n == delivered,
             "reporters_pending": sum(rep.stats().pending for rep in self.reporters),
         }
-
-
-class _DiskPressure:
-    """A thread that keeps the disk busy: 8 MB writes to one file (rewritten in place, at most 64 MB), each
-    fsynced, until the block ends. Bounded in size and time; the file is deleted."""
-
-    CHUNK = 8 << 20
-    FILE_BYTES = 64 << 20
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        block = os.urandom(self.CHUNK)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            offset = 0
-            deadline = time.monotonic() + 30
-            while not self._stop.is_set() and time.monotonic() < deadline:
-                os.pwrite(fd, block, offset)
-                os.fsync(fd)
-                offset = (offset + self.CHUNK) % self.FILE_BYTES
-        finally:
-            os.close(fd)
-            self.path.unlink(missing_ok=True)
-
-    def __enter__(self) -> _DiskPressure:
-        self._thread.start()
-        time.sleep(0.2)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def _total(r: redis_lib.Redis, name: str) -> SketchState:

@@ -31,11 +31,13 @@ def create_metric(port: int, spec: MetricSpec) -> None:
     # above the default device policy on purpose, which the registry refuses unless told so.
     fields = {k: v for k, v in spec.to_dict().items() if k != "version"}
     body = json.dumps({**fields, "allow_above_default_policy": True})
-    conn.request("POST", "/v1/metrics", body=body,
-                 headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"})
-    response = conn.getresponse()
-    assert response.status in (200, 201), response.read()
-    conn.close()
+    try:  # closed even when the assertion fails (a leaked socket fails a later test with a ResourceWarning)
+        conn.request("POST", "/v1/metrics", body=body,
+                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"})
+        response = conn.getresponse()
+        assert response.status in (200, 201), response.read()
+    finally:
+        conn.close()
 
 
 def _open_slow(port: int, kind: str) -> socket.socket:

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from flask.testing import FlaskClient
 
 from ldptel.server import ServerConfig, create_app
 from ldptel.storage.embedded import EmbeddedRedis
+from tests.wait import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_TOKEN = "rate-app-token-Xc8Vb2Nm4Lk6Jh0G"
@@ -57,17 +57,19 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[int, EmbeddedRedis, Path]]:
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
-            deadline = time.monotonic() + 30
-            while log.read_text().count("Booting worker") < 2:
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-                time.sleep(0.05)
-            while True:
+            def booted() -> bool:
+                assert proc.poll() is None, log.read_text()
+                return log.read_text().count("Booting worker") >= 2
+
+            def healthy() -> bool:
                 try:
                     _status(port, "/healthz", "")
-                    break
+                    return True
                 except OSError:
-                    assert time.monotonic() < deadline
-                    time.sleep(0.05)
+                    return False
+
+            wait_until(booted, what=lambda: f"both gunicorn workers to boot: {log.read_text()[-2000:]}")
+            wait_until(healthy, what="gunicorn to answer /healthz")
             yield port, server, log
         finally:
             proc.terminate()

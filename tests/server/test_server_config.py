@@ -115,8 +115,9 @@ def test_every_placeholder_of_the_example_file_is_refused(name: str, placeholder
         ("Ab1-" * 5, "distinct characters"),  # 20 × log2(93) ≈ 131 bits by the estimate, 4 distinct characters
         ("t" * 40, "distinct characters"),  # 188 bits by length, one character
         ("abcdabcdabcdabcdabcdabcdabcdabcd", "distinct characters"),
-        ("CHANGEME-" + secrets.token_urlsafe(32), "placeholder"),
-        ("has space " + secrets.token_urlsafe(32), "printable ASCII"),
+        # fixed strong tails (not drawn at collection: pytest-xdist workers must collect the same test ids)
+        ("CHANGEME-" + "q8Zt3rVx0LmN5pKs7wYb2HcJ9fDg4QeA6uRi1oTzXn", "placeholder"),
+        ("has space " + "q8Zt3rVx0LmN5pKs7wYb2HcJ9fDg4QeA6uRi1oTzXn", "printable ASCII"),
     ],
 )
 def test_short_or_low_entropy_tokens_are_refused(token: str, reason: str) -> None:

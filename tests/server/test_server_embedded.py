@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import redis as redis_lib
 
 from ldptel.storage.embedded import EmbeddedRedis, EmbeddedRedisError, find_server_binary
+from tests.disk_pressure import DiskPressure, fsync_backlog
 from tests.wait import wait_until
 
 
@@ -41,6 +43,35 @@ def test_kill_and_restart_keeps_acknowledged_writes(tmp_path: Path) -> None:
         r.close()
     assert server.pid is None
     assert any(tmp_path.iterdir())  # a given data dir is kept
+
+
+@pytest.mark.slow
+def test_default_server_keeps_a_write_acknowledged_just_before_kill9_under_disk_pressure(tmp_path: Path) -> None:
+    """The default is durable: every reply follows its AOF fsync. Under ``everysec`` (the old default, which the
+    ingest tests' private servers used) a busy disk makes Redis postpone its AOF write for up to 2 s while it
+    still replies, and kill -9 then loses writes it acknowledged: the cause of ingest tests that once lost
+    acknowledged batches under load. Writes are acknowledged one by one; Redis is killed right after a reply
+    that came while (under everysec) writes wait behind a background fsync."""
+    server = EmbeddedRedis(data_dir=tmp_path / "redis")
+    with server, DiskPressure(tmp_path / "pressure.bin"):
+        r, probe = server.client(), server.client()
+        assert r.config_get("appendfsync") == {"appendfsync": "always"}
+        acked = 0
+        backlog_at = None
+        deadline = time.monotonic() + 3  # under always there is no backlog to wait for: 3 s of writes and kill
+        while time.monotonic() < deadline:
+            r.xadd("s", {"b": b"x" * 100})
+            acked += 1
+            if fsync_backlog(probe):  # acknowledged writes wait in Redis's memory for their AOF write
+                backlog_at = acked
+                break
+        r.close()
+        probe.close()
+        server.kill()
+        server.start()
+        r = server.client()
+        assert r.xlen("s") == acked, f"{acked - r.xlen('s')} acknowledged writes lost (backlog seen: {backlog_at})"
+        r.close()
 
 
 def test_temporary_dir_is_removed_and_stop_is_idempotent() -> None:

@@ -140,6 +140,28 @@ async function indexPage() {
 }
 
 // ------------------------------------------------------------------------------------------ metric page
+// The empty state of a metric whose queries need candidates: the shipped lists (one button each), a file, and
+// the discovery metrics that find values without a list. ``use`` puts the values in the form and runs it.
+async function emptyState(use) {
+  const file = document.getElementById("candidates-file");
+  file.addEventListener("change", async () => {
+    if (!file.files.length) return;
+    const text = await file.files[0].text();
+    use(text.split(/\r?\n/).map((line) => line.split("\t")[0].trim()).filter((v) => v && !v.startsWith("#")).join("\n"));
+  });
+  const [lists, metrics] = await Promise.all([api("/api/candidate-lists"), api("/api/metrics")]);
+  const shipped = document.getElementById("shipped-lists");
+  shipped.replaceChildren(...lists.map((l) => {
+    const button = el("button", { type: "button", class: "plain", dataset: { list: l.name }, text: `${l.name} (${fmtInt(l.count)} values)`, title: l.description });
+    button.addEventListener("click", async () => use((await api(`/api/candidate-lists/${encodeURIComponent(l.name)}`)).values.join("\n")));
+    return button;
+  }));
+  if (!lists.length) shipped.textContent = "none installed";
+  const found = metrics.filter((m) => m.kind === "discovery");
+  if (found.length) document.getElementById("discovery-links").replaceChildren(...found.flatMap((m, i) =>
+    [i ? ", " : "", el("a", { href: `/metrics/${encodeURIComponent(m.name)}`, text: m.name })]));
+}
+
 const FORM_KEYS = ["from", "to", "version", "top", "estimator", "postprocess", "percentiles", "by", "where"];
 const shownField = (form, key) => !form.elements[key].closest("label").hidden;
 
@@ -178,7 +200,7 @@ function summaryCards(doc, kind) {
     const spec = SUMMARY_FORMATS[key] || { title: key, fmt: fmtNumber };
     box.append(statCard(spec.title, spec.fmt(val.estimate), interval(spec.fmt, val), key));
   }
-  if (!kind.counts) for (const r of doc.rows) box.append(statCard(r.value, fmtCount(r.estimate), `${interval(fmtCount, r)} · stderr ${fmtCount(r.stderr)}`, r.value));
+  if (!kind.counts) for (const r of doc.rows) box.append(summaryRowCard(doc, r, interval));
   // Both uncertainties, labelled: the proportion's population interval, and the fleet when devices are sampled.
   const pop = doc.population && doc.population.proportion;
   if (pop && doc.proportion) box.append(statCard("share of true · population", fmtShare(doc.proportion.estimate),
@@ -205,6 +227,15 @@ function summaryCards(doc, kind) {
   }
   if (doc.note) box.append(el("div", { class: "stat note-card", dataset: { summary: "note" } },
     el("div", { class: "label", text: "note" }), el("div", { class: "small", text: doc.note })));
+}
+
+// A numeric summary's row (mean, sum, count): an exact row (stderr 0: the count of reports) is an integer with its
+// unit and no interval; an estimated one says it is in the metric's own unit, with its interval and stderr.
+function summaryRowCard(doc, r, interval) {
+  if (r.stderr === 0 && r.ci_low === r.ci_high) {
+    return statCard(r.value, `${fmtInt(r.estimate)} reports`, "exact: the reports folded (not an estimate)", r.value);
+  }
+  return statCard(`${r.value} · in the value's unit`, fmtCount(r.estimate), `${interval(fmtCount, r)} · stderr ${fmtCount(r.stderr)}`, r.value);
 }
 
 function statCard(label, big, small, key) {
@@ -561,11 +592,23 @@ async function metricPage() {
     document.getElementById("series-chart").replaceChildren(seriesChart(lastSeries, scale, seriesWhat, seriesOffset));
   };
   document.querySelectorAll("input[name=scale]").forEach((r) => r.addEventListener("change", draw));
-  const cards = ["estimates-card", "groups-card", "percentiles-card", "discovery-card", "series-card", "table-card"];
+  const cards = ["estimates-card", "groups-card", "percentiles-card", "discovery-card", "series-card", "table-card", "empty-state"];
   const show = (ids) => cards.forEach((id) => { document.getElementById(id).hidden = !ids.includes(id); });
+
+  const needsCandidates = (body) => info.candidates === "required" && shownField(form, "candidates") && !body.candidates;
+  const setCandidates = (text) => { form.elements.candidates.value = text; run(); };
+  let emptyLoaded = false; // the lists and the metric list are fetched the first time the empty state shows
 
   const run = async () => {
     const body = queryBody(form);
+    if (needsCandidates(body)) { // a sketch keeps no list of its values: say how to name them, not a red error
+      showError("");
+      if (!emptyLoaded) { emptyLoaded = true; emptyState(setCandidates).catch((err) => showError(err.message)); }
+      show(["empty-state"]);
+      document.getElementById("summary").replaceChildren();
+      document.body.dataset.state = "ready";
+      return;
+    }
     const shown = new URLSearchParams(Object.entries(body).filter(([k]) => k !== "candidates"));
     history.replaceState(null, "", `${location.pathname}?${shown}`);
     if (body.candidates) localStorage.setItem(`ldptel.candidates.${name}`, body.candidates);
@@ -590,6 +633,7 @@ async function metricPage() {
         if (body.by) { broken = doc; doc = doc.total; }
       }
       const shown = kindOf(doc.kind);
+      form.elements.postprocess.options[0].textContent = `default (${doc.postprocess})`; // what the chart used
       summaryCards(doc, shown);
       const visible = ["table-card"];
       if (shown.chart) {
