@@ -46,7 +46,8 @@ ESTIMATOR_COLUMN = "estimator"  # csv: last, when the result has corrected rows;
 SIGNIFICANT_COLUMN = "significant"  # rows of candidates: distinguishable from zero over all of them (selection)
 RESULT_FORMATS = ("table", "json", "csv")
 DAILY_COLUMNS = ("day", "n")  # in front of RESULT_COLUMNS with --by-day
-# csv: last, the local ε per report and the central (ε, δ) of the row's range or day (empty where not applicable)
+# csv: after the rows' columns (before significant and estimator, which stay last), the local ε per report and the
+# central (ε, δ) of the row's range or day (empty where not applicable)
 PRIVACY_COLUMNS = ("local_epsilon", "central_epsilon", "central_delta")
 ESTIMATE_COLOR = "#4c72b0"  # bars of raw estimates
 MARKER_COLOR = "#dd8452"  # what is drawn over them: post-processed values, true counts
@@ -551,7 +552,7 @@ def _rows_csv(first: QueryResult, rows: list[dict[str, Any]], out: TextIO, *, fr
     # Plain-only results keep the columns they always had; results with corrected rows say which row is which.
     labelled = first.estimator != "plain"
     marked = (SIGNIFICANT_COLUMN,) if first.selection is not None else ()
-    fields = front + _columns(first) + marked + ((ESTIMATOR_COLUMN,) if labelled else ()) + PRIVACY_COLUMNS
+    fields = front + _columns(first) + PRIVACY_COLUMNS + marked + ((ESTIMATOR_COLUMN,) if labelled else ())
     writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for row in rows:

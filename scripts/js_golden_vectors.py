@@ -34,9 +34,10 @@ from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.capabilities import Permanent
 from ldptel.client.mechanisms.histogram import bucket_edges
 from ldptel.client.mechanisms.longitudinal import report_charge
+from ldptel.client.protocol.breakdown import check_profile, encode_profile
 from ldptel.client.protocol.hashing import HashFamily, value_bytes
 from ldptel.client.protocol.keyed import memo_key, privatization_fingerprint, prr_stream
-from ldptel.client.protocol.specs import params_from_dict
+from ldptel.client.protocol.specs import MetricSpec, params_from_dict
 from ldptel.client.protocol.wire import encode_batch, encode_upload
 
 N_STRINGS = 10_240
@@ -275,6 +276,34 @@ def batch_vectors(rnd: random.Random, pool: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def profile_vectors(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Breakdowns: a spec with dimensions and declared values, a device profile, the wire profile the device sends
+    (undeclared, missing and malformed values as 'other') and a golden batch's body carrying it (its own generator:
+    the other vectors' random stream is unchanged)."""
+    rnd = random.Random(29)
+    devices: list[dict[str, Any]] = [
+        {"os": "android", "app_version": "2.1", "channel": "beta"}, {"os": "beos", "app_version": "2.0"},
+        {"app_version": "9.9-rare"}, {"os": "ios", "app_version": "not valid!", "arch": "arm64"}, {},
+        {"os": "web", "app_version": "2.0", "channel": "other"},
+    ]
+    out = []
+    for i, device in enumerate(devices):
+        dims = rnd.choice([("os",), ("os", "app_version"), ("app_version", "os", "channel")])
+        values = {"os": ("android", "ios", "web"), "app_version": ("2.0", "2.1"), "channel": ("stable", "beta")}
+        case = batches[i * 7 % len(batches)]
+        params = params_from_dict(case["params"])
+        spec = MetricSpec(name=case["metric"], params=params, version=3, breakdown=dims,
+                          profile=tuple((d, values[d]) for d in dims))
+        wire = encode_profile(check_profile(device), dims, spec.profile_schema)
+        m = mechanism_of(params)
+        batch = m.unpack_reports([bytes.fromhex(r) for r in case["records"]], params)
+        body = encode_batch(metric=case["metric"], version=3, batch_id=bytes(range(16)), batch=batch, params=params,
+                            profile=wire)
+        out.append({"spec": spec.to_dict(), "device": device, "wire": wire.decode("ascii"), "records": case["records"],
+                    "body": body.hex()})
+    return out
+
+
 def upload_vectors(batches: list[dict[str, Any]], rnd: random.Random) -> list[dict[str, Any]]:
     out = []
     for _ in range(10):
@@ -309,6 +338,7 @@ def main(argv: list[str]) -> int:
         "batches": batches,
         "uploads": upload_vectors(batches, rnd),
         "floats": float_vectors(rnd),
+        "profiles": profile_vectors(batches),
     }
     with open(args.out, "w", encoding="ascii") as fh:
         json.dump(doc, fh, ensure_ascii=True, separators=(",", ":"), allow_nan=False)

@@ -169,9 +169,19 @@ def longitudinal_note(params: ParamsBase) -> str:
     """One line for people choosing or reading a metric: what repeated reports of one device disclose."""
     mech = _mechanism(params)
     channel = mech.permanent_channel(params)
+    period = getattr(mech, "period_days", None)  # aggregated on the device: one report per period
+    if period is not None:
+        w = int(period(params))
+        per = "day" if w == 1 else f"{w}-day period"
+        releases = -(-365 // w) + 1
+        yearly = params.effective_epsilon if channel is None else channel.epsilon_irr
+        head = (f"aggregated on the device: one report per {per}, at most {releases} a year (a year of reports: "
+                f"ε ≤ {releases * yearly:.3g} between any two histories); ")
+    else:
+        head = ""
     if channel is None:
-        return (f"repeated reports: one value's reports on one day are together ε {params.effective_epsilon:.3g} "
-                "(memoized); days add up; which of a day's reports repeat a value is not hidden")
-    return (f"repeated reports: the level (histories with the same change times) is protected for life by "
-            f"ε {mech.longitudinal_epsilon(params):.3g}; when the value changes is not: each report costs "
-            f"ε {channel.epsilon_irr:.3g} given the others, and the daily budget charges that")
+        return head + (f"repeated reports: one value's reports on one day are together ε {params.effective_epsilon:.3g} "
+                       "(memoized); days add up; which of a day's reports repeat a value is not hidden")
+    return head + (f"repeated reports: the level (histories with the same change times) is protected for life by "
+                   f"ε {mech.longitudinal_epsilon(params):.3g}; when the value changes is not: each report costs "
+                   f"ε {channel.epsilon_irr:.3g} given the others, and the daily budget charges that")

@@ -136,6 +136,10 @@ def check_breakdown(name: str, dims: Sequence[str], schema: ProfileSchema, state
         raise InvalidParameterError(
             f"{name}.breakdown", f"dimensions of the profile schema {sorted(schema.dimensions)} "
             "(declare them first: [profile] in the metrics file, or `ldptel metrics profile set`)", missing)
+    longest = sum(len(d) + 1 + max(len(v) for v in schema.values(d)) for d in dims) + len(dims) - 1
+    if longest > MAX_PROFILE_BYTES:
+        raise InvalidParameterError(
+            f"{name}.breakdown", f"dimension and value names whose longest profile fits {MAX_PROFILE_BYTES} bytes", longest)
     cells = combinations(dims, schema)
     if cells > MAX_COMBINATIONS:
         raise InvalidParameterError(

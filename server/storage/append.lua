@@ -2,11 +2,12 @@
 -- KEYS[1] = held stream  ldp:v1:{metric:shard}:held  (released to the fold by the shuffle stage: shuffle.py)
 -- KEYS[2] = dedupe  ldp:v1:{metric:shard}:seen:<batch id hex>   (same hash tag, same slot)
 -- ARGV    = day, version, n, batch bytes, dedupe expiry (ms, a UTC day boundary), start of the UTC day in ms,
---           content digest ('d1:' .. 16-byte BLAKE2b of the batch bytes: append.py), breakdown cell ('' for none:
+--           content digest ('d2:' .. 16-byte MurmurHash3 of the batch bytes: append.py), breakdown cell ('' for none:
 --           then the entry has no 'c' field, exactly as before breakdowns)
 -- Returns the new entry id; false when the batch id was already seen with this content (a retry: nothing
--- written); 0 when it was seen with other content (a conflict: nothing written). A dedupe key from before
--- digests were stored (its value is not 'd1:...') cannot tell: a duplicate, as it always was.
+-- written); 0 when it was seen with other content (a conflict: nothing written). A dedupe key whose value is
+-- not a digest of this kind (from before digests, an earlier release's 'd1:' BLAKE2b, a released upload's '1')
+-- cannot tell: a duplicate, as it always was.
 --
 -- Nothing finer than the day is stored with a batch:
 -- * entry ids are "<start of a UTC day in ms>-<sequence>", never the arrival time. Ids must increase within a
@@ -20,7 +21,7 @@
 -- written after the entry exists: a failed XADD leaves nothing behind and the client's retry appends it.
 local seen = redis.call('GET', KEYS[2])
 if seen then
-  if seen == ARGV[7] or string.sub(seen, 1, 3) ~= 'd1:' then
+  if seen == ARGV[7] or string.sub(seen, 1, 3) ~= string.sub(ARGV[7], 1, 3) then
     return false
   end
   return 0

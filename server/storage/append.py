@@ -6,11 +6,14 @@ or connection retry after a lost reply can never append twice.
 
 The dedupe key holds a digest of the batch's bytes (:func:`content_digest`), written in the same script as the
 entry: a batch id seen again with the same bytes is a duplicate (202 again, nothing written), with other bytes a
-conflict (409 ``batch_id_conflict``, nothing written) instead of a silent drop. The digest is a BLAKE2b-128 of
-the privatized batch, the very bytes the stream entry holds: it can tell nothing the entry does not, and every
-function of a privatized report is as private as the report (post-processing), so it needs no key. 128 bits:
-two different batches under one id collide with probability 2⁻¹²⁸; a client that forged a collision on purpose
-would only get its own second batch dropped as a duplicate. The command goes over the storage layer's raw
+conflict (409 ``batch_id_conflict``, nothing written) instead of a silent drop. The digest is a 128-bit
+MurmurHash3 of the privatized batch (``d2:``; BLAKE2b-128 before, ``d1:``), the very bytes the stream entry holds:
+it can tell nothing the entry does not, and every function of a privatized report is as private as the report
+(post-processing), so it needs no key. 128 bits: two different batches under one id collide with probability
+~2⁻¹²⁸; a client that forged a collision on purpose would only get its own second batch dropped as a
+duplicate, so a fast non-cryptographic hash serves (:func:`content_digest`). A key holding a digest of another
+kind (written by an earlier release within the retry horizon) cannot tell: any content is a duplicate, as it
+was before digests. The command goes over the storage layer's raw
 connection stack (:mod:`ldptel.storage.connection`), which says why the hot path does not use redis-py's.
 """
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 
+import mmh3
 import redis
 from redis.crc import key_slot
 
@@ -70,9 +74,17 @@ def _day_start_ms(day: str) -> int:
     return calendar.timegm(time.strptime(day, "%Y-%m-%d")) * 1000
 
 
+DIGEST_KIND = b"d2:"  # the kind of content digest this release writes (b"d1:" was BLAKE2b-128)
+
+
 def content_digest(data: bytes) -> bytes:
-    """The dedupe key's value for a batch: ``b"d1:"`` + BLAKE2b-128 of its bytes (see the module docstring)."""
-    return b"d1:" + hashlib.blake2b(data, digest_size=16).digest()
+    """The dedupe key's value for a batch: ``b"d2:"`` + MurmurHash3 x64-128 of its bytes (see the module
+    docstring). Not a cryptographic hash on purpose: it runs at memory speed (62 µs for a 130 KB batch of
+    1,000 reports, against 290-480 µs for BLAKE2b on this machine, the largest part of the ingest's own CPU per
+    request at that size), and collision resistance buys nothing here: a client that forges a collision can only
+    get its own second batch under its own secret id answered as a duplicate, which it could have had by not
+    sending it; two honest batches collide with probability ~2⁻¹²⁸."""
+    return DIGEST_KIND + mmh3.hash_bytes(data, 0, True)  # seed 0, x64 variant on every platform
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +119,8 @@ class BatchAppender(RawClient):
         self._checkin(conn)
         if value is None:
             return None
-        conflict = isinstance(value, bytes) and value.startswith(b"d1:") and value != digest
+        # a value of another kind (an older release's digest, none, a released upload's "1") cannot tell: duplicate
+        conflict = isinstance(value, bytes) and value[:3] == digest[:3] and value != digest
         return AppendResult(duplicate=True, conflict=conflict)
 
     def _wait(self, conn: RawConnection) -> None:

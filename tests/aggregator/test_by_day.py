@@ -100,7 +100,7 @@ def test_cli_by_day_json_csv_and_table(redis: redis_lib.Redis, pages: list[str])
     code, out, err = run_cli(*base, "--format", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert tuple(rows[0]) == ("day", "n", *RESULT_COLUMNS, "significant", *PRIVACY_COLUMNS)
+    assert tuple(rows[0]) == ("day", "n", *RESULT_COLUMNS, *PRIVACY_COLUMNS, "significant")
     for got, exp in zip(rows, want.rows(), strict=True):
         assert got["day"] == exp["day"] and int(got["n"]) == exp["n"] and got["value"] == exp["value"]
         assert all(float(got[c]) == exp[c] for c in RESULT_COLUMNS[1:])

@@ -45,7 +45,7 @@ def test_json_and_csv_round_trip(redis: redis_lib.Redis, pages: list[str], tmp_p
     code, out, err = run_cli(*base, "--format", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert tuple(rows[0]) == (*RESULT_COLUMNS, "significant", *PRIVACY_COLUMNS)  # rows of candidates: marked (issue 24)
+    assert tuple(rows[0]) == (*RESULT_COLUMNS, *PRIVACY_COLUMNS, "significant")  # rows of candidates: marked (issue 24)
     for got, exp in zip(rows, want.rows(), strict=True):
         assert got["value"] == exp["value"] and got["significant"] == str(exp["significant"])
         for col in RESULT_COLUMNS[1:]:

@@ -222,7 +222,7 @@ def test_cli_says_which_estimator_each_row_is(pages: list[str]) -> None:
     lines = out.splitlines()
     assert code == 0 and "corrected estimator" in lines[0] and lines[1].startswith("rows selected from")
     assert lines[2].split()[:3] == ["value", "estimator", "estimate"]
-    assert all(ln.split()[1] == "corrected" for ln in lines[4:]) and len(lines) == 7
+    assert all(ln.split()[1] == "corrected" for ln in lines[4:-1]) and len(lines) == 8  # + the local and central ε line
 
     code, out, err = _run(*args)  # plain: the columns as before, each JSON row still says "plain"
     assert code == 0 and "estimator" not in out

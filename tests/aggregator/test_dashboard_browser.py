@@ -117,9 +117,14 @@ def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Popul
         for col in ("frequency", "adjusted_frequency"):
             assert_shown(got[col], exp[col], share=True)
     assert number(page.inner_text("[data-summary=n] .big")) == want["n"]
-    # the central ε beside the local ε, as the CLI's JSON says (here: no shuffle stage record, so why not)
-    central = page.inner_text("[data-summary=central]")
-    assert want["central"]["applicable"] is False and want["central"]["reason"] in central and "local ε" in central
+    # the central ε beside the local ε, as the CLI's JSON says (its value and δ, or why it does not apply)
+    central, c = page.inner_text("[data-summary=central]"), want["central"]
+    assert "local ε" in central
+    if c["applicable"]:
+        assert number(page.inner_text("[data-summary=central] .big")) == pytest.approx(c["epsilon"], abs=1e-4)
+        assert c["basis"] in central
+    else:
+        assert c["reason"] in central
     assert page.locator("#estimates-chart svg rect.bar").count() == 5
     assert page.locator("#estimates-chart svg path.marker").count() == 5  # post-processed values drawn
 

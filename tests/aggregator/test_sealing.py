@@ -227,7 +227,10 @@ def test_an_entry_of_a_sealed_day_goes_to_the_dead_letters_whole_not_into_the_da
     letters = [fields for s in range(2) for _, fields in redis.xrange(keys.dead_letters("late", s))]
     assert len(letters) == len(late.batches)
     assert all(b"already sealed" in f[b"error"] and f[b"d"] == DAYS[0].encode() and f[b"b"] for f in letters)
-    assert estimate_metric(redis, "late").to_dict() == want
+    # the estimate is unchanged; its central ε may not be: the late uploads were released (a smaller block of the
+    # day, at rest in the dead letters) before the fold refused them, and the bound counts every released block
+    assert {k: v for k, v in estimate_metric(redis, "late").to_dict().items() if k != "central"} == {
+        k: v for k, v in want.items() if k != "central"}
     assert sealed.seal_metric(redis, "late", horizon_days=3).late_states == []
 
 

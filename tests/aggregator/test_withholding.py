@@ -157,6 +157,12 @@ def test_min_reports_validation_and_cli(redis: redis_lib.Redis, redis_url: str, 
                  '[metrics.m2]\nmechanism = "rr"\nepsilon = 1\nmin_reports = 7\n')
     code, out, _ = run_cli("metrics", "plan", path)
     assert code == 0 and "~ m1: min_reports 25 → 40" in out and "~ m2: min_reports off → 7" in out
+    # a created metric's central ε per shuffled block (ldptel.aggregator.amplification.planned_line)
+    assert "central ε after shuffling (ε₀ " in out and "by devices per released block: 10,000: " in out
+    code, out, _ = run_cli("metrics", "plan", path, "--format", "json")
+    m2 = next(m for m in json.loads(out)["metrics"] if m["name"] == "m2")
+    assert [c["devices_per_block"] for c in m2["central"]] == [10_000, 100_000, 1_000_000]
+    assert all(c["applicable"] for c in m2["central"]) and m2["central"][1]["epsilon"] < m2["central"][0]["epsilon"]
     assert registry.get_metric(redis, "m1").min_reports == 25  # plan writes nothing
     code, out, err = run_cli("metrics", "apply", path, "--format", "json")
     assert code == 0, err

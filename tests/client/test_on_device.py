@@ -431,6 +431,15 @@ def test_a_year_of_toggling_activity_is_charged_what_it_can_leak(storage: Path, 
     assert sequence_epsilon(params, bits, flipped) <= lifetime * (1 + 1e-9)
 
 
+def test_the_privacy_note_states_the_releases_per_year() -> None:
+    from ldptel.client.mechanisms.longitudinal import longitudinal_note
+
+    note = longitudinal_note(UniqueDevicesParams(epsilon=1, window_days=7))
+    assert "one report per 7-day period, at most 54 a year" in note and "ε ≤ 89.5" in note and "3.31" in note
+    assert "one report per day, at most 366 a year" in longitudinal_note(EventCountParams(epsilon=1, hi=10))
+    assert [releases_per_year(w) for w in (1, 7, 28, 30)] == [366, 54, 15, 14]
+
+
 def test_toggling_leaks_more_than_the_level_bound_so_each_release_is_charged() -> None:
     """The empirical audit (20,000 simulated devices per history, 99.9% Clopper–Pearson) of a device active every
     other window against one never active: above 2·ε∞ (the level bound would under-charge it), below the claim."""

@@ -36,6 +36,8 @@ from ldptel.storage.embedded import EmbeddedRedis
 from ldptel.storage.shuffle import ShuffleConfig
 from tests.aggregator.agg_helpers import Ingested, append_reports, create, drain
 
+pytestmark = pytest.mark.slow  # Redis restarts and a subprocess per case: ~20 s in all
+
 SPEC = MetricSpec(name="kill.sh", params=CmsParams(epsilon=2.0, k=4, m=64), reports_per_day=4)
 UPLOADS, PER = 12, 5
 ROOT = Path(__file__).resolve().parents[2]

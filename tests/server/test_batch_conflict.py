@@ -11,6 +11,7 @@ import hashlib
 import threading
 from collections.abc import Iterator
 
+import mmh3
 import numpy as np
 import pytest
 import redis as redis_lib
@@ -98,14 +99,14 @@ def test_the_json_form_of_the_same_batch_is_the_same_content(api, rng) -> None: 
 
 
 def test_the_dedupe_key_holds_a_digest_and_expires_at_a_day_boundary(redis: redis_lib.Redis) -> None:
-    """The value is b"d1:" + BLAKE2b-128 of the privatized bytes the stream entry holds (nothing more to tell);
+    """The value is b"d2:" + MurmurHash3-128 of the privatized bytes the stream entry holds (nothing more to tell);
     the expiry stays a day boundary (nothing finer than the day at rest)."""
     appender = _appender(redis)
     data = b"privatized-batch-bytes"
     assert not appender.append(metric="m", shards=1, batch_id=BID, version=1, n=1, data=data, day="2099-01-01",
                                dedupe_days=3).duplicate
     seen = keys.seen("m", 0, BID.hex())
-    assert redis.get(seen) == content_digest(data) == b"d1:" + hashlib.blake2b(data, digest_size=16).digest()
+    assert redis.get(seen) == content_digest(data) == b"d2:" + mmh3.hash_bytes(data, 0, True)
     assert int(redis.execute_command("PEXPIRETIME", seen)) == 4070908800000 + 4 * DAY_MS
     again = appender.append(metric="m", shards=1, batch_id=BID, version=1, n=1, data=data, day="2099-01-02",
                             dedupe_days=3)
@@ -115,6 +116,20 @@ def test_the_dedupe_key_holds_a_digest_and_expires_at_a_day_boundary(redis: redi
     assert (other.duplicate, other.conflict) == (True, True)
     assert redis.xlen(keys.held("m", 0)) == 1
     assert int(redis.execute_command("PEXPIRETIME", seen)) == 4070908800000 + 4 * DAY_MS  # untouched
+
+
+def test_a_dedupe_key_with_the_previous_releases_digest_stays_a_duplicate(redis: redis_lib.Redis) -> None:
+    """A key written by the release that stored BLAKE2b digests (b"d1:") cannot be compared with this release's
+    digest: the same bytes retried after an upgrade must stay a duplicate (not a 409), so any content is one."""
+    seen = keys.seen("m", 0, BID.hex())
+    data = b"privatized-batch-bytes"
+    redis.set(seen, b"d1:" + hashlib.blake2b(data, digest_size=16).digest())
+    appender = _appender(redis)
+    for content in (data, data + b"!"):
+        result = appender.append(metric="m", shards=1, batch_id=BID, version=1, n=1, data=content, day="2099-01-01",
+                                 dedupe_days=3)
+        assert (result.duplicate, result.conflict) == (True, False)
+    assert redis.xlen(keys.held("m", 0)) == 0
 
 
 def test_a_dedupe_key_written_before_digests_stays_a_duplicate(redis: redis_lib.Redis) -> None:

@@ -597,12 +597,13 @@ async function metricPage() {
 
   const needsCandidates = (body) => info.candidates === "required" && shownField(form, "candidates") && !body.candidates;
   const setCandidates = (text) => { form.elements.candidates.value = text; run(); };
-  if (info.candidates === "required") emptyState(setCandidates).catch((err) => showError(err.message));
+  let emptyLoaded = false; // the lists and the metric list are fetched the first time the empty state shows
 
   const run = async () => {
     const body = queryBody(form);
     if (needsCandidates(body)) { // a sketch keeps no list of its values: say how to name them, not a red error
       showError("");
+      if (!emptyLoaded) { emptyLoaded = true; emptyState(setCandidates).catch((err) => showError(err.message)); }
       show(["empty-state"]);
       document.getElementById("summary").replaceChildren();
       document.body.dataset.state = "ready";

@@ -5,6 +5,7 @@ export { paramsFromDict, longitudinalEpsilon, reportCharge, type Params, type Me
 export { privatize, privatizePermanent, privatizeBatch, type Report } from "./mechanisms.js";
 export { fingerprintOf } from "./keyed.js";
 export { encodeBatch, encodeUpload } from "./wire.js";
+export { checkProfile, encodeProfile, OTHER } from "./breakdown.js";
 export { specFromDict, type MetricSpec } from "./spec.js";
 export { Reporter, UploadError, type ReportResult, type ReporterOptions, type ReporterStats, type Status } from "./reporter.js";
 export { PrivacyPolicy, type PrivacyPolicyOptions } from "./policy.js";

@@ -10,6 +10,7 @@
  * spends together (nothing of them was sent); everything committed survives and is sent exactly once (the
  * server dedupes the batch id; a batch older than the retry horizon is dropped, never sent late).
  */
+import { checkProfile, encodeProfile } from "./breakdown.js";
 import { InvalidParameterError, InvalidValueError } from "./errors.js";
 import { toHex } from "./bytes.js";
 import { memoKey } from "./keyed.js";
@@ -137,6 +138,10 @@ export interface ReporterOptions {
   /** Flush on pagehide / visibilitychange:hidden with fetch keepalive (browsers; default true). */
   lifecycle?: boolean;
   rng?: RandomSource;
+  /** This device's system profile for breakdowns (`{ os: "web", app_version: "2.1" }`), given once. Each batch of a
+   * metric broken down by some of these dimensions carries their values **in clear** (not privatized:
+   * docs/breakdowns.md); a value the spec does not declare, or a missing dimension, is sent as "other". */
+  profile?: Record<string, string>;
 }
 
 const DAY_MS = 86400000;
@@ -227,6 +232,7 @@ export class Reporter {
   private readonly fetchFn: typeof fetch;
   private readonly rng: RandomSource;
   private readonly onError: ((e: UploadError) => void) | undefined;
+  private readonly profile: Record<string, string>;
   private readonly unlisten: (() => void)[] = [];
 
   private constructor(
@@ -252,6 +258,7 @@ export class Reporter {
     this.fetchFn = opts.fetch ?? ((...args: Parameters<typeof fetch>) => fetch(...args));
     this.rng = opts.rng ?? defaultRandom();
     this.onError = opts.onError;
+    this.profile = checkProfile(opts.profile);
     this.nextFlushAt = this.now() + this.flushInterval;
     for (const json of opts.specs ?? []) {
       const spec = specFromDict(json);
@@ -276,6 +283,7 @@ export class Reporter {
     if (typeof opts.namespace !== "string" || !/^[A-Za-z0-9_.-]{1,128}$/.test(opts.namespace)) {
       throw new InvalidParameterError("namespace", "1-128 characters of A-Z, a-z, 0-9, '_', '.', '-'", opts.namespace);
     }
+    checkProfile(opts.profile); // before anything is opened
     let store = opts.store;
     if (!store) {
       if (typeof indexedDB === "undefined") {
@@ -712,7 +720,8 @@ export class Reporter {
           if (part.length < this.batchSize && !partial) break;
           const reports = part.map((i) => unpackReport((s.reports[i] as (typeof s.reports)[number]).record, cols));
           const id = randomBytes(16, this.rng);
-          const body = encodeBatch(first.metric, first.version, id, reports, spec.params);
+          const body = encodeBatch(first.metric, first.version, id, reports, spec.params,
+            encodeProfile(this.profile, spec.breakdown, spec.declared));
           s.batches.push({ id: toHex(id), metric: first.metric, version: first.version, n: part.length, body, formedDay: day });
           part.forEach((i) => taken.add(i));
         }

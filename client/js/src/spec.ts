@@ -1,4 +1,5 @@
 /** Metric specs as the registry serves them (`GET /v1/metrics/<name>`): params plus the reporting policy. */
+import { breakdownFromDict } from "./breakdown.js";
 import { InvalidParameterError } from "./errors.js";
 import { fingerprintOf } from "./keyed.js";
 import { isPermanent, longitudinalEpsilon, paramsFromDict, reportCharge, type Params } from "./params.js";
@@ -24,11 +25,14 @@ export interface MetricSpec {
   fingerprint: Uint8Array;
   /** β: the share of devices that take part each day (secret sampling; 1: all). */
   sampleRate: number;
+  /** Breakdowns: the profile dimensions the metric is broken down by (in order), and their declared values. */
+  breakdown: string[];
+  declared: Map<string, Set<string>>;
   /** The spec's JSON (what is cached on the device). */
   json: Record<string, unknown>;
 }
 
-const ALLOWED = ["name", "version", "params", "reports_per_day", "description", "owner", "expires", "notes", "effective_epsilon", "sample_rate"];
+const ALLOWED = ["name", "version", "params", "reports_per_day", "description", "owner", "expires", "notes", "effective_epsilon", "sample_rate", "breakdown", "profile"];
 
 /** A spec from its JSON form, fully validated (a hostile server's spec throws InvalidParameterError). */
 export function specFromDict(data: unknown): MetricSpec {
@@ -52,7 +56,10 @@ export function specFromDict(data: unknown): MetricSpec {
     throw new InvalidParameterError("sample_rate", "a number in (0, 1] (the share of devices that take part each day)", rate);
   }
   const params = paramsFromDict(obj.params);
+  const { breakdown, declared } = breakdownFromDict(obj.breakdown, obj.profile);
   return {
+    breakdown,
+    declared,
     sampleRate: rate,
     name,
     version,

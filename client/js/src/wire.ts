@@ -1,8 +1,11 @@
 /**
  * The binary batch (`LDPT`) and multi-part upload (`LDPU`) encodings of `ldptel.client.protocol.wire`:
  *
- *     magic "LDPT" | format u8 = 1 | mechanism code u8 | flags u16 = 0 | version u32 | n u32 |
- *     batch_id 16 bytes | name_len u8 | metric name (UTF-8) | payload (the mechanism's columns)
+ *     magic "LDPT" | format u8 = 1 | mechanism code u8 | flags u16 | version u32 | n u32 |
+ *     batch_id 16 bytes | name_len u8 | metric name (UTF-8) | [profile_len u8 | profile] | payload
+ *
+ * flags: 0, or FLAG_PROFILE (1) when the batch carries a system profile (`dim=value,...`, ASCII, in clear:
+ * breakdown.ts).
  *
  *     magic "LDPU" | format u8 = 1 | flags u8 = 0 | parts u16 | per part: length u32, then one batch
  *
@@ -14,6 +17,7 @@ import { columns, encodePayload, mechanismCode, type Report } from "./mechanisms
 import type { Params } from "./params.js";
 
 export const FORMAT_VERSION = 1;
+export const FLAG_PROFILE = 1;
 export const MAX_UPLOAD_PARTS = 256;
 export const MAX_REPORTS = 4294967295;
 export const DEFAULT_MAX_BATCH_REPORTS = 10000;
@@ -25,7 +29,9 @@ export const NAME_RULE = "1-64 characters of a-z, 0-9, '_', '.', '-', starting w
 const HEADER = 4 + 1 + 1 + 2 + 4 + 4 + 16 + 1;
 
 /** The binary form of `reports` of `metric` at `version`, privatized under `params`. */
-export function encodeBatch(metric: string, version: number, batchId: Uint8Array, reports: Report[], params: Params): Uint8Array {
+export function encodeBatch(
+  metric: string, version: number, batchId: Uint8Array, reports: Report[], params: Params, profile: Uint8Array = new Uint8Array(0),
+): Uint8Array {
   if (!NAME_RE.test(metric)) throw new WireFormatError(`metric name must be ${NAME_RULE}`);
   if (batchId.length !== 16) throw new WireFormatError(`batch_id must be 16 bytes, got ${batchId.length}`);
   const n = reports.length;
@@ -49,12 +55,14 @@ export function encodeBatch(metric: string, version: number, batchId: Uint8Array
   head.set([0x4c, 0x44, 0x50, 0x54], 0); // "LDPT"
   dv.setUint8(4, FORMAT_VERSION);
   dv.setUint8(5, mechanismCode(params));
-  dv.setUint16(6, 0, true);
+  if (profile.length > 255) throw new WireFormatError("profile over 255 bytes");
+  dv.setUint16(6, profile.length ? FLAG_PROFILE : 0, true);
   dv.setUint32(8, version, true);
   dv.setUint32(12, n, true);
   head.set(batchId, 16);
   dv.setUint8(32, name.length);
-  return concatBytes([head, name, encodePayload(reports, cols)]);
+  const extra = profile.length ? [Uint8Array.of(profile.length), profile] : [];
+  return concatBytes([head, name, ...extra, encodePayload(reports, cols)]);
 }
 
 /** Bytes of the upload of parts of these sizes. */

@@ -8,7 +8,9 @@ import { HashFamily, valueBytes } from "../src/hashing.js";
 import { fingerprintOf, memoKey, prrStream } from "../src/keyed.js";
 import { mmh3x64h1, mmh3x86 } from "../src/mmh3.js";
 import { paramsFromDict, longitudinalEpsilon, reportCharge, type Params } from "../src/params.js";
-import { privatize, privatizeBatch, privatizePermanent, packReport, columns, valueKey } from "../src/mechanisms.js";
+import { privatize, privatizeBatch, privatizePermanent, packReport, columns, unpackReport, valueKey } from "../src/mechanisms.js";
+import { checkProfile, encodeProfile } from "../src/breakdown.js";
+import { specFromDict } from "../src/spec.js";
 import { pyFloatRepr } from "../src/pyjson.js";
 import { ReplayRandom } from "../src/random.js";
 import { R } from "../src/u64.js";
@@ -190,4 +192,18 @@ test("multi-part LDPU uploads", () => {
 
 test("Python float repr (the fingerprint's JSON numbers)", () => {
   for (const f of G.floats) assert.equal(pyFloatRepr(f.x), f.repr);
+});
+
+test("breakdowns: the device's wire profile and a batch carrying it, byte for byte", () => {
+  assert.ok(G.profiles.length >= 6);
+  for (const v of G.profiles) {
+    const spec = specFromDict(v.spec);
+    const wire = encodeProfile(checkProfile(v.device), spec.breakdown, spec.declared);
+    assert.equal(new TextDecoder().decode(wire), v.wire, JSON.stringify(v.device));
+    const cols = columns(spec.params);
+    const reports = v.records.map((r: string) => unpackReport(fromHex(r), cols));
+    const id = Uint8Array.from({ length: 16 }, (_, i) => i);
+    assert.equal(toHex(encodeBatch(spec.name, 3, id, reports, spec.params, wire)), v.body);
+  }
+  assert.throws(() => checkProfile({ OS: "x" }), /profile dimension/);
 });

@@ -385,3 +385,21 @@ test("server down: the network error names the endpoint (origin and path), never
   }
   await rep.close(10);
 });
+
+test("breakdowns: the profile goes with each batch of a breakdown metric, undeclared values as 'other', none elsewhere", async () => {
+  await withServer(async (s) => {
+    const by = { ...CMS, name: "by", breakdown: ["os", "app_version"], profile: { os: ["android", "web"], app_version: ["2.1"] } };
+    const rep = await Reporter.open(opts(s, { specs: [by, { ...CMS, name: "flat" }], profile: { os: "web", app_version: "9.9-rare", arch: "x" } }));
+    rep.report("by", "v");
+    rep.report("flat", "v");
+    assert.equal(await rep.flush(5000), true);
+    const bodies = s.received.filter((r) => r.method === "POST").flatMap((r) => (r.body.subarray(0, 4).toString() === "LDPU" ? partsOf(r.body) : [r.body]));
+    const of = (m: string) => bodies.find((b) => batchInfo(b).metric === m) as Buffer;
+    assert.equal(of("by").readUInt16LE(6), 1);
+    assert.match(of("by").toString("latin1"), /os=web,app_version=other/);
+    assert.doesNotMatch(of("by").toString("latin1"), /rare|arch/);
+    assert.equal(of("flat").readUInt16LE(6), 0);
+    await rep.close(100);
+  });
+  await assert.rejects(Reporter.open({ endpoint: "http://127.0.0.1:9", token: "t", namespace: "x", store: new MemoryStore(), profile: { "Bad Dim": "x" } }), /profile dimension/);
+});
