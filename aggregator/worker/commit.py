@@ -27,7 +27,7 @@ import time
 import redis as redis_lib
 from redis.typing import EncodableT
 
-from ldptel.aggregator.worker.reading import ENTRY_FIELDS
+from ldptel.aggregator.worker.reading import CELL_FIELD, ENTRY_FIELDS
 from ldptel.aggregator.worker.shard import OwnedShard
 from ldptel.storage import keys
 from ldptel.storage import sketches as store
@@ -116,7 +116,7 @@ def _transaction(r: redis_lib.Redis, sh: OwnedShard, *, worker_id: str, retentio
             pipe.incrby(keys.folded(sh.metric, sh.shard), sh.uncommitted)
             for eid, fields, reason in sh.dead:
                 letter: dict[EncodableT, EncodableT] = {"id": eid, "error": reason[:500]}
-                letter.update({k: v for k, v in fields.items() if k in ENTRY_FIELDS})
+                letter.update({k: v for k, v in fields.items() if k in ENTRY_FIELDS or k == CELL_FIELD})
                 # the entry's own day (its id's ms), not Redis's clock ('*' would be the fold's time)
                 pipe.xadd(keys.dead_letters(sh.metric, sh.shard), letter, id=f"{parse_id(eid)[0]}-*",
                           maxlen=DEAD_LETTER_MAXLEN)

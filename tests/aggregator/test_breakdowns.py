@@ -227,3 +227,20 @@ def test_sealing_and_rollups_work_per_cell_and_read_back_exactly(redis: redis_li
     assert sealed.read_view(redis, "clicks").through == sealed.day_number("2026-03-25")
     # a second pass seals nothing twice
     assert sealed.seal_metric(redis, "clicks", horizon_days=3, today=dt.date(2026, 3, 30)).days_sealed == 0
+
+
+def test_an_entry_with_a_malformed_cell_is_dead_lettered_whole(redis: redis_lib.Redis, rng: np.random.Generator) -> None:
+    registry.set_profile(redis, SCHEMA)
+    spec = registry.create_metric(redis, _grr(), shards=1).current
+    batch = privatize_batch(["a", "b"], spec.params, rng=rng)
+    data = encode_batch(metric="clicks", version=1, batch_id=os.urandom(16), batch=batch, params=spec.params,
+                        profile=b"os=ios")
+    stream = keys.stream("clicks", 0)
+    redis.xadd(stream, {"d": "2026-03-01", "v": 1, "n": 2, "b": data, "c": "os=ios"})
+    redis.xadd(stream, {"d": "2026-03-01", "v": 1, "n": 2, "b": data, "c": "os:ios{x}"})
+    drain(redis, metrics=("clicks",))
+    dead = redis.xrange(keys.dead_letters("clicks", 0))
+    assert len(dead) == 1
+    fields = dead[0][1]
+    assert fields[b"c"] == b"os:ios{x}" and fields[b"b"] == data and b"breakdown cell" in fields[b"error"]
+    assert store.cells(redis, "clicks", 1) == ["os=ios"]  # the good entry was folded, the bad one made no key
