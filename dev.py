@@ -13,6 +13,7 @@
                                     representative case per grid runs: tests/aggregator/test_corrected.py)
     python3 dev.py lint             ruff and mypy --strict over the packages (CI runs it before the tests)
     python3 dev.py bench [NAME]     the benchmarks in tests/bench (one JSON line per figure)
+    python3 dev.py docs [serve]     build the documentation site into site/ (mkdocs --strict), or serve it live
 
 The first run creates .venv/ and installs the project with its test extras (pip only); later runs reuse it
 and reinstall only when pyproject.toml changed.
@@ -102,7 +103,7 @@ def parallel(args: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("demo", "test", "lint", "bench", "shell"):
+    if not argv or argv[0] not in ("demo", "test", "lint", "bench", "docs", "shell"):
         print(__doc__, file=sys.stderr)
         return 2
     ensure_env()
@@ -123,6 +124,10 @@ def main(argv: list[str]) -> int:
         for script in scripts:
             status |= subprocess.call([str(PY), str(script)], cwd=ROOT)
         return status
+    if cmd == "docs":
+        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+        args = ["serve"] if rest[:1] == ["serve"] else ["build", "--strict"]
+        return subprocess.call([str(BIN / "mkdocs"), *args, *rest[1 if args == ["serve"] else 0 :]], cwd=ROOT, env=env)
     return subprocess.call([str(PY), *rest])
 
 

@@ -66,6 +66,7 @@ def post_metric() -> Response:
     shards = data.pop("shards", None)
     data.pop("version", None)  # assigned by the registry
     data.pop("effective_epsilon", None)  # derived
+    data.pop("profile", None)  # the breakdown's declared values: set by the registry from its profile schema
     allow = data.pop("allow_above_default_policy", False)
     state = current_state()
     try:

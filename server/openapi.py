@@ -27,6 +27,7 @@ _ERROR_CODES = [
     "bad_request",
     "malformed_body",
     "invalid_batch",
+    "invalid_profile",
     "invalid_upload",
     "invalid_spec",
     "unauthorized",
@@ -71,6 +72,14 @@ _METADATA = {
     "notes": {"type": "string", "maxLength": MAX_NOTES_CHARS},
 }
 _STATUS = {"type": "string", "enum": list(get_args(Status))}
+# Breakdowns (docs/breakdowns.md): the profile dimensions a metric is broken down by (a change makes a new version)
+# and, as served, their declared values (the registry's profile schema; not privatized, sent in clear by devices).
+_BREAKDOWN: dict[str, dict[str, Any]] = {
+    "breakdown": {"type": "array", "maxItems": 4, "items": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,31}$"},
+                  "description": "profile dimensions (declared with ldptel metrics profile); values travel in clear"},
+    "profile": {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}},
+                "description": "declared values of each breakdown dimension (set by the registry; 'other' implicit)"},
+}
 
 
 def _params(mechanism: str, fields: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -99,6 +108,8 @@ _SCHEMAS: dict[str, Any] = {
             "current_version": {"type": "integer"},
             "status": _STATUS,
             "current": {"$ref": "#/components/schemas/MetricSpec"},
+            "breakdown": {"type": "array", "items": {"type": "string"},
+                          "description": "invalid_profile: the dimensions the metric is broken down by"},
         },
         "additionalProperties": False,
     },
@@ -124,6 +135,7 @@ _SCHEMAS: dict[str, Any] = {
             "sample_rate": _SAMPLE_RATE,
             **_METADATA,
             "effective_epsilon": {"type": "number"},
+            **_BREAKDOWN,
         },
         "additionalProperties": False,
     },
@@ -136,6 +148,9 @@ _SCHEMAS: dict[str, Any] = {
             "reports_per_day": _REPORTS_PER_DAY,
             "sample_rate": _SAMPLE_RATE,
             **_METADATA,
+            "breakdown": {**_BREAKDOWN["breakdown"], "description": "profile dimensions, each declared in the registry's "
+                          "profile schema (else 400 invalid_spec, parameter breakdown); values travel in clear"},
+            "profile": {"description": "ignored: the registry sets the declared values from its profile schema"},
             "shards": {
                 "type": "integer",
                 "minimum": 1,
@@ -227,6 +242,8 @@ _SCHEMAS: dict[str, Any] = {
             "batch_id": {"type": "string"},
             "mechanism": {"type": "string"},
             "reports": {"type": "array", "minItems": 1},
+            "profile": {"type": "object", "additionalProperties": {"type": "string"},
+                        "description": "breakdowns: the device's profile values of the metric's dimensions (in clear)"},
         },
     },
     "Status": {
@@ -349,7 +366,8 @@ _PATHS: dict[str, Any] = {
             "responses": {
                 "202": _json("appended (or a duplicate of an appended batch)", "Accepted"),
                 "200": _json("a multi-part upload: one result per part, in order", "UploadResults"),
-                "400": _error("malformed body, wrong sizes, indices or bits, or an invalid X-Ldptel-Batch-Age-Days"),
+                "400": _error("malformed body, wrong sizes, indices or bits, an invalid X-Ldptel-Batch-Age-Days, or "
+                              "invalid_profile: a profile dimension the metric does not declare (docs/breakdowns.md)"),
                 "404": _error("unknown metric"),
                 "409": _error("retired metric or not the current version (the body carries the current spec), or "
                               "batch_id_conflict: the batch id was accepted before with different bytes (nothing "

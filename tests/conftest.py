@@ -57,6 +57,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # --grid also asks the simulations that size their repetitions by it for their full count (test modules read
+    # LDPTEL_TEST_GRID at import; every xdist worker configures before it imports them).
+    if config.getoption("--grid") or "grid" in (config.getoption("markexpr") or ""):
+        os.environ["LDPTEL_TEST_GRID"] = "1"
+
+
 # Under pytest-xdist (dev.py test), tests that must share one process: they share a costly session fixture (one
 # local Redis Cluster) or write the same build directory (client/js: npm ci, tsc into dist/).
 XDIST_GROUPS = {"tests/cluster/": "cluster", "tests/client/test_js_sdk.py": "js", "tests/e2e/test_js_e2e.py": "js"}

@@ -134,21 +134,21 @@ def check_breakdown(name: str, dims: Sequence[str], schema: ProfileSchema, state
     missing = [d for d in dims if d not in schema.dimensions]
     if missing:
         raise InvalidParameterError(
-            f"{name}.breakdown", f"dimensions of the profile schema {sorted(schema.dimensions)} "
-            "(declare them first: [profile] in the metrics file, or `ldptel metrics profile set`)", missing)
+            "breakdown", f"{name}: dimensions of the profile schema {sorted(schema.dimensions)} "
+            "(declare them first: [profile] in the metrics file, or `ldptel metrics profile --set DIM=V1,V2`)", missing)
     longest = sum(len(d) + 1 + max(len(v) for v in schema.values(d)) for d in dims) + len(dims) - 1
     if longest > MAX_PROFILE_BYTES:
         raise InvalidParameterError(
-            f"{name}.breakdown", f"dimension and value names whose longest profile fits {MAX_PROFILE_BYTES} bytes", longest)
+            "breakdown", f"{name}: dimension and value names whose longest profile fits {MAX_PROFILE_BYTES} bytes", longest)
     cells = combinations(dims, schema)
     if cells > MAX_COMBINATIONS:
         raise InvalidParameterError(
-            f"{name}.breakdown", f"at most {MAX_COMBINATIONS} combinations (∏ of values + 1 for 'other')", cells)
+            "breakdown", f"{name}: at most {MAX_COMBINATIONS} combinations (∏ of values + 1 for 'other')", cells)
     worst = cells * state_counters * 4
     if worst > MAX_BYTES_PER_SHARD_DAY:
         raise InvalidParameterError(
-            f"{name}.breakdown",
-            f"at most {MAX_BYTES_PER_SHARD_DAY >> 20} MiB of state per shard-day: combinations × counters × 4 bytes "
+            "breakdown",
+            f"{name}: at most {MAX_BYTES_PER_SHARD_DAY >> 20} MiB of state per shard-day: combinations × counters × 4 bytes "
             f"= {cells} × {state_counters} × 4", f"{worst / (1 << 20):.0f} MiB")
 
 

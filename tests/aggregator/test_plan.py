@@ -405,14 +405,13 @@ def test_plan_needs_no_redis(argv: list[str]) -> None:
         assert len(_table(proc.stdout)) == 5
 
 
-# ------------------------------------------------------------------------------------------ the README
-def test_the_readme_section_holds_the_planners_tables() -> None:
+# ------------------------------------------------------------------------------------------ the docs page
+def test_the_docs_page_holds_the_planners_tables() -> None:
     spec = importlib.util.spec_from_file_location("accuracy_table", ROOT / "tests" / "bench" / "accuracy_table.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Choosing ε, k and m") : readme.index("## Architecture and scale")]
+    section = (ROOT / "docs" / "choosing-epsilon.md").read_text(encoding="utf-8")  # the docs site's page
     assert module.markdown() in section
     assert "ldp-math" not in section and "shared" not in section
 

@@ -1,10 +1,10 @@
-"""Print the tables of the README's "Choosing ε, k and m" section, from the planner (ldptel.aggregator.plan).
+"""Print the tables of the docs' "Choosing ε, k and m" page (docs/choosing-epsilon.md), from the planner (ldptel.aggregator.plan).
 
     .venv/bin/python tests/bench/accuracy_table.py
 
 Every number comes from :func:`ldptel.aggregator.plan.plan`: the mechanisms' variance formulas at ldptel's
 effective probabilities plus, for sketches, the hash-collision variance (F2 − f²)/(k(m − 1)) of the
-described population. ``tests/aggregator/test_plan.py`` checks that the README holds exactly this output.
+described population. ``tests/aggregator/test_plan.py`` checks that the page holds exactly this output.
 """
 
 from __future__ import annotations

@@ -84,9 +84,9 @@ def test_the_bare_wheel_embeds_the_sdk_without_flask_or_redis(tmp_path: Path, li
 
 
 def test_the_readme_installs_from_the_checkout_or_a_wheel_it_builds() -> None:
-    """The package is on no index: every pip command of the README names the checkout or the wheel built from
+    """The package is on no index: every pip command of the README and docs names the checkout or the wheel built from
     it (the one this file's slow test installs), with extras that exist and the version of pyproject.toml."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     wheel = f"ldp_telemetry-{project['version']}-py3-none-any.whl"
     commands = re.findall(r"pip (?:install|wheel) [^`\n#]*", text)

@@ -160,9 +160,9 @@ def test_node_and_browser_devices_end_to_end(ingest: tuple[int, int, EmbeddedRed
 
 
 def test_readme_example_runs_verbatim(ingest: tuple[int, int, EmbeddedRedis], tmp_path: Path) -> None:
-    """The README's "Embedding in a web or Node app" example, copied as is, queues and delivers a report."""
+    """The docs' "Embedding in a web or Node app" example, copied as is, queues and delivers a report."""
     port, _, server = ingest
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "embedding-web.md").read_text()
     start = text.index("<!-- js-example")
     code = text[text.index("```js\n", start) + 6: text.index("```", text.index("```js\n", start) + 6)]
     assert len(code.strip().splitlines()) <= 15
