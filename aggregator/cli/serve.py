@@ -21,7 +21,9 @@ NEEDS = ("flask", "redis")  # top-level modules the command imports beyond the S
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser) -> None:
     p = sub.add_parser(NAME, parents=[common], help="run the ingest service (development server)",
-                       description="Run the Flask ingest app; configuration from LDPTEL_* variables.",
+                       description="Run the Flask ingest app; configuration from LDPTEL_* variables. Ctrl-C, "
+                                   "SIGINT or SIGTERM stops it (and the embedded Redis it started), also when it "
+                                   "runs as a background job.",
                        epilog="Development only. In production run gunicorn -c deploy/gunicorn.conf.py behind nginx "
                               "with deploy/nginx.conf (it buffers each request, so slow clients cannot hold "
                               "gunicorn's threads); deploy/docker-compose.yml runs both.")

@@ -51,7 +51,8 @@ def _check_command(argv: list[str]) -> None:
             raise AssertionError(f"the ldptel CLI rejects {argv!r}") from exc
     elif prog == "gunicorn":
         conf = argv[argv.index("-c") + 1]
-        assert Path(conf).name == "gunicorn.conf.py"
+        assert Path(conf).name in ("gunicorn.conf.py", "gunicorn-dashboard.conf.py")
+        assert (DEPLOY / Path(conf).name).is_file()
     elif prog in ("redis-server", "redis-cli", "python"):
         pass
     else:
@@ -270,3 +271,147 @@ def test_cluster_compose_variant_runs_three_primaries_and_a_cluster_url() -> Non
         target = parse_redis_url(svc["environment"]["LDPTEL_REDIS_URL"])
         assert target.cluster and {host for host, _ in target.seeds} == set(nodes)
         assert "cluster-create" in svc["depends_on"]
+
+
+# ------------------------------------------------------------------ deploy without Docker: nginx-host.conf + dashboard
+HOST_HEADER_END = "# The comments below are deploy/nginx.conf's"
+DASHBOARD_START = "    # The dashboard (gunicorn"
+
+
+def _host_conf_parts() -> tuple[str, str]:
+    """(nginx-host.conf without its own header and dashboard server, the dashboard server part)."""
+    text = (DEPLOY / "nginx-host.conf").read_text()
+    body = text.split(HOST_HEADER_END, 1)[1].split("\n", 2)[2]  # after the header line and its "#" line
+    main, dashboard = body.split(DASHBOARD_START, 1)
+    return main.rstrip("\n") + "\n}\n", DASHBOARD_START + dashboard
+
+
+def test_the_host_nginx_conf_differs_from_the_compose_one_only_in_its_upstreams_and_dashboard() -> None:
+    """Two files, one front: everything but the ingest's upstream address (and the added dashboard server) is the
+    compose file's, so a fix to one that is not made to the other fails here."""
+    main, dashboard = _host_conf_parts()
+    compose = (DEPLOY / "nginx.conf").read_text()
+    assert "server 127.0.0.1:8000;" in main and "ingest:8000" not in main
+    assert main == compose.replace("server ingest:8000;", "server 127.0.0.1:8000;")
+    assert "server 127.0.0.1:8050;" in dashboard and "listen 127.0.0.1:8081;" in dashboard  # loopback only
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in dashboard
+
+
+def test_the_dashboard_gunicorn_config_runs_one_worker_of_the_dashboard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions live in the process's memory: one worker whatever the environment says."""
+    monkeypatch.setenv("LDPTEL_WORKERS", "8")
+    monkeypatch.setenv("LDPTEL_DASHBOARD_BIND", "127.0.0.1:9998")
+    conf = runpy.run_path(str(DEPLOY / "gunicorn-dashboard.conf.py"))
+    assert conf["wsgi_app"] == "ldptel.aggregator.dashboard:create_dashboard()"
+    assert conf["workers"] == 1 and conf["bind"] == ["127.0.0.1:9998"]
+    assert conf["logger_class"] == "ldptel.server.gunicorn_logger.AnonymousLogger"
+    assert "%(h)s" not in conf["access_log_format"]
+
+
+def _unit(name: str) -> configparser.SectionProxy:
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(DEPLOY / "systemd" / name)
+    return parser["Service"]
+
+
+def _host_nginx_conf(*, ingest_listen: int, ingest: int, dashboard_listen: int, dashboard: int, workdir: Path) -> str:
+    """deploy/nginx-host.conf with only its ports and the pid/temp paths substituted."""
+    import os
+
+    text = (DEPLOY / "nginx-host.conf").read_text()
+    substitutions = {
+        "listen 8080;": f"listen 127.0.0.1:{ingest_listen};",
+        "server 127.0.0.1:8000;": f"server 127.0.0.1:{ingest};",
+        "listen 127.0.0.1:8081;": f"listen 127.0.0.1:{dashboard_listen};",
+        "server 127.0.0.1:8050;": f"server 127.0.0.1:{dashboard};",
+        "pid /tmp/ldptel-nginx.pid;": f"pid {workdir}/nginx.pid;",
+        "/tmp/ldptel-nginx-": f"{workdir}/tmp/",
+    }
+    for old, new in substitutions.items():
+        assert text.count(old) >= 1, f"deploy/nginx-host.conf no longer contains {old!r}"
+        text = text.replace(old, new)
+    if os.geteuid() == 0:  # nginx's workers drop to `nobody`, which must reach the temp directories
+        text = "user root;\n" + text
+    return text
+
+
+@pytest.mark.slow
+def test_host_deploy_serves_an_upload_and_the_dashboard_behind_real_nginx(tmp_path: Path) -> None:
+    """The documented host deployment, no Docker: real nginx with deploy/nginx-host.conf (before: `host not found in
+    upstream "ingest:8000"`, nginx refused to start) in front of the ingest (gunicorn, deploy/gunicorn.conf.py) and
+    the dashboard started with ldptel-dashboard.service's own ExecStart and Environment lines, all on loopback: a
+    real batch upload is accepted, and an operator logs in to the dashboard and reads the metric list."""
+    import http.client
+    import sys
+    from urllib.parse import urlencode
+
+    import numpy as np
+
+    from ldptel.storage.embedded import EmbeddedRedis
+    from tests.faults.slow import create_metric
+    from tests.faults.stack import gunicorn, nginx_binary
+    from tests.server.srv_helpers import OCTET, cms_spec, make_batch
+    from tests.server.test_server_http import ADMIN_TOKEN, APP_TOKEN, _env, _stop, _wait_http
+
+    binary = nginx_binary()
+    ports = {name: _free_port() for name in ("front", "ingest", "dash_front", "dash")}
+    service = _unit("ldptel-dashboard.service")
+    argv = shlex.split(service["ExecStart"])
+    assert argv[0] == "/opt/ldptel/venv/bin/gunicorn"
+    argv = [sys.executable, "-m", "gunicorn", *(a.replace("/opt/ldptel/deploy/", f"{DEPLOY}/") for a in argv[1:])]
+    unit_env = dict(line.split("=", 1) for line in service["Environment"].split())
+    assert unit_env == {"LDPTEL_DASHBOARD_BIND": "127.0.0.1:8050"}  # what nginx-host.conf's upstream expects
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as redis_server:
+        env = _env(redis_server.url) | {"LDPTEL_TRUSTED_PROXIES": "127.0.0.1", "LDPTEL_ACCESS_LOG": "-",
+                                        "LDPTEL_DASHBOARD_BIND": f"127.0.0.1:{ports['dash']}"}
+        dlog = tmp_path / "dashboard.log"
+        with dlog.open("wb") as out:
+            dashboard = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            _wait_http(ports["dash"], dashboard, dlog)
+            with gunicorn(redis_server.url, tmp_path / "ingest.log", port=ports["ingest"], workers=1,
+                          extra_env={"LDPTEL_TRUSTED_PROXIES": "127.0.0.1"}):
+                workdir = tmp_path / "nginx"
+                (workdir / "tmp").mkdir(parents=True)
+                conf = workdir / "nginx.conf"
+                conf.write_text(_host_nginx_conf(ingest_listen=ports["front"], ingest=ports["ingest"],
+                                                 dashboard_listen=ports["dash_front"], dashboard=ports["dash"],
+                                                 workdir=workdir))
+                nlog = workdir / "nginx.log"
+                with nlog.open("wb") as out:
+                    front = subprocess.Popen([binary, "-e", "stderr", "-p", str(workdir), "-c", str(conf),
+                                              "-g", "daemon off;"], stdout=out, stderr=subprocess.STDOUT)
+                try:
+                    _wait_http(ports["front"], front, nlog)  # type: ignore[arg-type]
+                    spec = cms_spec("host.deploy")
+                    create_metric(ports["front"], spec)
+                    body, _ = make_batch(spec, 50, np.random.default_rng(31))
+                    conn = http.client.HTTPConnection("127.0.0.1", ports["front"], timeout=20)
+                    conn.request("POST", "/v1/reports", body=body,
+                                 headers={"Authorization": f"Bearer {APP_TOKEN}", "Content-Type": OCTET})
+                    upload = conn.getresponse()
+                    answer = json.loads(upload.read())
+                    conn.close()
+                    assert upload.status == 202 and answer["accepted"] == 50, answer
+
+                    dash = http.client.HTTPConnection("127.0.0.1", ports["dash_front"], timeout=20)
+                    dash.request("GET", "/login")
+                    page = dash.getresponse()
+                    assert page.status == 200 and 'name="token"' in page.read().decode()
+                    dash.request("POST", "/login", body=urlencode({"token": ADMIN_TOKEN}),
+                                 headers={"Content-Type": "application/x-www-form-urlencoded"})
+                    logged_in = dash.getresponse()
+                    logged_in.read()
+                    assert logged_in.status == 303, logged_in.status
+                    cookie = logged_in.getheader("Set-Cookie", "").split(";")[0]
+                    assert cookie.startswith("ldptel_dashboard=")
+                    dash.request("GET", "/api/metrics", headers={"Cookie": cookie})
+                    listing = dash.getresponse()
+                    text = listing.read().decode()
+                    dash.close()
+                    assert listing.status == 200 and "host.deploy" in text, text[:500]
+                finally:
+                    _stop(front)  # type: ignore[arg-type]
+        finally:
+            _stop(dashboard)

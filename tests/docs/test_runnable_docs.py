@@ -57,6 +57,8 @@ def test_a_runnable_block_runs_verbatim(name: str, tmp_path: Path) -> None:
     (tmp_path / "block.sh").write_text("set -euo pipefail\n" + script, encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}
     env.update(PYTHONUNBUFFERED="1", NO_COLOR="1")
+    # The docs assume the virtual environment is active (the Quick Start activates it itself).
+    env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     log = tmp_path / "block.log"  # a file, not a pipe: the block's background services keep their stdout open
     with log.open("w") as sink:
         proc = subprocess.Popen(["bash", "block.sh"], cwd=tmp_path, env=env, stdout=sink, stderr=subprocess.STDOUT,
