@@ -84,6 +84,8 @@ def content_digest(data: bytes) -> bytes:
     request at that size), and collision resistance buys nothing here: a client that forges a collision can only
     get its own second batch under its own secret id answered as a duplicate, which it could have had by not
     sending it; two honest batches collide with probability ~2⁻¹²⁸."""
+    if isinstance(data, str):  # mmh3 would encode a str itself (and crash on a lone surrogate): bytes only
+        raise TypeError("content_digest hashes a request body's bytes, not a str")
     return DIGEST_KIND + mmh3.hash_bytes(data, 0, True)  # seed 0, x64 variant on every platform
 
 
