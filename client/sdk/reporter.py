@@ -316,12 +316,9 @@ class Reporter:
             self._uploader.start()
 
     # ------------------------------------------------------------------------------------------ public
-    def report(self, metric: str, value: object) -> ReportResult:
-        """Privatize ``value`` for ``metric`` now and queue the privatized report (see the module docs).
-
-        Never waits on the network: a metric whose spec is not known yet answers ``"no_spec"`` at once and
-        its spec is fetched in the background.
-        """
+    def _spec_or_refusal(self, metric: str) -> MetricSpec | ReportResult:
+        """The metric's spec, or the result that ends a call without one: ``closed``, or ``no_spec`` (the spec
+        is then requested in the background and the uploader woken to fetch it)."""
         if self._closed:
             return ReportResult("closed", metric)
         spec = self._specs.spec_for(metric)
@@ -332,6 +329,17 @@ class Reporter:
                 if requested:
                     self._uploader.wake()
             return ReportResult("no_spec", metric)
+        return spec
+
+    def report(self, metric: str, value: object) -> ReportResult:
+        """Privatize ``value`` for ``metric`` now and queue the privatized report (see the module docs).
+
+        Never waits on the network: a metric whose spec is not known yet answers ``"no_spec"`` at once and
+        its spec is fetched in the background.
+        """
+        spec = self._spec_or_refusal(metric)
+        if isinstance(spec, ReportResult):
+            return spec
         if on_device(mechanism_of(spec.params)) is not None:
             raise InvalidParameterError(
                 "metric", f"a metric reported with report(); {metric!r} is aggregated on the device: call count()", metric)
@@ -399,16 +407,9 @@ class Reporter:
         [1, 2^31].
         """
         n = check_int("n", n, 1, _tally.MAX_CALL)
-        if self._closed:
-            return ReportResult("closed", metric)
-        spec = self._specs.spec_for(metric)
-        if spec is None:
-            requested = self._specs.request(metric)
-            with self._state:
-                self._counters.no_spec += 1
-                if requested:
-                    self._uploader.wake()
-            return ReportResult("no_spec", metric)
+        spec = self._spec_or_refusal(metric)
+        if isinstance(spec, ReportResult):
+            return spec
         mech = on_device(mechanism_of(spec.params))
         if mech is None:
             raise InvalidParameterError(
