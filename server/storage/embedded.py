@@ -23,6 +23,7 @@ import atexit
 import ctypes
 import importlib.util
 import os
+import random
 import shutil
 import signal
 import socket
@@ -83,6 +84,29 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+CLUSTER_BUS_OFFSET = 10000  # a cluster node also listens on port + 10000 (its bus), so its port must be ≤ 55535
+
+
+def _free_cluster_port() -> int:
+    """A port whose cluster bus port (+10000) is free too, both below Linux's ephemeral range (32768 and up).
+
+    A port from bind(("127.0.0.1", 0)) comes from the ephemeral range (32768-60999 here), and successive ones are
+    often neighbours: a run of them above 55535 made every start attempt of a cluster node fail ("port number
+    too high"). Ports 10000-22767 with buses at 20000-32767 never meet that limit, nor an outgoing connection's
+    ephemeral port."""
+    rng = random.SystemRandom()
+    for _ in range(500):
+        port = rng.randint(10000, 32767 - CLUSTER_BUS_OFFSET)
+        with socket.socket() as a, socket.socket() as b:
+            try:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + CLUSTER_BUS_OFFSET))
+            except OSError:
+                continue
+        return port
+    raise EmbeddedRedisError("no free port pair (port, port + 10000) for a cluster node in 10000-32767")
 
 
 def _pdeathsig_preexec() -> None:  # runs in the child between fork and exec
@@ -182,7 +206,7 @@ class EmbeddedRedis:
             last_error: Exception | None = None
             for _ in range(attempts):
                 if self._port is None or (not self._fixed_port and last_error is not None):
-                    self._port = _free_port()
+                    self._port = _free_cluster_port() if "--cluster-enabled" in self._extra_args else _free_port()
                 try:
                     self._spawn(binary)
                     return self

@@ -110,3 +110,18 @@ def test_no_server_left_when_the_owner_is_killed(tmp_path: Path) -> None:
 def test_binary_found() -> None:
     binary = find_server_binary()
     assert binary.name in ("redis-server", "valkey-server") and os.access(binary, os.X_OK)
+
+
+def test_a_cluster_node_gets_a_port_whose_bus_port_fits_below_the_ephemeral_range(tmp_path: Path) -> None:
+    """A cluster node listens on port + 10000 too and refuses a port above 55535. Ports from bind(0) come from
+    the ephemeral range (32768-60999), often several neighbours in a row above 55535: every start attempt of a
+    node failed that way once in CI. A node's port now leaves its bus port below 32768."""
+    node = EmbeddedRedis(data_dir=tmp_path, appendonly=False, extra_args=("--cluster-enabled", "yes"))
+    node.start()
+    try:
+        assert node.port + 10000 <= 32767
+        client = node.client()
+        assert client.ping()
+        client.close()
+    finally:
+        node.stop()
