@@ -110,7 +110,7 @@ function sparkline(days) {
 }
 
 async function indexPage() {
-  const metrics = await api("/api/metrics");
+  const { metrics } = await api("/api/metrics");
   const body = document.querySelector("#metrics tbody");
   if (!metrics.length) {
     body.append(el("tr", {}, el("td", { colspan: "12", text: "No metrics yet: create one with `ldptel metrics create`." })));
@@ -149,7 +149,7 @@ async function emptyState(use) {
     const text = await file.files[0].text();
     use(text.split(/\r?\n/).map((line) => line.split("\t")[0].trim()).filter((v) => v && !v.startsWith("#")).join("\n"));
   });
-  const [lists, metrics] = await Promise.all([api("/api/candidate-lists"), api("/api/metrics")]);
+  const [lists, { metrics }] = await Promise.all([api("/api/candidate-lists"), api("/api/metrics")]);
   const shipped = document.getElementById("shipped-lists");
   shipped.replaceChildren(...lists.map((l) => {
     const button = el("button", { type: "button", class: "plain", dataset: { list: l.name }, text: `${l.name} (${fmtInt(l.count)} values)`, title: l.description });
