@@ -322,6 +322,18 @@ def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], M
     raise RegistryConflictError(f"metric {name!r} is being changed concurrently; try again")
 
 
+def _update_existing(r: redis.Redis, name: str, change: Callable[[MetricRecord], MetricRecord]) -> MetricRecord:
+    """:func:`_update` of a registered metric: :class:`UnknownMetricError` when ``name`` is not one. ``change``
+    returns the record it was given when there is nothing to change (nothing is written)."""
+
+    def existing(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        return change(old)
+
+    return _update(r, name, existing)
+
+
 # ------------------------------------------------------------------------------------------------- API
 def create_metric(
     r: redis.Redis, spec: MetricSpec, *, shards: int | None = None, default_shards: int = DEFAULT_SHARDS
@@ -460,15 +472,7 @@ def list_metrics(r: redis.Redis) -> list[MetricRecord]:
 
 def retire_metric(r: redis.Redis, name: str) -> MetricRecord:
     """Stop accepting reports for ``name`` (its specs and sketches stay readable). Idempotent."""
-
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
-        if not old.active:
-            return old
-        return dataclasses.replace(old, status="retired")
-
-    return _update(r, name, change)
+    return _update_existing(r, name, lambda old: dataclasses.replace(old, status="retired") if old.active else old)
 
 
 def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
@@ -476,9 +480,7 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
     grow: the streams, sketches and checkpoints of every shard below it stay where they are."""
     check_int("shards", shards, 1, MAX_SHARDS)
 
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
+    def change(old: MetricRecord) -> MetricRecord:
         if shards == old.shards:
             return old
         if shards < old.shards:
@@ -487,7 +489,7 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
         replaced = _day_start(int(time.time()))
         return dataclasses.replace(old, shards=shards, resharded=(*old.resharded, (old.shards, replaced)))
 
-    return _update(r, name, change)
+    return _update_existing(r, name, change)
 
 
 MAX_RETENTION_DAYS = 36_500
@@ -506,15 +508,8 @@ def set_min_reports(r: redis.Redis, name: str, min_reports: int) -> MetricRecord
     """Withhold every estimate of ``name`` over a day (or breakdown cell) with fewer than ``min_reports`` reports
     (0: no threshold). Idempotent; applies to queries at once. Lowering it releases days that were withheld."""
     check_min_reports(min_reports)
-
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
-        if old.min_reports == min_reports:
-            return old
-        return dataclasses.replace(old, min_reports=min_reports)
-
-    return _update(r, name, change)
+    return _update_existing(r, name, lambda old: old if old.min_reports == min_reports
+                            else dataclasses.replace(old, min_reports=min_reports))
 
 
 def set_retention(r: redis.Redis, name: str, days: int | None) -> MetricRecord:
@@ -522,15 +517,8 @@ def set_retention(r: redis.Redis, name: str, days: int | None) -> MetricRecord:
     from roll-ups only (:mod:`ldptel.storage.sealed`). Idempotent; takes effect at the next seal pass."""
     if days is not None:
         check_int("retention_days", days, 0, MAX_RETENTION_DAYS)
-
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
-        if old.retention_days == days:
-            return old
-        return dataclasses.replace(old, retention_days=days)
-
-    return _update(r, name, change)
+    return _update_existing(r, name, lambda old: old if old.retention_days == days
+                            else dataclasses.replace(old, retention_days=days))
 
 
 def spec_for(record: MetricRecord, version: int) -> MetricSpec:
