@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import redis as redis_lib
 
+from ldptel.aggregator.amplification import release_central
 from ldptel.aggregator.query import FrequencyResult, QueryOptions, QueryResult, Target, released_state
 from ldptel.client.mechanisms import Discovering, mechanism_of
 from ldptel.client.mechanisms.base import Kind
@@ -104,7 +105,9 @@ def discover_metric(
                        est.confidence)
     result = FrequencyResult(metric=name, version=target.version, mechanism=mechanism.name, days=tuple(days),
                              shards=target.record.shards, estimate=est, postprocess="none", adjusted=est.counts.copy(),
-                             withheld=held)
+                             withheld=held, local_epsilon=target.spec.effective_epsilon,
+                             central=release_central(r, target.record, target.version, days,
+                                                     cells=target.cells(r, opts.where))[1])
     return DiscoverResult(result=result, discovery=found)
 
 

@@ -24,6 +24,8 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "aggregate": 1,  # aggregate --once (one line)
     "seal": 1,  # seal (one line per metric)
     "inference": 1,
+    "dashboard-metrics": 1,  # the dashboard's GET /api/metrics: {"metrics": [...]}
+    "dashboard-metric": 1,  # GET /api/metrics/<name>: one item of that list
 }
 
 

@@ -10,7 +10,11 @@ concurrent operators. The dashboard reads ``LDPTEL_DASHBOARD_TOKEN`` (else ``LDP
 
 import os
 
-from ldptel.server.proxies import parse_trusted_proxies
+from ldptel.server.gunicorn_settings import shared_settings
+
+# As for the ingest (ldptel.server.gunicorn_settings): no client address in any log line, the same access log,
+# forwarding headers believed only from LDPTEL_TRUSTED_PROXIES, keepalive and graceful_timeout.
+globals().update(shared_settings())
 
 wsgi_app = "ldptel.aggregator.dashboard:create_dashboard()"
 bind = [os.environ.get("LDPTEL_DASHBOARD_BIND", "127.0.0.1:8050")]
@@ -19,13 +23,4 @@ worker_class = "gthread"
 threads = int(os.environ.get("LDPTEL_DASHBOARD_THREADS", "8"))
 # An estimate over a long range or a discovery over many candidates can take a while on a large deployment.
 timeout = 120
-graceful_timeout = 20
-keepalive = 5
-# No client address in any log line (ldptel.server.gunicorn_logger), as for the ingest.
-logger_class = "ldptel.server.gunicorn_logger.AnonymousLogger"
-forwarded_allow_ips = ",".join(str(n) for n in parse_trusted_proxies(os.environ.get("LDPTEL_TRUSTED_PROXIES", "")))
-accesslog = os.environ.get("LDPTEL_ACCESS_LOG", "-") or None
-access_log_format = '"%(m)s %(U)s" %(s)s %(B)s %(M)sms'
-errorlog = "-"
-loglevel = os.environ.get("LDPTEL_LOG_LEVEL", "info")
 proc_name = "ldptel-dashboard"

@@ -194,6 +194,12 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "reporting threshold: estimates of a day or breakdown combination with fewer reports are "
                 "withheld (absent: 0, no threshold; ldptel metrics create --min-reports, min_reports in a metrics file)",
             },
+            "shuffle_n_min": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "distinct uploads each shuffled block of the metric holds (absent: the shuffle stage's own "
+                "n_min; ldptel metrics shuffle-n-min, shuffle_n_min in a metrics file; docs/shuffle.md)",
+            },
         },
         "additionalProperties": False,
     },

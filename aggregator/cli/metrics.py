@@ -104,6 +104,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], common:
     keep.add_argument("--days", type=int, metavar="DAYS", help="days a sealed day keeps its own state (0 or more)")
     keep.add_argument("--forever", action="store_true", help="keep every day's state (the default of a new metric)")
     mret.add_argument("--format", choices=RECORD_FORMATS, default="table")
+    mshuf = msub.add_parser("shuffle-n-min", parents=[common], help="distinct uploads per shuffled block of a metric",
+                            description="Release the metric's held uploads in shuffled blocks of at least N distinct "
+                            "uploads (its central ε is computed from the smallest block: docs/shuffle.md). Stored in "
+                            "the registry; running shufflers read it within seconds. A shuffler started with "
+                            "--shuffle-n-min-for METRIC=N overrides it.")
+    mshuf.add_argument("name", metavar="NAME")
+    size = mshuf.add_mutually_exclusive_group(required=True)
+    size.add_argument("--uploads", type=positive_int, metavar="N", help="distinct uploads per block (1 or more)")
+    size.add_argument("--default", action="store_true",
+                      help="the shuffle stage's own n_min (LDPTEL_SHUFFLE_N_MIN, default 100), as a new metric has")
+    mshuf.add_argument("--format", choices=RECORD_FORMATS, default="table")
     mprof = msub.add_parser("profile", parents=[common], help="show or change the profile schema (breakdown dimensions)",
                             description="The registry's profile schema: each dimension's declared values ('other' is "
                             "implicit). Metrics name dimensions in breakdown = [...]. Growing a dimension's values (a "
@@ -170,6 +181,13 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             else:
                 _write_records([rec], "table", out)
                 out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
+        elif action == "shuffle-n-min":
+            rec = registry.set_shuffle_n_min(r, args.name, None if args.default else args.uploads)
+            if args.format == "json":
+                write_json(versioned("metric", rec.to_dict()), out)
+            else:
+                _write_records([rec], "table", out)
+                out.write(f"shuffle_n_min: {'default' if rec.shuffle_n_min is None else rec.shuffle_n_min}\n")
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out, one=True)
         else:
@@ -195,10 +213,12 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
                                       allow=allow or {item.spec.name for item in metrics if item.allow_above_default_policy})
     records = registry.list_metrics(r)
     changes, missing = metrics_file.plan_file(records, metrics)
-    retention = metrics_file.retention_changes(records, metrics)
-    thresholds = metrics_file.min_reports_changes(records, metrics)
+    retention = metrics_file.setting_changes(records, metrics, "retention_days")
+    thresholds = metrics_file.setting_changes(records, metrics, "min_reports")
+    blocks = metrics_file.setting_changes(records, metrics, "shuffle_n_min")
     lines = [f"~ {name}: retention_days {'forever' if before is None else before} → {after}" for name, before, after in retention]
     lines += [f"~ {name}: min_reports {before or 'off'} → {after or 'off'}" for name, before, after in thresholds]
+    lines += [f"~ {name}: shuffle_n_min {'default' if before is None else before} → {after}" for name, before, after in blocks]
     if action == "diff":
         differs = metrics_file.write_diff(changes, missing, out)
         out.writelines(line + "\n" for line in lines)
@@ -215,6 +235,8 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
             settings.setdefault(name, {})["retention_days"] = after
         for name, _before, threshold in thresholds:
             settings.setdefault(name, {})["min_reports"] = threshold
+        for name, _before, n_min in blocks:
+            settings.setdefault(name, {})["shuffle_n_min"] = n_min
         try:
             applied = registry.register_metrics(r, [(item.spec, item.shards) for item in metrics], settings=settings)
         except registry.RegistryConflictError as exc:
@@ -226,6 +248,8 @@ def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, 
             doc["retention"] = [{"name": n, "before": b, "after": a} for n, b, a in retention]
         if thresholds:
             doc["min_reports"] = [{"name": n, "before": b, "after": a} for n, b, a in thresholds]
+        if blocks:
+            doc["shuffle_n_min"] = [{"name": n, "before": b, "after": a} for n, b, a in blocks]
         write_json(versioned("metrics-plan", doc), out)
     else:
         metrics_file.write_plan(changes, missing, out, applied=action == "apply")

@@ -17,6 +17,8 @@ Each table ``[metrics.NAME]`` is one metric (``deploy/metrics.example.toml`` is 
                                    #   left out: unchanged, new metrics keep every day; see ldptel.storage.sealed)
     min_reports = 50               # reporting threshold: a day (or combination) with fewer reports is withheld
                                    #   from every estimate (left out: unchanged; new metrics 0 = off)
+    shuffle_n_min = 500            # distinct uploads per shuffled block (left out: unchanged; new metrics use the
+                                   #   shuffle stage's own n_min, default 100; see docs/shuffle.md)
     breakdown = ["os"]             # profile dimensions it is broken down by (declared in [profile]; not privatized)
 
     [profile]                      # the registry's profile schema: each dimension's declared values ('other' is
@@ -53,7 +55,7 @@ if TYPE_CHECKING:
     from ldptel.storage.registry import Change, MetricRecord
 
 SPEC_KEYS = ("reports_per_day", "sample_rate", "breakdown", *METADATA_FIELDS)  # a metric's keys besides its params and shards
-RECORD_KEYS = ("shards", "retention_days", "min_reports", "allow_above_default_policy")  # keys of the record or the file, not of a version
+RECORD_KEYS = ("shards", "retention_days", "min_reports", "shuffle_n_min", "allow_above_default_policy")  # keys of the record or the file, not of a version
 PRIVATIZATION_KEYS = ("reports_per_day", "sample_rate")  # besides the params: what a version fixes
 SYMBOLS = {"create": "+", "unchanged": "=", "metadata": "~", "reactivate": "~", "version": "!"}
 
@@ -66,6 +68,7 @@ class FileMetric:
     shards: int | None
     retention_days: int | None = None  # None: not in the file (the registry's value is left as it is)
     min_reports: int | None = None  # None: not in the file (the registry's value is left as it is)
+    shuffle_n_min: int | None = None  # None: not in the file (the registry's value is left as it is)
     allow_above_default_policy: bool = False  # registered even beyond the default device PrivacyPolicy
 
 
@@ -128,36 +131,35 @@ def _file_metric(name: str, table: object) -> FileMetric:
         from ldptel.storage.registry import check_min_reports
 
         check_min_reports(min_reports)
+    shuffle_n_min = table.get("shuffle_n_min")
+    if shuffle_n_min is not None:
+        from ldptel.storage.registry import check_shuffle_n_min
+
+        check_shuffle_n_min(shuffle_n_min)
     allow = table.get("allow_above_default_policy", False)
     if not isinstance(allow, bool):
         raise InvalidParameterError("allow_above_default_policy", "true or false", allow)
     spec = MetricSpec(name=name, params=params_from_dict(params), **fields)
     return FileMetric(spec=spec, shards=shards, retention_days=retention, min_reports=min_reports,
-                      allow_above_default_policy=allow)
+                      shuffle_n_min=shuffle_n_min, allow_above_default_policy=allow)
 
 
-def retention_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int | None, int]]:
-    """``(name, before, after)`` of every metric whose file sets a ``retention_days`` the registry does not have."""
+# record settings a file may set, and their value on a metric that does not exist yet
+SETTING_DEFAULTS: dict[str, int | None] = {"retention_days": None, "min_reports": 0, "shuffle_n_min": None}
+
+
+def setting_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric], setting: str
+                    ) -> list[tuple[str, int | None, int]]:
+    """``(name, before, after)`` of every metric whose file sets a record ``setting`` (one of
+    :data:`SETTING_DEFAULTS`) to a value the registry does not have (a new metric's before is the default)."""
     by_name = {rec.name: rec for rec in records}
     out = []
     for item in metrics:
         old = by_name.get(item.spec.name)
-        before = None if old is None else old.retention_days
-        if item.retention_days is not None and item.retention_days != before:
-            out.append((item.spec.name, before, item.retention_days))
-    return out
-
-
-def min_reports_changes(records: Sequence[MetricRecord], metrics: Sequence[FileMetric]) -> list[tuple[str, int, int]]:
-    """``(name, before, after)`` of every metric whose file sets a ``min_reports`` the registry does not have
-    (a new metric's before is 0, no threshold)."""
-    by_name = {rec.name: rec for rec in records}
-    out = []
-    for item in metrics:
-        old = by_name.get(item.spec.name)
-        before = 0 if old is None else old.min_reports
-        if item.min_reports is not None and item.min_reports != before:
-            out.append((item.spec.name, before, item.min_reports))
+        before = SETTING_DEFAULTS[setting] if old is None else getattr(old, setting)
+        after = getattr(item, setting)
+        if after is not None and after != before:
+            out.append((item.spec.name, before, after))
     return out
 
 

@@ -70,9 +70,11 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     specs[(metric, version)] = registry.spec_for(registry.get_metric(r, metric), version).params
                 return specs[(metric, version)]
 
-            shuffler = Shuffler(r, params_of, config)
+            stored: dict[str, int | None] = {}  # each metric's shuffle_n_min, as read at the top of each round
+            shuffler = Shuffler(r, params_of, config, n_min_of=stored.get)
             while not stop.is_set():
                 records = [registry.get_metric(r, n) for n in args.metric] if args.metric else registry.list_metrics(r)
+                stored.update((record.name, record.shuffle_n_min) for record in records)
                 released = 0
                 for record in records:
                     for shard in range(record.shards):

@@ -3,7 +3,7 @@
 Every chart of a page is drawn from one JSON endpoint, and each endpoint returns exactly the document the CLI
 prints with ``--format json``:
 
-* ``GET /api/metrics``: the metric list (:func:`~ldptel.aggregator.dashboard.overview.metric_list`);
+* ``GET /api/metrics``: the metric list (:func:`~ldptel.aggregator.dashboard.overview.metric_list`) under ``metrics``;
 * ``GET /api/metrics/<name>``: one metric of that list;
 * ``GET|POST /api/metrics/<name>/estimate``: ``ldptel estimate NAME ... --format json``
   (:func:`~ldptel.aggregator.query.estimate_metric`);
@@ -266,13 +266,13 @@ def _request_options() -> QueryOptions:
 @api.get("/metrics")
 def metrics() -> Response:
     _, r = _state()
-    return _json(metric_list(r))
+    return _json(versioned("dashboard-metrics", {"metrics": metric_list(r)}))
 
 
 @api.get("/metrics/<name>")
 def metric(name: str) -> Response:
     _, r = _state()
-    return _json(metric_list(r, [name])[0])
+    return _json(versioned("dashboard-metric", metric_list(r, [name])[0]))
 
 
 @api.route("/metrics/<name>/estimate", methods=["GET", "POST"])

@@ -91,7 +91,8 @@ class Worker:
         self._specs = MetricSpecs(r)
         self._reader = Reader(r, self._specs, batch=self.config.batch, prefetch=self.config.prefetch)
         shuffle = self.config.shuffle
-        self._shuffler = None if shuffle is None else Shuffler(r, self._specs.params, shuffle)
+        self._shuffler = None if shuffle is None else Shuffler(r, self._specs.params, shuffle,
+                                                               n_min_of=self._specs.shuffle_n_min)
         self._leases = Leases(r, owner=self.config.worker_id, ttl_seconds=self.config.lease_ttl)
         self._stop = threading.Event()
         self._owned: dict[tuple[str, int], OwnedShard] = {}

@@ -29,6 +29,7 @@ class MetricSpecs:
         self._refreshed: dict[str, float] = {}
         self._shard_counts: dict[str, int] = {}
         self._sealed: dict[str, tuple[float, str | None]] = {}
+        self._n_min: dict[str, tuple[float, int | None]] = {}
 
     def params(self, metric: str, version: int) -> Params:
         """The params of one metric version (``UnknownVersionError`` if the registry has no such version)."""
@@ -57,6 +58,16 @@ class MetricSpecs:
             raw = self.r.hget(keys.sealed_marks(metric), "through")
             cached = (now, None if raw is None else (raw.decode() if isinstance(raw, bytes) else str(raw)))
             self._sealed[metric] = cached
+        return cached[1]
+
+    def shuffle_n_min(self, metric: str) -> int | None:
+        """The metric's ``shuffle_n_min`` in the registry (None: not set), read at most every ``_SEALED_SECONDS``,
+        so a change made while the worker runs applies to its next blocks."""
+        now = time.monotonic()
+        cached = self._n_min.get(metric)
+        if cached is None or now - cached[0] > _SEALED_SECONDS:
+            cached = (now, registry.get_metric(self.r, metric).shuffle_n_min)
+            self._n_min[metric] = cached
         return cached[1]
 
     def forget_shards(self) -> None:

@@ -34,18 +34,17 @@ drawn fresh per report, which is exactly the onebit coin.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.capabilities import Permanent, Summary
+from ldptel.client.mechanisms.delegating import Delegating
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.mean import MEAN, VALUE_BITS, MeanBatch, MeanParams, number_of
 from ldptel.client.mechanisms.rr import RrParams, privatize_rr, rr_channel, rr_split
-from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, ParamsBase
 
@@ -95,30 +94,20 @@ def rounded_bit(value: object, params: DailyMeanParams, *, secret: bytes, metric
     return u + alpha >= 1 << VALUE_BITS
 
 
-def _mine(batch: MeanBatch) -> DailyMeanBatch:
-    return DailyMeanBatch(n=batch.n, bits=batch.bits)
-
-
-def _as_mean(state: SketchState) -> SketchState:
-    return SketchState(MEAN.name, state.counts, state.row_counts)
-
-
-class DailyMean(Permanent[DailyMeanParams, DailyMeanBatch], Summary[DailyMeanParams, DailyMeanBatch]):
+class DailyMean(
+    Delegating[DailyMeanParams, DailyMeanBatch, MeanParams, MeanBatch],
+    Permanent[DailyMeanParams, DailyMeanBatch], Summary[DailyMeanParams, DailyMeanBatch],
+):
     """1BitMean on the α-rounded bit with rr's permanent randomized response (module docstring)."""
 
     name = "daily-mean"
     code = 10
     params_type = DailyMeanParams
     batch_type = DailyMeanBatch
+    inner = MEAN
 
-    def columns(self, params: DailyMeanParams) -> tuple[Column, ...]:
-        return (Column("bits", "bit", "bit"),)
-
-    def privatize(self, value: object, params: DailyMeanParams, *, rng: np.random.Generator | None = None) -> DailyMeanBatch:
-        return _mine(MEAN.privatize(value, params.onebit, rng=rng))
-
-    def privatize_batch(self, values: Values, params: DailyMeanParams, *, rng: np.random.Generator | None = None) -> DailyMeanBatch:
-        return _mine(MEAN.privatize_batch(values, params.onebit, rng=rng))
+    def inner_params(self, params: DailyMeanParams) -> MeanParams:
+        return params.onebit
 
     def value_key(self, value: object, params: DailyMeanParams) -> bytes:
         return struct.pack("<d", number_of(value))
@@ -140,27 +129,6 @@ class DailyMean(Permanent[DailyMeanParams, DailyMeanBatch], Summary[DailyMeanPar
         """rr's channel on c; the label is the quantized value u, rounded with the device's α."""
         onebit = params.onebit
         return rr_channel(params.rr, lambda value: int(onebit.quantize(np.array([number_of(value)]))[0]), VALUE_BITS)
-
-    def state_shape(self, params: DailyMeanParams) -> tuple[tuple[int, int], int]:
-        return MEAN.state_shape(params.onebit)
-
-    def fold(self, params: DailyMeanParams, batches: Sequence[DailyMeanBatch], state: SketchState) -> SketchState:
-        MEAN.fold(params.onebit, [MeanBatch(n=b.n, bits=b.bits) for b in batches], _as_mean(state))
-        return state
-
-    def estimate(
-        self, params: DailyMeanParams, state: SketchState, *, candidates: Sequence[object] | None = None,
-        confidence: float = 0.95,
-    ) -> Estimate:
-        state.check(params)
-        est = MEAN.estimate(params.onebit, _as_mean(state), confidence=confidence)
-        return Estimate(self.name, est.labels, est.counts, est.stderr, est.n, confidence)
-
-    def variance(self, params: DailyMeanParams, counts: np.ndarray, n: int) -> np.ndarray:
-        return MEAN.variance(params.onebit, counts, n)
-
-    def clips(self, value: object, params: DailyMeanParams) -> bool:
-        return MEAN.clips(value, params.onebit)
 
     def estimate_note(self, params: DailyMeanParams) -> str:
         return f"values clipped to [{params.lo:g}, {params.hi:g}] on the device; α-rounded one-bit reports"

@@ -29,10 +29,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.capabilities import OnDevice, Summary
+from ldptel.client.mechanisms.delegating import Delegating
 from ldptel.client.mechanisms.mean import GRID, MEAN, MEAN_VARIANTS, SHARE_BITS, MeanBatch, MeanParams
-from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, ParamsBase
 
 MAX_HI = 1_000_000_000  # the largest clip bound: a count above it is a bug, not a day's events
@@ -83,18 +83,6 @@ class EventCountBatch(ReportBatch):
     mechanism: str = "event-count"
 
 
-def _mine(batch: MeanBatch) -> EventCountBatch:
-    return EventCountBatch(n=batch.n, bits=batch.bits, cols=batch.cols)
-
-
-def _as_mean(batch: ReportBatch) -> MeanBatch:
-    return MeanBatch(n=batch.n, bits=batch.bits, cols=batch.cols)
-
-
-def _as_mean_state(state: SketchState) -> SketchState:
-    return SketchState(MEAN.name, state.counts, state.row_counts)
-
-
 def _count(value: object) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)):
         from ldptel.client.errors import InvalidValueError
@@ -108,13 +96,23 @@ def _count(value: object) -> float:
     return x
 
 
-class EventCount(OnDevice[EventCountParams, EventCountBatch], Summary[EventCountParams, EventCountBatch]):
+class EventCount(
+    Delegating[EventCountParams, EventCountBatch, MeanParams, MeanBatch],
+    OnDevice[EventCountParams, EventCountBatch], Summary[EventCountParams, EventCountBatch],
+):
     """A day's event count, aggregated on the device, reported once through mean (module docstring)."""
 
     name = "event-count"
     code = 11
     params_type = EventCountParams
     batch_type = EventCountBatch
+    inner = MEAN
+
+    def inner_params(self, params: EventCountParams) -> MeanParams:
+        return params.mean
+
+    def inner_value(self, value: object) -> object:
+        return _count(value)
 
     # ------------------------------------------------------------------------------------ on the device
     def period_days(self, params: EventCountParams) -> int:
@@ -123,43 +121,7 @@ class EventCount(OnDevice[EventCountParams, EventCountBatch], Summary[EventCount
     def period_value(self, params: EventCountParams, counts: Sequence[int]) -> object:
         return int(sum(counts))
 
-    def columns(self, params: EventCountParams) -> tuple[Column, ...]:
-        return MEAN.columns(params.mean)
-
-    def privatize(self, value: object, params: EventCountParams, *, rng: np.random.Generator | None = None) -> EventCountBatch:
-        return _mine(MEAN.privatize(_count(value), params.mean, rng=rng))
-
-    def privatize_batch(self, values: Values, params: EventCountParams, *, rng: np.random.Generator | None = None) -> EventCountBatch:
-        return _mine(MEAN.privatize_batch(values, params.mean, rng=rng))
-
-    def value_key(self, value: object, params: EventCountParams) -> bytes:
-        return MEAN.value_key(_count(value), params.mean)
-
-    def clips(self, value: object, params: EventCountParams) -> bool:
-        return _count(value) > params.hi
-
     # ---------------------------------------------------------------------------------- on the server
-    def state_shape(self, params: EventCountParams) -> tuple[tuple[int, int], int]:
-        return MEAN.state_shape(params.mean)
-
-    def fold(self, params: EventCountParams, batches: Sequence[EventCountBatch], state: SketchState) -> SketchState:
-        MEAN.fold(params.mean, [_as_mean(b) for b in batches], _as_mean_state(state))
-        return state
-
-    def estimate(
-        self, params: EventCountParams, state: SketchState, *, candidates: Sequence[object] | None = None,
-        confidence: float = 0.95,
-    ) -> Estimate:
-        state.check(params)
-        est = MEAN.estimate(params.mean, _as_mean_state(state), confidence=confidence)
-        return Estimate(self.name, est.labels, est.counts, est.stderr, est.n, confidence)
-
-    def variance(self, params: EventCountParams, counts: np.ndarray, n: int) -> np.ndarray:
-        return MEAN.variance(params.mean, counts, n)
-
-    def check_plausible(self, batch: EventCountBatch, params: EventCountParams) -> None:
-        MEAN.check_plausible(_as_mean(batch), params.mean)
-
     def estimate_note(self, params: EventCountParams) -> str:
         return (f"events per device per day, counted on the device and clipped to [0, {params.hi:g}]; each device "
                 f"reports day D's count once, on day D + 1 ({params.variant} reports); mean: per reporting device, "

@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError, InvalidValueError
-from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.capabilities import Bucketed, OnDevice
+from ldptel.client.mechanisms.delegating import Delegating
 from ldptel.client.mechanisms.histogram import HISTOGRAM, HistogramBatch, HistogramParams
-from ldptel.client.mechanisms.state import Estimate, SketchState
 from ldptel.client.protocol.params import ParamsBase
 
 
@@ -61,73 +61,35 @@ class EventHistogramBatch(ReportBatch):
     mechanism: str = "event-histogram"
 
 
-def _mine(batch: ReportBatch) -> EventHistogramBatch:
-    return EventHistogramBatch(n=batch.n, rows=batch.rows, cols=batch.cols, bits=batch.bits)
-
-
-def _inner(batch: ReportBatch) -> HistogramBatch:
-    return HistogramBatch(n=batch.n, rows=batch.rows, cols=batch.cols, bits=batch.bits)
-
-
-def _as_inner_state(state: SketchState) -> SketchState:
-    return SketchState(HISTOGRAM.name, state.counts, state.row_counts)
-
-
 def _count(value: object) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer, float, np.floating)) or not value >= 0:
         raise InvalidValueError(f"event-histogram values must be counts (int ≥ 0), got {type(value).__name__}")
     return float(value)
 
 
-class EventHistogram(OnDevice[EventHistogramParams, EventHistogramBatch], Bucketed[EventHistogramParams, EventHistogramBatch]):
+class EventHistogram(
+    Delegating[EventHistogramParams, EventHistogramBatch, HistogramParams, HistogramBatch],
+    OnDevice[EventHistogramParams, EventHistogramBatch], Bucketed[EventHistogramParams, EventHistogramBatch],
+):
     """A day's event count, aggregated on the device, reported once as a histogram bucket (module docstring)."""
 
     name = "event-histogram"
     code = 13
     params_type = EventHistogramParams
     batch_type = EventHistogramBatch
+    inner = HISTOGRAM
+
+    def inner_params(self, params: EventHistogramParams) -> HistogramParams:
+        return params.histogram
+
+    def inner_value(self, value: object) -> object:
+        return _count(value)
 
     def period_days(self, params: EventHistogramParams) -> int:
         return 1
 
     def period_value(self, params: EventHistogramParams, counts: Sequence[int]) -> object:
         return int(sum(counts))
-
-    def columns(self, params: EventHistogramParams) -> tuple[Column, ...]:
-        return HISTOGRAM.columns(params.histogram)
-
-    def privatize(self, value: object, params: EventHistogramParams, *, rng: np.random.Generator | None = None) -> EventHistogramBatch:
-        return _mine(HISTOGRAM.privatize(_count(value), params.histogram, rng=rng))
-
-    def privatize_batch(self, values: Values, params: EventHistogramParams, *, rng: np.random.Generator | None = None) -> EventHistogramBatch:
-        return _mine(HISTOGRAM.privatize_batch(values, params.histogram, rng=rng))
-
-    def value_key(self, value: object, params: EventHistogramParams) -> bytes:
-        return HISTOGRAM.value_key(_count(value), params.histogram)
-
-    def clips(self, value: object, params: EventHistogramParams) -> bool:
-        return HISTOGRAM.clips(_count(value), params.histogram)
-
-    def state_shape(self, params: EventHistogramParams) -> tuple[tuple[int, int], int]:
-        return HISTOGRAM.state_shape(params.histogram)
-
-    def fold(self, params: EventHistogramParams, batches: Sequence[EventHistogramBatch], state: SketchState) -> SketchState:
-        HISTOGRAM.fold(params.histogram, [_inner(b) for b in batches], _as_inner_state(state))
-        return state
-
-    def estimate(
-        self, params: EventHistogramParams, state: SketchState, *, candidates: Sequence[object] | None = None,
-        confidence: float = 0.95,
-    ) -> Estimate:
-        state.check(params)
-        est = HISTOGRAM.estimate(params.histogram, _as_inner_state(state), candidates=candidates, confidence=confidence)
-        return Estimate(self.name, est.labels, est.counts, est.stderr, est.n, confidence)
-
-    def variance(self, params: EventHistogramParams, counts: np.ndarray, n: int) -> np.ndarray:
-        return HISTOGRAM.variance(params.histogram, counts, n)
-
-    def check_plausible(self, batch: EventHistogramBatch, params: EventHistogramParams) -> None:
-        HISTOGRAM.check_plausible(_inner(batch), params.histogram)
 
     def bucket_edges(self, params: EventHistogramParams) -> np.ndarray:
         return HISTOGRAM.bucket_edges(params.histogram)

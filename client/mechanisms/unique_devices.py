@@ -41,8 +41,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ldptel.client.errors import InvalidParameterError
-from ldptel.client.mechanisms.base import Column, ReportBatch, Values
+from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.capabilities import Binary, Categorical, OnDevice, Permanent
+from ldptel.client.mechanisms.delegating import Delegating
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.rr import RR, RrBatch, RrParams, privatize_rr, rr_channel, rr_split, rr_value_bytes
 from ldptel.client.mechanisms.state import Estimate, SketchState
@@ -89,19 +90,8 @@ class UniqueDevicesBatch(ReportBatch):
     bits: np.ndarray
 
 
-def _mine(batch: RrBatch) -> UniqueDevicesBatch:
-    return UniqueDevicesBatch(n=batch.n, bits=batch.bits)
-
-
-def _as_rr(batch: UniqueDevicesBatch) -> RrBatch:
-    return RrBatch(n=batch.n, bits=batch.bits)
-
-
-def _as_rr_state(state: SketchState) -> SketchState:
-    return SketchState(RR.name, state.counts, state.row_counts)
-
-
 class UniqueDevices(
+    Delegating[UniqueDevicesParams, UniqueDevicesBatch, RrParams, RrBatch],
     OnDevice[UniqueDevicesParams, UniqueDevicesBatch], Permanent[UniqueDevicesParams, UniqueDevicesBatch],
     Binary[UniqueDevicesParams, UniqueDevicesBatch], Categorical[UniqueDevicesParams, UniqueDevicesBatch],
 ):
@@ -112,6 +102,10 @@ class UniqueDevices(
     params_type = UniqueDevicesParams
     batch_type = UniqueDevicesBatch
     proportion_of = LABELS[1]
+    inner = RR
+
+    def inner_params(self, params: UniqueDevicesParams) -> RrParams:
+        return params.rr
 
     # ------------------------------------------------------------------------------------ on the device
     def period_days(self, params: UniqueDevicesParams) -> int:
@@ -120,23 +114,11 @@ class UniqueDevices(
     def period_value(self, params: UniqueDevicesParams, counts: Sequence[int]) -> object:
         return any(c > 0 for c in counts)
 
-    def columns(self, params: UniqueDevicesParams) -> tuple[Column, ...]:
-        return RR.columns(params.rr)
-
-    def privatize(self, value: object, params: UniqueDevicesParams, *, rng: np.random.Generator | None = None) -> UniqueDevicesBatch:
-        return _mine(RR.privatize(value, params.rr, rng=rng))
-
-    def privatize_batch(self, values: Values, params: UniqueDevicesParams, *, rng: np.random.Generator | None = None) -> UniqueDevicesBatch:
-        return _mine(RR.privatize_batch(values, params.rr, rng=rng))
-
-    def value_key(self, value: object, params: UniqueDevicesParams) -> bytes:
-        return rr_value_bytes(value)
-
     def privatize_permanent(
         self, value: object, params: UniqueDevicesParams, *, secret: bytes, metric: str, fingerprint: bytes,
         rng: np.random.Generator | None = None,
     ) -> UniqueDevicesBatch:
-        return _mine(privatize_rr(value, params.rr, secret=secret, metric=metric, fingerprint=fingerprint, rng=rng))
+        return self.own_batch(privatize_rr(value, params.rr, secret=secret, metric=metric, fingerprint=fingerprint, rng=rng))
 
     def longitudinal_epsilon(self, params: UniqueDevicesParams) -> float:
         """2·ε∞, the level: the bit changes over time, so both of its PRR answers are used (module docstring)."""
@@ -146,23 +128,13 @@ class UniqueDevices(
         return rr_channel(params.rr, lambda value: int(rr_value_bytes(value) == b"\x01"))
 
     # ---------------------------------------------------------------------------------- on the server
-    def state_shape(self, params: UniqueDevicesParams) -> tuple[tuple[int, int], int]:
-        return RR.state_shape(params.rr)
-
-    def fold(self, params: UniqueDevicesParams, batches: Sequence[UniqueDevicesBatch], state: SketchState) -> SketchState:
-        RR.fold(params.rr, [_as_rr(b) for b in batches], _as_rr_state(state))
-        return state
-
     def estimate(
         self, params: UniqueDevicesParams, state: SketchState, *, candidates: Sequence[object] | None = None,
         confidence: float = 0.95,
     ) -> Estimate:
-        state.check(params)
-        est = RR.estimate(params.rr, _as_rr_state(state), confidence=confidence)
+        """rr's estimate with this mechanism's labels (:data:`LABELS`: rr's false/true are inactive/active)."""
+        est = super().estimate(params, state, candidates=candidates, confidence=confidence)
         return Estimate(self.name, LABELS, est.counts, est.stderr, est.n, confidence)
-
-    def variance(self, params: UniqueDevicesParams, counts: np.ndarray, n: int) -> np.ndarray:
-        return RR.variance(params.rr, counts, n)
 
     def bucket_covariance(self, params: UniqueDevicesParams, counts: np.ndarray, n: int) -> np.ndarray:
         return RR.bucket_covariance(params.rr, counts, n)

@@ -167,6 +167,62 @@ class _Cost:
 
 
 @dataclass(frozen=True, slots=True)
+class _Queued:
+    """The report was privatized and queued and its ε spent (a new privatization's ε∞ charged too)."""
+
+    batch: ReportBatch
+    memoized: bool
+    new_day: bool  # the budget day moved forward: past days' memo rows were deleted (empty the WAL once committed)
+
+
+@dataclass(frozen=True, slots=True)
+class _OverLifetime:
+    """The lifetime ledger refused a new privatization: nothing may be recorded (the caller rolls back)."""
+
+    reached: float  # the lifetime ε∞ the privatization would have taken the metric to
+
+
+_Charged = _Queued | _OverLifetime | Literal["not_sampled", "budget_exceeded"]
+
+
+def _charge_and_queue(
+    conn: sqlite3.Connection, spec: MetricSpec, value: object, ledger_state: tuple[int, int, int, float], *,
+    cost: _Cost, lifetime_cap: float, secret: bytes,
+) -> _Charged:
+    """The privacy-critical steps of one report, in this order: the sampling decision, the daily ledger, a new
+    privatization's ε∞ in the lifetime ledger, privatize, queue, spend. ``report()`` and the release of an
+    on-device period both go through here, so what is charged, and when, cannot drift between them.
+
+    Runs inside the caller's open transaction and never ends it. What it has written by then: for
+    ``"not_sampled"``, ``"budget_exceeded"`` and :class:`_OverLifetime` only the sampling state (the day's draw, past
+    days' draws pruned), nothing charged; for :class:`_Queued` also the report, the day's spend, a new
+    privatization's ε∞ and a new budget day. ``report()`` commits ``"not_sampled"`` and :class:`_Queued` and rolls
+    the refusals back; the release of a period rolls back only :class:`_OverLifetime` (the period stays due) and
+    otherwise commits with the tally (a refused release is dropped: the period counts as reported).
+    ``ledger_state`` is ``_ledger.state(conn, spec.name, now)``, read in this transaction.
+    """
+    day, high, count, eps = ledger_state
+    if day > high:
+        _sampling.prune(conn, day)
+    if not _sampling.takes_part(conn, spec.name, day, spec.sample_rate):
+        return "not_sampled"
+    if not _ledger.allows(spec, count, eps, eps_one=cost.eps_one, daily=cost.daily):
+        return "budget_exceeded"
+    if cost.lifetime is not None:
+        over = _ledger.charge_lifetime(conn, spec.name, cost.fingerprint, cost.lifetime, cap=lifetime_cap)
+        if over is not None:
+            return _OverLifetime(over)
+    if day > high:
+        _ledger.set_day(conn, day)
+        memo.prune(conn, day)
+    batch, payload, memoized = privatize_for_device(
+        conn, spec, value, day=day, secret=secret, fingerprint=cost.fingerprint)
+    _queue.enqueue(conn, spec.name, spec.version, payload, day=day)
+    _ledger.spend(conn, spec.name, day, cost.eps_one)
+    return _Queued(batch, memoized, new_day=day > high)
+
+
+@dataclass(frozen=True, slots=True)
 class ReportResult:
     """What ``report()`` or ``count()`` did. ``report`` is the exact privatized report queued (None unless queued;
     ``count()``: the report of the period that ended, when this call made it); ``reason`` says which policy bound
@@ -343,14 +399,11 @@ class Reporter:
         if on_device(mechanism_of(spec.params)) is not None:
             raise InvalidParameterError(
                 "metric", f"a metric reported with report(); {metric!r} is aggregated on the device: call count()", metric)
-        cost = self._cost_of(spec)
-        pinned = self._specs.is_pinned(spec)
-        if cost.refusal is not None and not pinned:
-            return self._refuse(spec, cost.refusal)
-        lifetime_cap = math.inf if pinned else self._policy.max_longitudinal_epsilon
+        gate = self._policy_gate(spec)
+        if isinstance(gate, ReportResult):
+            return gate
+        cost, lifetime_cap = gate
         now = self._clock()
-        over: float | None = None
-        error: sqlite3.Error | None = None
         with self._state:
             if self._closed:
                 return ReportResult("closed", metric)
@@ -363,34 +416,16 @@ class Reporter:
                 return ReportResult("queue_full", metric, spec.version)
             self._full_logged = False
             try:
-                stored = self._store(spec, value, now, cost=cost, lifetime_cap=lifetime_cap)
+                stored: _Charged | sqlite3.Error = self._store(spec, value, now, cost=cost, lifetime_cap=lifetime_cap)
             except sqlite3.Error as exc:
-                error = exc
-            else:
-                if stored is None:
-                    counters.refused_budget += 1
-                    return ReportResult("budget_exceeded", metric, spec.version)
-                if stored == "not_sampled":
-                    counters.not_sampled += 1
-                    return ReportResult("not_sampled", metric, spec.version)
-                if isinstance(stored, float):  # refused by the lifetime ledger: told outside the lock
-                    over = stored
-                else:
-                    batch, memoized = stored
-                    counters.pending += 1
-                    counters.unbatched += 1
-                    counters.queued += 1
-                    counters.memoized += memoized
-                    counters.clipped += mechanism_of(spec.params).clips(value, spec.params)
-                    if counters.unbatched >= self._batch_size:
-                        self._uploader.wake()
-                    return ReportResult("queued", metric, spec.version, batch, memoized)
-        if over is not None:
-            return self._refuse(spec, f"longitudinal_epsilon: a new privatization would take the lifetime ε∞ of a "
-                                f"value to {over:.4g}, above the device policy's maximum {lifetime_cap:.4g}")
-        log.error("ldptel could not store a report: %s", error)
-        self._notify(UploadError(f"local storage error: {error}", outcome="storage_error", metric=metric))
-        return ReportResult("storage_error", metric, spec.version)
+                stored = exc
+            if not isinstance(stored, _OverLifetime | sqlite3.Error):
+                self._account(stored)
+                if not isinstance(stored, _Queued):
+                    return ReportResult(stored, metric, spec.version)
+                counters.clipped += mechanism_of(spec.params).clips(value, spec.params)
+                return ReportResult("queued", metric, spec.version, stored.batch, stored.memoized)
+        return self._failed(spec, stored, lifetime_cap, "report")  # told outside the lock
 
     def count(self, metric: str, n: int = 1) -> ReportResult:
         """Count ``n`` events of a metric aggregated on the device (its mechanism has the
@@ -433,89 +468,55 @@ class Reporter:
     def _tally_and_release(self, spec: MetricSpec, mech: OnDevice[Any, Any], n: int) -> ReportResult:
         """:meth:`count` (``n`` ≥ 1) or a release check (``n`` = 0) once the spec is known."""
         metric = spec.name
-        cost = self._cost_of(spec)
-        pinned = self._specs.is_pinned(spec)
-        if cost.refusal is not None and not pinned:
-            return self._refuse(spec, cost.refusal)
-        lifetime_cap = math.inf if pinned else self._policy.max_longitudinal_epsilon
+        gate = self._policy_gate(spec)
+        if isinstance(gate, ReportResult):
+            return gate
+        cost, lifetime_cap = gate
         now = self._clock()
-        error: sqlite3.Error | None = None
-        over: float | None = None
         with self._state:
             if self._closed:
                 return ReportResult("closed", metric)
             counters = self._counters
             room = counters.pending < self._max_queue  # a full queue defers the release (the count is kept)
             try:
-                stored = self._count_txn(spec, mech, n, now, cost=cost, lifetime_cap=lifetime_cap, release=room)
+                released: _Charged | sqlite3.Error | None = self._count_txn(
+                    spec, mech, n, now, cost=cost, lifetime_cap=lifetime_cap, release=room)
             except sqlite3.Error as exc:
-                error = exc
-            else:
-                if isinstance(stored, float):
-                    over = stored
-                else:
-                    outcome, batch, memoized = stored
-                    if outcome == "queued" and batch is not None:
-                        counters.pending += 1
-                        counters.unbatched += 1
-                        counters.queued += 1
-                        counters.memoized += memoized
-                        if counters.unbatched >= self._batch_size:
-                            self._uploader.wake()
-                    elif outcome == "budget":
-                        counters.refused_budget += 1
-                    elif outcome == "not_sampled":
-                        counters.not_sampled += 1
-                    return ReportResult("counted", metric, spec.version, batch, memoized)
-        if over is not None:
-            return self._refuse(spec, f"longitudinal_epsilon: a new privatization would take the lifetime ε∞ of a "
-                                f"value to {over:.4g}, above the device policy's maximum {lifetime_cap:.4g}")
-        log.error("ldptel could not store a count: %s", error)
-        self._notify(UploadError(f"local storage error: {error}", outcome="storage_error", metric=metric))
-        return ReportResult("storage_error", metric, spec.version)
+                released = exc
+            if not isinstance(released, _OverLifetime | sqlite3.Error):
+                if released is not None:
+                    self._account(released)
+                if isinstance(released, _Queued):
+                    return ReportResult("counted", metric, spec.version, released.batch, released.memoized)
+                return ReportResult("counted", metric, spec.version)
+        return self._failed(spec, released, lifetime_cap, "count")  # told outside the lock
 
     def _count_txn(
         self, spec: MetricSpec, mech: OnDevice[Any, Any], n: int, now: float, *, cost: _Cost, lifetime_cap: float,
         release: bool,
-    ) -> tuple[Literal["queued", "budget", "not_sampled", "none"], ReportBatch | None, bool] | float:
-        """One transaction: report the period that ended (if due and ``release``: the same sampling, ledger, lifetime
-        and privatization steps as :meth:`_store`), then add ``n`` events of the budget day to the tally.
+    ) -> _Charged | None:
+        """One transaction: report the period that ended (if due and ``release``: :func:`_charge_and_queue`, as
+        :meth:`_store`), then add ``n`` events of the budget day to the tally. None when no period was released.
 
-        The lifetime ε∞ it would reach when the lifetime ledger refuses (nothing recorded, nothing reported). A
-        release the daily budget or the sampling refuses is dropped (the period counts as reported). The caller
-        holds ``_state``.
+        :class:`_OverLifetime` when the lifetime ledger refuses: rolled back (nothing recorded, nothing reported, the
+        period still due). A release the daily budget or the sampling refuses is dropped (the period counts as
+        reported, the day's draw kept) and the count recorded. The caller holds ``_state``.
         """
         conn = self._db
         period = mech.period_days(spec.params)
-        outcome: Literal["queued", "budget", "not_sampled", "none"] = "none"
-        batch: ReportBatch | None = None
-        memoized = False
+        outcome: _Charged | None = None
         conn.execute("BEGIN IMMEDIATE")
         try:
-            day, high, count, eps = _ledger.state(conn, spec.name, now)
+            state = _ledger.state(conn, spec.name, now)
+            day = state[0]
             due = _tally.take_due(conn, spec.name, day, period,
                                   lambda counts: mech.period_value(spec.params, counts)) if release else None
             if due is not None:
-                if day > high:
-                    _sampling.prune(conn, day)
-                if not _sampling.takes_part(conn, spec.name, day, spec.sample_rate):
-                    outcome = "not_sampled"
-                elif not _ledger.allows(spec, count, eps, eps_one=cost.eps_one, daily=cost.daily):
-                    outcome = "budget"
-                else:
-                    if cost.lifetime is not None:
-                        over = _ledger.charge_lifetime(conn, spec.name, cost.fingerprint, cost.lifetime, cap=lifetime_cap)
-                        if over is not None:
-                            conn.execute("ROLLBACK")
-                            return over
-                    if day > high:
-                        _ledger.set_day(conn, day)
-                        memo.prune(conn, day)
-                    batch, payload, memoized = privatize_for_device(
-                        conn, spec, due[1], day=day, secret=self._secret, fingerprint=cost.fingerprint)
-                    _queue.enqueue(conn, spec.name, spec.version, payload, day=day)
-                    _ledger.spend(conn, spec.name, day, cost.eps_one)
-                    outcome = "queued"
+                outcome = _charge_and_queue(conn, spec, due[1], state, cost=cost, lifetime_cap=lifetime_cap,
+                                            secret=self._secret)
+                if isinstance(outcome, _OverLifetime):
+                    conn.execute("ROLLBACK")
+                    return outcome
             if n:
                 _tally.record(conn, spec.name, day, n, period)
             conn.execute("COMMIT")
@@ -523,9 +524,7 @@ class Reporter:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        if outcome == "queued" and (day > high or self._pruned_in_wal):
-            self._forget_pruned_rows()
-        return outcome, batch, memoized
+        return outcome
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Upload everything queued now; True when nothing is left unacknowledged within ``timeout`` seconds.
@@ -591,48 +590,55 @@ class Reporter:
             return _ledger.remaining(self._db, spec, self._clock())
 
     # -------------------------------------------------------------------------------------- internals
-    def _store(
-        self, spec: MetricSpec, value: object, now: float, *, cost: _Cost, lifetime_cap: float
-    ) -> tuple[ReportBatch, bool] | float | Literal["not_sampled"] | None:
-        """One transaction: the sampling decision, check the ledger, charge a new privatization's ε∞, privatize,
-        queue, spend.
+    def _store(self, spec: MetricSpec, value: object, now: float, *, cost: _Cost, lifetime_cap: float) -> _Charged:
+        """One transaction: :func:`_charge_and_queue` for ``value``, committed when the report was queued or the device
+        is not sampled (the day's draw is kept: every report of the metric that day agrees), rolled back when the
+        daily budget or the lifetime ledger refuses (nothing recorded).
 
-        None when the daily budget refuses; the lifetime ε∞ it would reach when the lifetime ledger refuses;
-        ``"not_sampled"`` when the device does not take part in the metric on the budget day (its draw is kept).
         The caller holds ``_state``. Every exception rolls the transaction back.
         """
         conn = self._db
         conn.execute("BEGIN IMMEDIATE")
         try:
-            day, high, count, eps = _ledger.state(conn, spec.name, now)
-            if day > high:
-                _sampling.prune(conn, day)
-            if not _sampling.takes_part(conn, spec.name, day, spec.sample_rate):
-                conn.execute("COMMIT")  # the day's draw is kept: every report of the metric that day agrees
-                return "not_sampled"
-            if not _ledger.allows(spec, count, eps, eps_one=cost.eps_one, daily=cost.daily):
-                conn.execute("ROLLBACK")
-                return None
-            if cost.lifetime is not None:
-                over = _ledger.charge_lifetime(conn, spec.name, cost.fingerprint, cost.lifetime, cap=lifetime_cap)
-                if over is not None:
-                    conn.execute("ROLLBACK")
-                    return over
-            if day > high:
-                _ledger.set_day(conn, day)
-                memo.prune(conn, day)
-            batch, payload, memoized = privatize_for_device(
-                conn, spec, value, day=day, secret=self._secret, fingerprint=cost.fingerprint)
-            _queue.enqueue(conn, spec.name, spec.version, payload, day=day)
-            _ledger.spend(conn, spec.name, day, cost.eps_one)
-            conn.execute("COMMIT")
+            state = _ledger.state(conn, spec.name, now)
+            outcome = _charge_and_queue(conn, spec, value, state, cost=cost, lifetime_cap=lifetime_cap,
+                                        secret=self._secret)
+            conn.execute("COMMIT" if isinstance(outcome, _Queued) or outcome == "not_sampled" else "ROLLBACK")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        if day > high or self._pruned_in_wal:
-            self._forget_pruned_rows()
-        return batch, memoized
+        return outcome
+
+    def _account(self, outcome: _Queued | Literal["not_sampled", "budget_exceeded"]) -> None:
+        """Count what a committed or refused :func:`_charge_and_queue` did, wake the uploader when a batch is full,
+        and empty the WAL after a new budget day deleted past days' memo rows. The caller holds ``_state``."""
+        counters = self._counters
+        if outcome == "not_sampled":
+            counters.not_sampled += 1
+        elif outcome == "budget_exceeded":
+            counters.refused_budget += 1
+        else:
+            counters.pending += 1
+            counters.unbatched += 1
+            counters.queued += 1
+            counters.memoized += outcome.memoized
+            if counters.unbatched >= self._batch_size:
+                self._uploader.wake()
+            if outcome.new_day or self._pruned_in_wal:
+                self._forget_pruned_rows()
+
+    def _failed(
+        self, spec: MetricSpec, failure: _OverLifetime | sqlite3.Error, lifetime_cap: float, what: str
+    ) -> ReportResult:
+        """The end of a report or count (``what``) that did not finish: refused by the lifetime ledger, or a local
+        storage error. Called without ``_state`` (``on_error`` may call back into the Reporter)."""
+        if isinstance(failure, _OverLifetime):
+            return self._refuse(spec, f"longitudinal_epsilon: a new privatization would take the lifetime ε∞ of a "
+                                f"value to {failure.reached:.4g}, above the device policy's maximum {lifetime_cap:.4g}")
+        log.error("ldptel could not store a %s: %s", what, failure)
+        self._notify(UploadError(f"local storage error: {failure}", outcome="storage_error", metric=spec.name))
+        return ReportResult("storage_error", spec.name, spec.version)
 
     def _forget_pruned_rows(self) -> None:
         """Empty the WAL after the memo of past days was deleted (secure_delete zeroed them in the database).
@@ -644,6 +650,15 @@ class Reporter:
         except sqlite3.Error as exc:
             self._pruned_in_wal = True
             log.debug("ldptel WAL truncation deferred: %s", exc)
+
+    def _policy_gate(self, spec: MetricSpec) -> tuple[_Cost, float] | ReportResult:
+        """The spec's cost and the lifetime ε∞ cap its new privatizations are charged against (none for a pinned
+        spec: the app's own choice), or the ``policy_refused`` result for a served spec beyond the device policy."""
+        cost = self._cost_of(spec)
+        pinned = self._specs.is_pinned(spec)
+        if cost.refusal is not None and not pinned:
+            return self._refuse(spec, cost.refusal)
+        return cost, math.inf if pinned else self._policy.max_longitudinal_epsilon
 
     def _refuse(self, spec: MetricSpec, reason: str) -> ReportResult:
         """A report refused by the policy: counted, and told to ``on_error`` once per version and bound."""

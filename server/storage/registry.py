@@ -67,6 +67,8 @@ __all__ = [
     "DEFAULT_MIN_REPORTS",
     "set_min_reports",
     "set_retention",
+    "set_shuffle_n_min",
+    "check_shuffle_n_min",
     "spec_for",
 ]
 
@@ -198,6 +200,9 @@ class MetricRecord:
     # reporting threshold (Cobalt's reporting_threshold): a day (or breakdown cell) with fewer reports is withheld
     # from every estimate (ldptel.aggregator.withholding); 0: off. Server-side only: never served to devices.
     min_reports: int = DEFAULT_MIN_REPORTS
+    # distinct uploads a shuffled block of this metric must hold (ldptel.storage.shuffle); None: the shuffle stage's
+    # own n_min (LDPTEL_SHUFFLE_N_MIN, default 100). A shuffler's per-metric --shuffle-n-min-for overrides it.
+    shuffle_n_min: int | None = None
 
     @property
     def current(self) -> MetricSpec:
@@ -225,7 +230,8 @@ class MetricRecord:
             "versions": {str(v): spec.to_dict() for v, spec in sorted(self.versions.items())},
         } | ({"resharded": [list(pair) for pair in self.resharded]} if self.resharded else {}) | (
             {"retention_days": self.retention_days} if self.retention_days is not None else {}) | (
-            {"min_reports": self.min_reports} if self.min_reports != DEFAULT_MIN_REPORTS else {})
+            {"min_reports": self.min_reports} if self.min_reports != DEFAULT_MIN_REPORTS else {}) | (
+            {"shuffle_n_min": self.shuffle_n_min} if self.shuffle_n_min is not None else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -243,6 +249,7 @@ class MetricRecord:
                 resharded=tuple((int(count), int(until)) for count, until in data.get("resharded", ())),
                 retention_days=None if data.get("retention_days") is None else int(data["retention_days"]),
                 min_reports=check_min_reports(data.get("min_reports", DEFAULT_MIN_REPORTS)),
+                shuffle_n_min=None if data.get("shuffle_n_min") is None else check_shuffle_n_min(data["shuffle_n_min"]),
             )
         except (KeyError, TypeError, ValueError, AttributeError, InvalidParameterError) as exc:
             raise RegistryCorruptError(f"unreadable registry record: {exc}") from None
@@ -322,6 +329,18 @@ def _update(r: redis.Redis, name: str, change: Callable[[MetricRecord | None], M
     raise RegistryConflictError(f"metric {name!r} is being changed concurrently; try again")
 
 
+def _update_existing(r: redis.Redis, name: str, change: Callable[[MetricRecord], MetricRecord]) -> MetricRecord:
+    """:func:`_update` of a registered metric: :class:`UnknownMetricError` when ``name`` is not one. ``change``
+    returns the record it was given when there is nothing to change (nothing is written)."""
+
+    def existing(old: MetricRecord | None) -> MetricRecord:
+        if old is None:
+            raise UnknownMetricError(name)
+        return change(old)
+
+    return _update(r, name, existing)
+
+
 # ------------------------------------------------------------------------------------------------- API
 def create_metric(
     r: redis.Redis, spec: MetricSpec, *, shards: int | None = None, default_shards: int = DEFAULT_SHARDS
@@ -337,7 +356,7 @@ def register_metric(
     return register_metrics(r, [(spec, shards)], default_shards=default_shards)[0]
 
 
-RECORD_SETTINGS = ("retention_days", "min_reports")  # record fields a metrics file sets beside the specs
+RECORD_SETTINGS = ("retention_days", "min_reports", "shuffle_n_min")  # record fields a metrics file sets beside the specs
 
 
 def _checked_settings(settings: Mapping[str, Mapping[str, object]], names: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -352,6 +371,9 @@ def _checked_settings(settings: Mapping[str, Mapping[str, object]], names: Seque
                     check_int("retention_days", value, 0, MAX_RETENTION_DAYS)
             elif key == "min_reports":
                 check_min_reports(value)
+            elif key == "shuffle_n_min":
+                if value is not None:
+                    check_shuffle_n_min(value)
             else:
                 raise InvalidParameterError("settings", f"one of {list(RECORD_SETTINGS)}", key)
         out[name] = dict(values)
@@ -460,15 +482,7 @@ def list_metrics(r: redis.Redis) -> list[MetricRecord]:
 
 def retire_metric(r: redis.Redis, name: str) -> MetricRecord:
     """Stop accepting reports for ``name`` (its specs and sketches stay readable). Idempotent."""
-
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
-        if not old.active:
-            return old
-        return dataclasses.replace(old, status="retired")
-
-    return _update(r, name, change)
+    return _update_existing(r, name, lambda old: dataclasses.replace(old, status="retired") if old.active else old)
 
 
 def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
@@ -476,9 +490,7 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
     grow: the streams, sketches and checkpoints of every shard below it stay where they are."""
     check_int("shards", shards, 1, MAX_SHARDS)
 
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
+    def change(old: MetricRecord) -> MetricRecord:
         if shards == old.shards:
             return old
         if shards < old.shards:
@@ -487,7 +499,7 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
         replaced = _day_start(int(time.time()))
         return dataclasses.replace(old, shards=shards, resharded=(*old.resharded, (old.shards, replaced)))
 
-    return _update(r, name, change)
+    return _update_existing(r, name, change)
 
 
 MAX_RETENTION_DAYS = 36_500
@@ -506,15 +518,29 @@ def set_min_reports(r: redis.Redis, name: str, min_reports: int) -> MetricRecord
     """Withhold every estimate of ``name`` over a day (or breakdown cell) with fewer than ``min_reports`` reports
     (0: no threshold). Idempotent; applies to queries at once. Lowering it releases days that were withheld."""
     check_min_reports(min_reports)
+    return _update_existing(r, name, lambda old: old if old.min_reports == min_reports
+                            else dataclasses.replace(old, min_reports=min_reports))
 
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
-        if old.min_reports == min_reports:
-            return old
-        return dataclasses.replace(old, min_reports=min_reports)
 
-    return _update(r, name, change)
+MAX_SHUFFLE_N_MIN = 1 << 31
+
+
+def check_shuffle_n_min(value: object) -> int:
+    """A metric's ``shuffle_n_min``: distinct uploads per shuffled block, a whole number in [1, 2³¹]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SHUFFLE_N_MIN:
+        raise InvalidParameterError(
+            "shuffle_n_min", f"a whole number of uploads from 1 to {MAX_SHUFFLE_N_MIN:,}: each shuffled block of the "
+            "metric holds at least that many distinct uploads (docs/shuffle.md)", value)
+    return value
+
+
+def set_shuffle_n_min(r: redis.Redis, name: str, n_min: int | None) -> MetricRecord:
+    """Release ``name``'s held uploads in shuffled blocks of at least ``n_min`` distinct uploads (None: the shuffle
+    stage's own n_min). Idempotent; running shufflers read it within seconds (:mod:`ldptel.storage.shuffle`)."""
+    if n_min is not None:
+        check_shuffle_n_min(n_min)
+    return _update_existing(r, name, lambda old: old if old.shuffle_n_min == n_min
+                            else dataclasses.replace(old, shuffle_n_min=n_min))
 
 
 def set_retention(r: redis.Redis, name: str, days: int | None) -> MetricRecord:
@@ -522,15 +548,8 @@ def set_retention(r: redis.Redis, name: str, days: int | None) -> MetricRecord:
     from roll-ups only (:mod:`ldptel.storage.sealed`). Idempotent; takes effect at the next seal pass."""
     if days is not None:
         check_int("retention_days", days, 0, MAX_RETENTION_DAYS)
-
-    def change(old: MetricRecord | None) -> MetricRecord:
-        if old is None:
-            raise UnknownMetricError(name)
-        if old.retention_days == days:
-            return old
-        return dataclasses.replace(old, retention_days=days)
-
-    return _update(r, name, change)
+    return _update_existing(r, name, lambda old: old if old.retention_days == days
+                            else dataclasses.replace(old, retention_days=days))
 
 
 def spec_for(record: MetricRecord, version: int) -> MetricSpec:

@@ -141,8 +141,10 @@ class ShuffleConfig:
         check_int("max_block_bytes", self.max_block_bytes, 1, 1 << 31)
         check_int("pass_entries", self.pass_entries, 1, 1 << 31)
 
-    def n_min_for(self, metric: str) -> int:
-        return dict(self.n_min_by_metric).get(metric, self.n_min)
+    def n_min_for(self, metric: str, stored: int | None = None) -> int:
+        """The n_min of ``metric``: this shuffler's per-metric override, else the registry's ``stored`` value (the
+        metric's ``shuffle_n_min``), else :attr:`n_min`."""
+        return dict(self.n_min_by_metric).get(metric, self.n_min if stored is None else stored)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,15 +181,17 @@ class ReleaseStats:
 
 class Shuffler:
     """Releases held uploads of shards as shuffled blocks. One per process; ``params_of(metric, version)`` gives a
-    version's params (the fold worker's registry cache). Safe to run beside other shufflers (each block is
+    version's params (the fold worker's registry cache), ``n_min_of(metric)`` the metric's ``shuffle_n_min`` in the
+    registry (None: not set; see :meth:`ShuffleConfig.n_min_for`). Safe to run beside other shufflers (each block is
     released by one script that checks its entries are still held), but one per shard is what keeps it cheap
     (the fold worker shuffles the shards it leases)."""
 
     def __init__(self, r: redis_lib.Redis, params_of: Callable[[str, int], Params],
-                 config: ShuffleConfig | None = None) -> None:
+                 config: ShuffleConfig | None = None, *, n_min_of: Callable[[str], int | None] | None = None) -> None:
         self.r = r
         self.config = config or ShuffleConfig()
         self._params_of = params_of
+        self._n_min_of = n_min_of
         self._release = r.register_script(_LUA)
         self._marks: dict[tuple[str, int], list[tuple[float, StreamId]]] = defaultdict(list)
         self._index: dict[tuple[str, int], _HeldIndex] = {}
@@ -223,7 +227,7 @@ class Shuffler:
                 self.maybe_purge()
             return PassResult()
         due = self._due_through(metric, shard, time.monotonic(), parse_id(index.cursor or b"0-0"))
-        n_min = cfg.n_min_for(metric)
+        n_min = cfg.n_min_for(metric, None if self._n_min_of is None else self._n_min_of(metric))
         blocks = reports = uploads = below = 0
         for group_key, members in list(index.groups.items()):
             overdue = flush or (due is not None and parse_id(members[0].eid) <= due)

@@ -97,8 +97,24 @@ def test_token_from_env_falls_back_to_the_admin_token(monkeypatch: pytest.Monkey
         DashboardConfig.from_env({})
 
 
+# the keys of one metric of GET /api/metrics (docs/json-output.md: dashboard-metrics), pinned like the CLI's documents
+DASHBOARD_METRIC = {"name", "status", "version", "versions", "mechanism", "kind", "kind_by_version", "days_by_version",
+                    "description", "shards", "epsilon", "effective_epsilon", "daily_epsilon", "reports_per_day",
+                    "longitudinal", "above_default_policy", "candidates", "default_top", "estimators", "shape",
+                    "breakdown", "reports_by_day", "lag"}  # fmt: skip
+
+
+def test_metric_documents_are_versioned_and_keep_their_keys(dash: FlaskClient, data: Populated) -> None:
+    doc = dash.get("/api/metrics", headers=bearer()).get_json()
+    assert doc["schema_version"] == 1 and set(doc) == {"schema_version", "metrics"}
+    for item in doc["metrics"]:
+        assert DASHBOARD_METRIC <= set(item), sorted(DASHBOARD_METRIC - set(item))
+        one = dash.get(f"/api/metrics/{item['name']}", headers=bearer()).get_json()
+        assert one.pop("schema_version") == 1 and one == item
+
+
 def test_metric_list_counts_reports_per_day_and_lag(dash: FlaskClient, redis: redis_lib.Redis, data: Populated) -> None:
-    listed = {m["name"]: m for m in dash.get("/api/metrics", headers=bearer()).get_json()}
+    listed = {m["name"]: m for m in dash.get("/api/metrics", headers=bearer()).get_json()["metrics"]}
     assert sorted(listed) == ["dark_mode", "emoji", "platform"]
     for name, item in listed.items():
         want = cli_json("estimate", name, "--by-day", "--format", "json", *(["--candidate", "x"] if name == "emoji" else []))
@@ -252,7 +268,7 @@ def test_discover_endpoint_returns_the_cli_document(more: FlaskClient, params: d
 
 
 def test_metric_summary_says_what_kind_of_page_to_draw(more: FlaskClient) -> None:
-    listed = {m["name"]: m for m in more.get("/api/metrics", headers=bearer()).get_json()}
+    listed = {m["name"]: m for m in more.get("/api/metrics", headers=bearer()).get_json()["metrics"]}
     kinds = {name: (m["kind"], m["kind_by_version"]["1"], m["candidates"], len(m["estimators"])) for name, m in listed.items()}
     assert kinds == {"emoji": ("frequencies", "frequencies", "required", 3), "dark_mode": ("frequencies", "frequencies", "none", 1),
                      "platform": ("frequencies", "frequencies", "labels", 1), "load_ms": ("summary", "summary", "none", 1),
@@ -295,7 +311,8 @@ def test_served_over_http_without_logging_addresses(data: Populated, redis_url: 
     with running_dashboard(redis_url, TOKEN, log=log) as base:
         assert base.startswith("http://127.0.0.1:")  # loopback unless --host says otherwise
         with urllib.request.urlopen(urllib.request.Request(f"{base}/api/metrics", headers=bearer())) as resp:
-            assert [m["name"] for m in json.loads(resp.read())] == ["dark_mode", "emoji", "platform"]
+            doc = json.loads(resp.read())
+            assert doc["schema_version"] == 1 and [m["name"] for m in doc["metrics"]] == ["dark_mode", "emoji", "platform"]
         try:
             urllib.request.urlopen(f"{base}/api/metrics").close()
         except urllib.error.HTTPError as denied:

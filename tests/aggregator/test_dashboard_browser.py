@@ -134,6 +134,11 @@ def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Popul
     for link, doc in (("#estimates-json", want), ("#series-json", daily)):
         href = page.get_attribute(link, "href")
         assert page.request.get(f"{base}{href}").json() == doc
+    day_tip = page.locator("#reports-chart svg rect title").first.text_content()  # each day's own central ε
+    one = daily["daily"][0]
+    assert f"{one['day']}: {one['n']:,} reports · central ε " in day_tip
+    assert (f"{one['central']['epsilon']:.4f}".rstrip("0").rstrip(".") if one["central"]["applicable"]
+            else one["central"]["reason"]) in day_tip
     first = daily["rows"][0]
     tip = page.locator("#series-chart svg circle title").first.text_content()
     assert f"{first['value']} on {first['day']}" in tip and f"{100 * first['frequency']:.2f}%" in tip

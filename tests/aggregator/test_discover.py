@@ -80,7 +80,7 @@ def test_cli_formats_stages_and_progress(words: list[str], tmp_path: Path) -> No
     code, out, err = run_cli("discover", "words", "--top", "3")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith("words v1 (pem)") and "n = 10,000 reports" in lines[0]
+    assert lines[0].startswith("words v1 (pem, ε = 3.968 per report)") and "n = 10,000 reports" in lines[0]  # quantized
     assert [line.split()[0] for line in lines[3:6]] == list(HEAVY)[:3]  # ranked by estimate
     assert "candidates examined" in out and "prefix bytes" in out
     assert err.splitlines()[-1] == "ldptel discover: round 9/9" and err.count("\n") == 9
@@ -88,6 +88,7 @@ def test_cli_formats_stages_and_progress(words: list[str], tmp_path: Path) -> No
     code, out, _ = run_cli("discover", "words", "--format", "json", "--keep", "20")
     doc = json.loads(out)
     assert [row["value"] for row in doc["rows"]][:4] == list(HEAVY)
+    assert 3.9 < doc["local_epsilon"] <= 4.0 and not doc["central"]["applicable"]  # the quantized ε; no shuffle here
     disc = doc["discovery"]
     assert disc["keep"] == 20 and len(disc["stages"]) == 9 and disc["alpha"] == 0.05
     assert disc["stages"][0]["examined"] == 255 and disc["stages"][1]["examined"] == 255 * 20

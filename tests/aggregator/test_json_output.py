@@ -35,7 +35,7 @@ PINNED: dict[str, tuple[int, set[str]]] = {
     "estimate (summary)": (1, RESULT | PRIVACY),
     "estimate (histogram)": (1, RESULT | PRIVACY | {"percentiles", "mean", "edges"}),
     "estimate --by-day": (1, RESULT | {"central", "by_day", "daily"}),
-    "discover": (1, RESULT | {"discovery"}),
+    "discover": (1, RESULT | PRIVACY | {"discovery"}),
     "metrics show": (1, METRIC),
     "metrics create": (1, METRIC),
     "metrics grow": (1, METRIC),

@@ -26,12 +26,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ldptel.client import MetricSpec, Reporter
+from ldptel.client import CmsParams, MetricSpec, Reporter
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.event_count import EventCountParams
@@ -42,6 +43,7 @@ from ldptel.client.mechanisms.state import SketchState
 from ldptel.client.mechanisms.unique_devices import UniqueDevicesParams, releases_per_year
 from ldptel.client.sdk import tally
 from ldptel.client.sdk.ledger import lifetime_epsilon
+from ldptel.client.sdk.memo import longitudinal_epsilon
 from ldptel.client.sdk.store import DB_FILE
 from ldptel.storage.registry import retire_metric
 from tests.client.conftest import LiveServer
@@ -451,3 +453,121 @@ def test_toggling_leaks_more_than_the_level_bound_so_each_release_is_charged() -
     assert found.epsilon <= claim
     assert found.epsilon > 2 * rr_split(params.rr).epsilon_inf, found
     assert math.isclose(claim, (releases // 2) * mechanism_of(params).permanent_channel(params).epsilon_irr)  # type: ignore[union-attr]
+
+
+
+# ------------------------------------------------- a release the sampling, the daily or the lifetime ledger refuses
+def _ledger_rows(path: Path, metric: str) -> list[tuple[int, int]]:
+    with sqlite3.connect(path / DB_FILE) as conn:
+        return [(int(d), int(c)) for d, c in conn.execute(
+            "SELECT day, count FROM ledger WHERE metric = ? ORDER BY day", (metric,))]
+
+
+def _lifetime(path: Path, metric: str) -> float:
+    with sqlite3.connect(path / DB_FILE) as conn:
+        return lifetime_epsilon(conn, metric)
+
+
+def test_a_release_past_the_lifetime_bound_is_refused_and_changes_nothing(
+    live: LiveServer, app_token: str, tmp_path: Path
+) -> None:
+    """Served unique-devices versions at ε = 1 then 2 (a new privatization: 2·ε∞ = 3.31, then 5.38 more, past the
+    default policy's 8): the release under the second is refused as ``policy_refused`` in one rolled-back
+    transaction: no lifetime or daily charge, nothing queued, the period still due and the call's count not
+    recorded (the tally row unchanged); it stays refused on the next call."""
+    v1 = live.create(MetricSpec(name="u", params=UniqueDevicesParams(epsilon=1, window_days=1)))
+    clock = Clock(int(time.time() // DAY) - 2)  # the days reported are within the server's retry horizon
+    rep = Reporter(live.url, app_token, tmp_path, start=False, clock=clock, spec_ttl=60, metrics=["u"])
+    try:
+        assert rep.wait_for_specs(10)
+        assert rep.count("u").status == "counted"
+        clock.next_day()
+        first = rep.count("u")
+        assert first.report is not None and first.version == v1.version  # the first day's period, charged 2·ε∞
+        charged = _lifetime(tmp_path, "u")
+        assert charged == pytest.approx(longitudinal_epsilon(v1))
+        v2 = live.create(MetricSpec(name="u", params=UniqueDevicesParams(epsilon=2, window_days=1)))
+        assert charged + longitudinal_epsilon(v2) > 8.0 >= longitudinal_epsilon(v2)
+        clock.t += 61  # past the spec TTL: the next call marks it for a refresh, the flush fetches v2
+        assert rep.count("u").status == "counted"
+        rep.flush(timeout=5)
+        clock.next_day()
+        before = (_tallies(tmp_path), _ledger_rows(tmp_path, "u"), rep.stats().queued)
+        assert before[1] == [(clock.t // DAY - 1, 1)]
+        for _ in range(2):
+            res = rep.count("u", 5)
+            assert res.status == "policy_refused" and res.version == v2.version and res.report is None
+            assert res.reason is not None and res.reason.startswith("longitudinal_epsilon")
+            assert _lifetime(tmp_path, "u") == charged
+            assert (_tallies(tmp_path), _ledger_rows(tmp_path, "u"), rep.stats().queued) == before
+    finally:
+        rep.close(timeout=0)
+
+
+def test_a_release_the_daily_budget_refuses_is_dropped_and_the_period_counts_as_reported(storage: Path) -> None:
+    """The day's budget was spent by an earlier version of the metric (one reported with report()): the release of
+    the day before is refused by the daily ledger, counted as ``refused_budget``; nothing is privatized, queued or
+    charged (neither ledger: the unique-devices level 2·ε∞ is charged only with a report), the call's count is
+    kept, and that period is never reported late; the next period is reported and charged."""
+    clock = Clock(DAY0)
+    ud = MetricSpec(name="m", params=UniqueDevicesParams(epsilon=1, window_days=1))
+    rep = _reporter(storage, [ud], clock)
+    assert rep.count("m", 2).status == "counted"
+    rep.close(timeout=0)
+    clock.next_day()
+    plain = MetricSpec(name="m", params=CmsParams(epsilon=1, k=4, m=64), version=2)
+    rep = _reporter(storage, [plain], clock)
+    assert rep.report("m", "x").queued  # the day's one report: its budget is spent
+    rep.close(timeout=0)
+    assert _ledger_rows(storage, "m") == [(DAY0 + 1, 1)] and _lifetime(storage, "m") == 0.0
+    rep = _reporter(storage, [replace(ud, version=3)], clock)  # start-up: the release of day DAY0 is refused
+    try:
+        assert (rep.stats().refused_budget, rep.stats().queued) == (1, 0)
+        res = rep.count("m", 3)
+        assert res.status == "counted" and res.report is None
+        assert _ledger_rows(storage, "m") == [(DAY0 + 1, 1)] and _lifetime(storage, "m") == 0.0
+        assert _tallies(storage) == [("m", DAY0 + 1, 3, 0b11, DAY0)]
+        rep.release_due()
+        assert (rep.stats().refused_budget, rep.stats().queued) == (1, 0)  # not tried again, never reported late
+        clock.next_day()
+        res = rep.count("m")
+        assert res.report is not None and rep.stats().queued == 1  # the next period is reported and charged
+        assert _ledger_rows(storage, "m") == [(DAY0 + 1, 1), (DAY0 + 2, 1)]
+        assert _lifetime(storage, "m") == pytest.approx(longitudinal_epsilon(ud))
+    finally:
+        rep.close(timeout=0)
+
+
+def test_a_release_on_a_day_the_device_is_not_sampled_is_dropped(storage: Path) -> None:
+    """``sample_rate`` 1/2: on a day the device does not take part, the release is dropped (``not_sampled``, nothing
+    queued or charged in either ledger, the day's draw kept) and that period is never reported late; on the other
+    days it is queued and charged once (the lifetime 2·ε∞ with the first). Over 60 days both kinds of day occur,
+    but with probability 2·2^-60."""
+    clock = Clock(DAY0)
+    spec = MetricSpec(name="ev", params=UniqueDevicesParams(epsilon=1, window_days=1), sample_rate=0.5)
+    rep = _reporter(storage, [spec], clock)
+    days = list(range(DAY0 + 1, DAY0 + 61))
+    sampled: list[int] = []
+    try:
+        rep.count("ev")
+        for day in days:
+            clock.next_day()
+            before = rep.stats()
+            res = rep.count("ev")
+            after = rep.stats()
+            assert res.status == "counted"
+            assert (after.queued - before.queued, after.not_sampled - before.not_sampled) in ((1, 0), (0, 1))
+            assert (res.report is not None) == (after.queued > before.queued)
+            if res.report is not None:
+                sampled.append(day)
+            rep.release_due()
+            assert rep.stats() == after  # a dropped period is not tried again
+            with sqlite3.connect(storage / DB_FILE) as conn:
+                drawn = conn.execute("SELECT COUNT(*) FROM sampling WHERE metric = 'ev' AND day = ?", (day,)).fetchone()
+            assert drawn[0] == 1  # the day's draw is kept either way
+            assert [c for d, c in _ledger_rows(storage, "ev") if d == day] == ([1] if sampled[-1:] == [day] else [])
+            assert _lifetime(storage, "ev") == pytest.approx(longitudinal_epsilon(spec) if sampled else 0.0)
+        assert 0 < len(sampled) < len(days)
+        assert [d for m, d in _queued(storage)] == sampled
+    finally:
+        rep.close(timeout=0)

@@ -173,6 +173,36 @@ def test_trusted_proxies_the_app_accepts_also_start_gunicorn(monkeypatch: pytest
     Config().set("forwarded_allow_ips", conf["forwarded_allow_ips"])  # gunicorn's own validation: raises if refused
 
 
+@pytest.mark.parametrize("name", ["gunicorn.conf.py", "gunicorn-dashboard.conf.py"])
+def test_both_gunicorn_configs_take_the_shared_settings_from_the_environment_of_each_load(
+    monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """The ingest's and the dashboard's configs share the logging and proxy settings (one module,
+    ldptel.server.gunicorn_settings): each load reads the environment of then (a second load with another
+    environment is not served the first one's values), and gunicorn's own Config accepts every setting either file
+    sets (a misspelt or ill-typed one would raise or be ignored)."""
+    from gunicorn.config import Config
+
+    loads = []
+    for proxies, access, level in (("10.0.0.5/24, 127.0.0.1,", "", "debug"), ("", "-", "warning")):
+        monkeypatch.setenv("LDPTEL_TRUSTED_PROXIES", proxies)
+        monkeypatch.setenv("LDPTEL_ACCESS_LOG", access)
+        monkeypatch.setenv("LDPTEL_LOG_LEVEL", level)
+        loads.append(runpy.run_path(str(DEPLOY / name)))
+    first, second = loads
+    assert (first["forwarded_allow_ips"], first["accesslog"], first["loglevel"]) == ("10.0.0.0/24,127.0.0.1/32", None, "debug")
+    assert (second["forwarded_allow_ips"], second["accesslog"], second["loglevel"]) == ("", "-", "warning")
+    for conf in loads:
+        assert conf["logger_class"] == "ldptel.server.gunicorn_logger.AnonymousLogger"
+        assert "%(h)s" not in conf["access_log_format"] and (conf["keepalive"], conf["graceful_timeout"]) == (5, 20)
+        cfg = Config()
+        settings = {k: v for k, v in conf.items() if k in cfg.settings}
+        assert {"wsgi_app", "bind", "workers", "worker_class", "logger_class", "forwarded_allow_ips"} <= set(settings)
+        for key, value in settings.items():
+            if value is not None and not callable(value):
+                cfg.set(key, value)  # gunicorn's own validation of each value
+
+
 def _redis_settings(name: str) -> dict[str, str]:
     settings = {}
     for line in (DEPLOY / name).read_text().splitlines():

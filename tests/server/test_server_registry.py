@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+import redis as redis_lib
 
 from ldptel.client import InvalidParameterError, LdpError, RrParams
 from ldptel.storage import keys
@@ -17,11 +19,14 @@ from ldptel.storage.registry import (
     UnknownVersionError,
     create_metric,
     get_metric,
+    grow_shards,
     list_metrics,
     plan_change,
     register_metric,
     register_metrics,
     retire_metric,
+    set_min_reports,
+    set_retention,
     spec_for,
 )
 from tests.server.srv_helpers import cms_spec, grr_spec, rr_spec
@@ -88,6 +93,34 @@ def test_unknown_metric_and_version(redis) -> None:  # type: ignore[no-untyped-d
     record = create_metric(redis, grr_spec())
     with pytest.raises(UnknownVersionError, match="no version 5"):
         spec_for(record, 5)
+
+
+SETTERS: dict[str, Callable[[redis_lib.Redis, str], MetricRecord]] = {
+    "min_reports": lambda r, name: set_min_reports(r, name, 7),
+    "retention": lambda r, name: set_retention(r, name, 30),
+    "shards": lambda r, name: grow_shards(r, name, 6),
+    "retire": retire_metric,
+}
+
+
+@pytest.mark.parametrize("setting", sorted(SETTERS))
+def test_a_setting_of_an_unknown_metric_is_refused_and_a_repeated_one_writes_nothing(redis, setting: str) -> None:  # type: ignore[no-untyped-def]
+    """Every single-setting change: UnknownMetricError for a name never registered (nothing written, no record
+    created); applied once; the same change again returns the same record and leaves the registry untouched (a
+    WATCH on it from another connection still holds)."""
+    setter = SETTERS[setting]
+    with pytest.raises(UnknownMetricError, match="nope"):
+        setter(redis, "nope")
+    assert not redis.exists(keys.registry())
+    before = create_metric(redis, rr_spec())
+    changed = setter(redis, "app.flag")
+    assert changed != before and get_metric(redis, "app.flag") == changed
+    with redis.pipeline(transaction=True) as pipe:
+        pipe.watch(keys.registry())
+        assert setter(redis, "app.flag") == changed
+        pipe.multi()
+        pipe.exists(keys.registry())
+        assert pipe.execute() == [1]  # a write of the registry in between would raise WatchError here
 
 
 def test_retire_and_reactivate(redis) -> None:  # type: ignore[no-untyped-def]

@@ -249,6 +249,33 @@ def test_bad_settings_are_refused() -> None:
     assert math.isfinite(ShuffleConfig().hold_seconds)
 
 
+def test_a_metrics_n_min_in_the_registry_applies_to_a_running_worker_unless_overridden(redis: redis_lib.Redis) -> None:
+    """``shuffle_n_min`` in the registry (``ldptel metrics shuffle-n-min``, a metrics file) sets the metric's block
+    size for every shuffler, read while it runs; only a shuffler's own per-metric override beats it."""
+    from ldptel.aggregator.worker.specs import MetricSpecs
+
+    specs = MetricSpecs(redis)
+    worker = Shuffler(redis, specs.params, ShuffleConfig(n_min=2, hold_seconds=3600, max_block_uploads=0),
+                      n_min_of=specs.shuffle_n_min)
+    _uploads(redis, 3)
+    assert registry.set_shuffle_n_min(redis, CMS.name, 5).shuffle_n_min == 5
+    assert worker.shuffle(CMS.name, 0).held == 3 and _released(redis) == []  # 3 ≥ the stage's 2, < the metric's 5
+    _uploads(redis, 2, seed=2)
+    done = worker.shuffle(CMS.name, 0)
+    assert (done.blocks, done.uploads, done.below_n_min) == (1, 5, 0)
+    assert release_stats(redis, CMS.name, version=1, days=[utc_day()], shards=1)[utc_day()].n_min == 5
+
+    assert registry.get_metric(redis, CMS.name).to_dict()["shuffle_n_min"] == 5  # stored, and served as such
+    overridden = Shuffler(redis, specs.params, ShuffleConfig(n_min=50, n_min_by_metric=((CMS.name, 2),),
+                                                             hold_seconds=3600, max_block_uploads=0),
+                          n_min_of=specs.shuffle_n_min)
+    _uploads(redis, 2, seed=3)
+    assert overridden.shuffle(CMS.name, 0).blocks == 1  # the override's 2, not the registry's 5 nor the stage's 50
+    assert registry.set_shuffle_n_min(redis, CMS.name, None).to_dict().get("shuffle_n_min") is None
+    with pytest.raises(registry.InvalidParameterError, match="shuffle_n_min"):
+        registry.set_shuffle_n_min(redis, CMS.name, 0)
+
+
 def test_a_stale_index_is_rebuilt_and_nothing_is_released_twice(redis: redis_lib.Redis) -> None:
     """A shuffler indexes uploads between passes; when another shuffler released some of them meanwhile, its
     release writes nothing and it reads the held stream afresh."""
@@ -266,7 +293,7 @@ def test_a_stale_index_is_rebuilt_and_nothing_is_released_twice(redis: redis_lib
     assert fold(CMS.params, released).equals(sent.expected_state())
 
 
-@pytest.mark.slow  # three CLI subprocesses
+@pytest.mark.slow  # CLI subprocesses
 def test_ldptel_shuffle_is_the_only_reader_of_held_uploads_beside_no_shuffle_workers(
         redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The split deployment: `ldptel shuffle` releases, `ldptel aggregate --no-shuffle` folds only blocks."""
@@ -278,9 +305,40 @@ def test_ldptel_shuffle_is_the_only_reader_of_held_uploads_beside_no_shuffle_wor
     sent = _uploads(redis, 6)
     folded = ldptel("aggregate", "--once", "--no-shuffle", redis_url=redis_url)
     assert folded.returncode == 0 and json.loads(folded.stdout)["reports"] == 0, folded.stderr
+    assert ldptel("metrics", "shuffle-n-min", CMS.name, "--uploads", "7", redis_url=redis_url).returncode == 0
+    done = ldptel("shuffle", "--once", "--n-min", "4", redis_url=redis_url)  # the metric's 7 beats the stage's 4
+    assert done.returncode == 0 and json.loads(done.stdout)["blocks"] == 0, done.stderr
+    assert ldptel("metrics", "shuffle-n-min", CMS.name, "--default", redis_url=redis_url).returncode == 0
     done = ldptel("shuffle", "--once", "--n-min", "4", redis_url=redis_url)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) | {"purge_seconds": 0} == {"blocks": 1, "uploads": 6, "reports": 30,
                                                               "below_n_min": 0, "purge_seconds": 0}
     folded = ldptel("aggregate", "--once", "--no-shuffle", redis_url=redis_url)
     assert json.loads(folded.stdout)["reports"] == sent.n
+
+
+def test_a_metrics_file_sets_shuffle_n_min_with_the_specs(redis: redis_lib.Redis, redis_url: str,
+                                                           monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """``shuffle_n_min`` in a metrics file: planned, applied in the specs' one transaction, refused when bad."""
+    import json
+
+    from tests.aggregator.agg_helpers import run_cli
+
+    monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
+    path = tmp_path / "metrics.toml"
+    path.write_text('[metrics.s1]\nmechanism = "rr"\nepsilon = 1\nshuffle_n_min = 300\n'
+                    '[metrics.s2]\nmechanism = "rr"\nepsilon = 1\n')
+    code, out, err = run_cli("metrics", "plan", str(path))
+    assert code == 0 and "~ s1: shuffle_n_min default → 300" in out and "s2: shuffle_n_min" not in out, err
+    assert registry.list_metrics(redis) == []  # plan writes nothing
+    code, out, err = run_cli("metrics", "apply", str(path), "--format", "json")
+    assert code == 0 and json.loads(out)["shuffle_n_min"] == [{"name": "s1", "before": None, "after": 300}], err
+    assert [registry.get_metric(redis, n).shuffle_n_min for n in ("s1", "s2")] == [300, None]
+    assert json.loads(run_cli("metrics", "show", "s1")[1])["shuffle_n_min"] == 300
+    path.write_text('[metrics.s1]\nmechanism = "rr"\nepsilon = 1\nshuffle_n_min = 0\n'
+                    '[metrics.s2]\nmechanism = "rr"\nepsilon = 2\n')
+    code, out, err = run_cli("metrics", "apply", str(path))
+    assert code != 0 and "'shuffle_n_min'" in err and "s1" in err
+    assert registry.get_metric(redis, "s1").shuffle_n_min == 300 and registry.get_metric(redis, "s2").current_version == 1
+    code, out, err = run_cli("metrics", "shuffle-n-min", "s1", "--uploads", "0")
+    assert code != 0 and registry.get_metric(redis, "s1").shuffle_n_min == 300

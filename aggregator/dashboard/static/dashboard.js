@@ -110,7 +110,7 @@ function sparkline(days) {
 }
 
 async function indexPage() {
-  const metrics = await api("/api/metrics");
+  const { metrics } = await api("/api/metrics");
   const body = document.querySelector("#metrics tbody");
   if (!metrics.length) {
     body.append(el("tr", {}, el("td", { colspan: "12", text: "No metrics yet: create one with `ldptel metrics create`." })));
@@ -149,7 +149,7 @@ async function emptyState(use) {
     const text = await file.files[0].text();
     use(text.split(/\r?\n/).map((line) => line.split("\t")[0].trim()).filter((v) => v && !v.startsWith("#")).join("\n"));
   });
-  const [lists, metrics] = await Promise.all([api("/api/candidate-lists"), api("/api/metrics")]);
+  const [lists, { metrics }] = await Promise.all([api("/api/candidate-lists"), api("/api/metrics")]);
   const shipped = document.getElementById("shipped-lists");
   shipped.replaceChildren(...lists.map((l) => {
     const button = el("button", { type: "button", class: "plain", dataset: { list: l.name }, text: `${l.name} (${fmtInt(l.count)} values)`, title: l.description });
@@ -444,6 +444,9 @@ function seriesChart(doc, scale, what, offset = 0) {
   return node;
 }
 
+// A day's own central ε (its shuffled blocks, ldp-math-2 §5), as the CLI's --by-day JSON gives it.
+const dayCentral = (c) => !c ? "" : c.applicable ? ` · central ε ${fmtEps(c.epsilon)} (δ ${c.delta.toExponential(0)})` : ` · central ε n/a: ${c.reason}`;
+
 function reportsChart(daily) {
   if (!daily.length) return nothing("No reports in this range.");
   const width = 860, height = 90, left = 64, right = 16, top = 6, bottom = 22;
@@ -454,7 +457,7 @@ function reportsChart(daily) {
   daily.forEach((d, i) => {
     const h = (d.n / max) * (height - top - bottom);
     const bar = svg("rect", { class: "nbar", x: left + i * w + 1, y: height - bottom - h, width: Math.max(1, w - 2), height: h });
-    bar.append(svg("title", {}, `${d.day}: ${fmtInt(d.n)} reports`));
+    bar.append(svg("title", {}, `${d.day}: ${fmtInt(d.n)} reports${dayCentral(d.central)}`));
     node.append(bar);
   });
   node.append(svg("text", { x: left, y: height - 6 }, daily[0].day));
