@@ -2,7 +2,7 @@
 """Bootstrap and run ldptel from a fresh checkout with nothing but Python 3.11+.
 
     python3 dev.py demo [ARGS...]   the one-command demo (embedded Redis, ingest, aggregator, devices)
-    python3 dev.py test [ARGS...]   the test suite (pytest; ARGS go to pytest); what CI runs. It runs in 2
+    python3 dev.py test [ARGS...]   the test suite (pytest; ARGS go to pytest); what CI runs. It runs in 3
                                     pytest-xdist workers (LDPTEL_TEST_WORKERS=N to change; -n 0 or -s: one
                                     process)
     python3 dev.py test --quick     the edit loop (goal ≤ 90 s): skips the tests marked slow (statistical and
@@ -10,7 +10,9 @@
                                     (a local Redis Cluster); everything else, lint-free units and Redis-backed
                                     tests, still runs. Run the full suite before landing.
     python3 dev.py test --grid      also every case of the parameter grids (marker grid; by default one
-                                    representative case per grid runs: tests/aggregator/test_corrected.py)
+                                    representative case per grid runs: tests/aggregator/test_corrected.py,
+                                    test_percentiles.py, tests/client/test_discovery.py) and the full
+                                    repetition counts of the simulations that size themselves by it
     python3 dev.py lint             ruff and mypy --strict over the packages (CI runs it before the tests)
     python3 dev.py bench [NAME]     the benchmarks in tests/bench (one JSON line per figure)
     python3 dev.py docs [serve]     build the documentation site into site/ (mkdocs --strict), or serve it live
@@ -34,10 +36,11 @@ BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
 STAMP = VENV / ".ldptel-installed"
 QUICK_MARKERS = "not slow and not cluster"  # dev.py test --quick
-# dev.py test runs the suite in WORKERS pytest-xdist processes. Most of its wall time is waiting (servers starting,
-# processes killed and restarted, a browser, npm), so two workers overlap it even on two cores; tests that share a
-# costly fixture or a build directory run in one worker (xdist_group, tests/conftest.py). -n 0: one process.
-WORKERS = os.environ.get("LDPTEL_TEST_WORKERS", "2")
+# dev.py test runs the suite in WORKERS pytest-xdist processes. Much of its wall time is waiting (servers starting,
+# processes killed and restarted, a browser, npm): three workers on two cores keep both busy while one of them waits
+# (the statistical tests are pure CPU); tests that share a costly fixture or a build directory run in one worker
+# (xdist_group, tests/conftest.py). -n 0: one process.
+WORKERS = os.environ.get("LDPTEL_TEST_WORKERS", "3")
 
 
 def ensure_env() -> None:
