@@ -83,10 +83,31 @@ def _xdist_group(item: pytest.Item) -> str | None:
     return None
 
 
+def _groups_apply(config: pytest.Config) -> bool:
+    """True under pytest-xdist, in the controller and in each worker. The marks matter in the workers: the
+    controller schedules by the node ids the workers collect (xdist suffixes them with @group there), and a
+    worker's config has numprocesses None, its dist mode moved to ``loadgroup`` (xdist.remote.setup_config)."""
+    option = config.option
+    return config.pluginmanager.hasplugin("xdist") and bool(
+        getattr(option, "numprocesses", None) or getattr(option, "loadgroup", False)
+    )
+
+
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """Under xdist, the modules with a slow test go first, each kept whole and in order (its module fixtures
+    set up once). xdist hands out the groups first, then single tests in this order, one or two at a time to
+    whichever worker is free: the long tests start early and the many short ones even out the end of the run,
+    instead of a worker left alone with a fault suite collected last."""
+    slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     full_grid = config.getoption("--grid") or "grid" in (config.getoption("markexpr") or "")
-    parallel = config.pluginmanager.hasplugin("xdist") and bool(getattr(config.option, "numprocesses", None))
+    parallel = _groups_apply(config)
+    if parallel:
+        _slow_modules_first(items)
     for item in items:
         if parallel and (group := _xdist_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -35,14 +35,23 @@ def ensure_deps() -> None:
     _STAMP.write_text(digest)
 
 
+_BUILT: list[bool] = []  # set once this process built dist/: the js tests share one xdist worker (tests/conftest.py)
+
+
 def build() -> None:
-    """``tsc --strict`` into client/js/dist (the library, its tests and scripts)."""
+    """``tsc --strict`` into client/js/dist (the library, its tests and scripts), once per test process."""
+    if _BUILT:
+        return
     ensure_deps()
     res = subprocess.run([npm(), "run", "--silent", "build"], cwd=JS, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"tsc failed:\n{res.stdout[-6000:]}\n{res.stderr[-4000:]}"
+    _BUILT.append(True)
 
 
-def run_npm(script: str, *, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def run_npm(script: str, *, env: dict[str, str] | None = None, timeout: float = 900,
+            pre: bool = True) -> subprocess.CompletedProcess[str]:
+    """``npm run script``; ``pre=False`` skips its pre/post scripts (the caller ran them, e.g. :func:`build`)."""
     ensure_deps()
-    return subprocess.run([npm(), "run", "--silent", script], cwd=JS, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    flags = [] if pre else ["--ignore-scripts"]
+    return subprocess.run([npm(), "run", "--silent", *flags, script], cwd=JS, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})

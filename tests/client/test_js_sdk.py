@@ -21,7 +21,7 @@ import pytest
 from ldptel.client.mechanisms import estimate, fold
 from ldptel.client.protocol.specs import params_from_dict
 from ldptel.client.protocol.wire import decode_batch, is_upload, split_upload
-from tests.js_sdk import JS, ROOT, run_npm
+from tests.js_sdk import JS, ROOT, build, run_npm
 from tests.stats import assert_close_normal
 
 pytestmark = pytest.mark.slow
@@ -33,8 +33,13 @@ def ts_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complet
     golden = tmp / "golden.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "js_golden_vectors.py"), str(golden)], check=True, timeout=300)
     ts_out = tmp / "ts_out.json"
-    res = run_npm("test", env={"LDPTEL_GOLDEN": str(golden), "LDPTEL_TS_OUT": str(ts_out)})
-    return res, ts_out
+    # npm test's pretest (tsc, then the lint) as separate steps: the build is shared with tests/e2e/test_js_e2e.py
+    # (once per worker), the lint's and the tests' output are both checked below.
+    build()
+    lint = run_npm("lint")
+    res = run_npm("test", env={"LDPTEL_GOLDEN": str(golden), "LDPTEL_TS_OUT": str(ts_out)}, pre=False)
+    return subprocess.CompletedProcess(res.args, res.returncode or lint.returncode, lint.stdout + res.stdout,
+                                       lint.stderr + res.stderr), ts_out
 
 
 def test_typescript_suite(ts_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
