@@ -77,6 +77,14 @@ class IngestState:
     recent: dict[str, tuple[float, MetricRecord]]  # name -> (monotonic fetch time, record)
     records_lock: threading.Lock
 
+    def close(self) -> None:
+        """Disconnect this app's Redis connections: the appender's raw ones and the client's pool. A server
+        process serves until it exits and need not; whatever makes and drops apps (tests) must, or the
+        connections are left to the garbage collector (redis-py's are in reference cycles, whose collection
+        may warn "unclosed socket")."""
+        self.appender.close()
+        self.redis.close()
+
 
 def current_state() -> IngestState:
     """The state of the app handling the current request (Flask routes only; the fast path holds its own)."""

@@ -24,7 +24,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from ldptel.server import ServerConfig, create_app
+from ldptel.server.state import EXTENSION
 from ldptel.storage.embedded import EmbeddedRedis
+from tests import leaks
 
 # Hypothesis keeps its example database and caches in ``.hypothesis/`` under the working directory. Because
 # pyproject's ``norecursedirs`` replaces pytest's defaults (which skip dot-directories), a ``.hypothesis/``
@@ -58,6 +60,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    leaks.install()  # a Redis connection left to the garbage collector with its socket open fails (tests/leaks.py)
     # --grid also asks the simulations that size their repetitions by it for their full count (test modules read
     # LDPTEL_TEST_GRID at import; every xdist worker configures before it imports them).
     if config.getoption("--grid") or "grid" in (config.getoption("markexpr") or ""):
@@ -177,7 +180,7 @@ def app(server_config: ServerConfig) -> Iterator[Flask]:
     application = create_app(server_config)
     application.config["TESTING"] = True
     yield application
-    application.extensions["redis"].close()
+    application.extensions[EXTENSION].close()  # the app's Redis client and its appender's raw connections
 
 
 @pytest.fixture

@@ -46,9 +46,9 @@ class RedisGate:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._closed.set()
         self.frozen.set()
-        with self._lock:
+        with self._lock:  # with _accept's registration: a connection accepted from now on is closed there
+            self._closed.set()
             sockets = list(self._sockets)
         for sock in sockets:
             try:
@@ -65,9 +65,19 @@ class RedisGate:
                 client, _ = self._listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection((self.redis_host, self.redis_port))
+            try:
+                upstream = socket.create_connection((self.redis_host, self.redis_port))
+            except OSError:  # Redis is gone: the client sees its connection closed
+                client.close()
+                continue
             with self._lock:
-                self._sockets += [client, upstream]
+                late = self._closed.is_set()  # accepted while __exit__ closed the gate: nobody else closes these
+                if not late:
+                    self._sockets += [client, upstream]
+            if late:
+                client.close()
+                upstream.close()
+                return
             for target, args in ((self._client_to_redis, (client, upstream)), (self._redis_to_client, (upstream, client))):
                 thread = threading.Thread(target=target, args=args, daemon=True)
                 with self._lock:

@@ -114,6 +114,11 @@ class Worker:
         """Ask the loop to commit, release its leases and return (safe from a signal handler)."""
         self._stop.set()
 
+    def close(self) -> None:
+        """Disconnect the worker's own read connections; :meth:`run` does when it returns, so this is for a worker
+        that was made and not run (or whose run is over: then it does nothing)."""
+        self._reader.close()
+
     def owned(self) -> list[str]:
         return sorted(sh.name for sh in self._owned.values())
 

@@ -40,6 +40,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import ClassVar, Protocol, TypeAlias, TypeVar, cast
 
@@ -139,7 +140,13 @@ class RawConnection:
 
     def __init__(self, conn: _RedisPyConnection, *, buffer_bytes: int, stack: _Stack) -> None:
         self.conn = conn
-        self.stack = stack  # the server's stack it goes back to
+        # The server's stack it goes back to, held weakly: the stack holds its idle connections, and a strong
+        # reference back would make a reference cycle. A RawClient dropped without close() would then be freed
+        # by the cyclic garbage collector only, which finalizes the objects of a cycle in no fixed order: the
+        # socket could go before redis-py's connection (whose __del__ closes it) and warn ResourceWarning
+        # ("unclosed socket"). Without the cycle, dropping the client frees its connections at once, each
+        # closing its socket. A connection checked in after its stack is gone is disconnected.
+        self._stack = weakref.ref(stack)
         self.buf = bytearray(buffer_bytes)
         self.view = memoryview(self.buf)
         self.pos = 0  # parse position in the current reply
@@ -169,7 +176,10 @@ class RawConnection:
         # unless the error says the server cannot serve it yet (LOADING): then the retry gets a fresh one.
         if isinstance(error, redis.ConnectionError):
             self.disconnect()
-        raise error
+        try:
+            raise error
+        finally:  # its traceback holds this frame: the frame must not hold it (a cycle that keeps this connection)
+            del error
 
     def stale(self) -> bool:
         """An idle connection with something to read (EOF after the server closed it, or stray bytes)."""
@@ -182,6 +192,11 @@ class RawConnection:
             return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
+
+    @property
+    def stack(self) -> _Stack | None:
+        """The stack this connection goes back to (None once its client is gone)."""
+        return self._stack()
 
     def disconnect(self) -> None:
         self.conn.disconnect()
@@ -283,6 +298,13 @@ class _Stack:
         self.name = name  # "host:port" of a cluster node ("" for a single Redis)
         self._connection_class = pool.connection_class
         self._connection_kwargs = {**pool.connection_kwargs, "protocol": 2}  # the parser here speaks RESP2
+        # redis-py's maintenance notifications are RESP3 push messages, which a RESP2 connection never gets;
+        # their handlers also tie each connection into a reference cycle (connection <-> handler), which only
+        # the cyclic garbage collector frees, in no fixed order: a connection dropped unclosed could then have
+        # its socket finalized first ("ResourceWarning: unclosed socket"). Off: dropped means closed at once.
+        if "maint_notifications_config" in self._connection_kwargs:
+            self._connection_kwargs["maint_notifications_config"] = None
+            self._connection_kwargs.pop("maint_notifications_pool_handler", None)
         self._max_idle = max_idle
         self._buffer_bytes = buffer_bytes
         self._idle: list[RawConnection] = []
@@ -453,7 +475,11 @@ class RawClient:
         raise redis.exceptions.ClusterError(f"too many cluster redirections for {key}")
 
     def _checkin(self, conn: RawConnection) -> None:
-        conn.stack.checkin(conn)
+        stack = conn.stack
+        if stack is None:
+            conn.disconnect()
+        else:
+            stack.checkin(conn)
 
     def close(self) -> None:
         """Disconnect the idle connections."""

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,18 +77,18 @@ def append_reports(
 ) -> Ingested:
     """Append batches for a chosen UTC day with the server's own appender (the app always stamps today)."""
     spec = record.versions[version or record.current_version]
-    appender = BatchAppender(r)
     batches: list[ReportBatch] = []
-    for lo in range(0, len(values), batch_size):
-        batch = privatize_batch(list(values[lo : lo + batch_size]), spec.params, rng=rng)
-        bid = os.urandom(16)
-        data = encode_batch(metric=spec.name, version=spec.version, batch_id=bid, batch=batch, params=spec.params)
-        res = appender.append(
-            metric=spec.name, shards=record.shards, batch_id=bid, version=spec.version, n=batch.n, data=data, day=day,
-            dedupe_days=1,
-        )
-        assert not res.duplicate
-        batches.append(batch)
+    with closing(BatchAppender(r)) as appender:
+        for lo in range(0, len(values), batch_size):
+            batch = privatize_batch(list(values[lo : lo + batch_size]), spec.params, rng=rng)
+            bid = os.urandom(16)
+            data = encode_batch(metric=spec.name, version=spec.version, batch_id=bid, batch=batch, params=spec.params)
+            res = appender.append(
+                metric=spec.name, shards=record.shards, batch_id=bid, version=spec.version, n=batch.n, data=data,
+                day=day, dedupe_days=1,
+            )
+            assert not res.duplicate
+            batches.append(batch)
     return Ingested(record=record, batches=batches, values=list(values))
 
 

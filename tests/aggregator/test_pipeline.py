@@ -166,6 +166,7 @@ def test_a_new_owner_folds_once_what_a_dropped_owner_did_not_commit(
     with pytest.raises(LeaseLostError):
         first._commit(sh)
     first._drop(sh, "lease lost")
+    first.close()  # never run: its read connections are closed here
     redis.delete(keys.lease("pages", 0))
     stats = drain(redis, batch=4)
     assert stats.entries == 20 - 8 and stats.reports == 800 - 8 * 40

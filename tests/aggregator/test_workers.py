@@ -193,15 +193,18 @@ def test_a_worker_that_lost_its_lease_cannot_commit(redis: redis_lib.Redis, rng:
     record = create(redis, MetricSpec(name="color", params=GrrParams(epsilon=2.0, domain=("a", "b"))), shards=1)
     append_reports(redis, record, ["a"] * 100, rng, day="2026-03-01", batch_size=10)
     worker = Worker(redis, WorkerConfig(checkpoint_seconds=60, lease_ttl=5))
-    worker._heartbeat()
-    worker._rebalance()
-    assert worker.owned() == ["color:0"]
-    worker._round()  # everything folded in memory, nothing committed
-    sh = worker._owned[("color", 0)]
-    assert sh.uncommitted == 10 and redis.get(keys.checkpoint("color", 0)) is None
-    redis.set(keys.lease("color", 0), "another-worker")  # e.g. after a long pause the lease expired and moved
-    with pytest.raises(LeaseLostError):
-        worker._commit(sh)
+    try:
+        worker._heartbeat()
+        worker._rebalance()
+        assert worker.owned() == ["color:0"]
+        worker._round()  # everything folded in memory, nothing committed
+        sh = worker._owned[("color", 0)]
+        assert sh.uncommitted == 10 and redis.get(keys.checkpoint("color", 0)) is None
+        redis.set(keys.lease("color", 0), "another-worker")  # e.g. after a long pause the lease expired and moved
+        with pytest.raises(LeaseLostError):
+            worker._commit(sh)
+    finally:
+        worker.close()  # never run: its read connections are closed here
     assert redis.get(keys.checkpoint("color", 0)) is None
     assert redis.smembers(keys.sketch_index("color", 0)) == set()
     assert redis.xlen(keys.stream("color", 0)) == 10 and _lag(redis, "color", 1) == 10  # left for the owner

@@ -101,7 +101,7 @@ def live(server_config: ServerConfig, redis: redis_lib.Redis) -> Iterator[LiveSe
         yield server
     finally:
         server.stop()
-        server.app.extensions["redis"].close()
+        server.app.extensions["ldptel"].close()
 
 
 # ------------------------------------------------------------------------------------------------ proxy

@@ -68,7 +68,7 @@ def test_pipeline_and_every_command_on_a_cluster(
         resp = http.post("/v1/reports", data=data, content_type="application/octet-stream",
                          headers={"Authorization": f"Bearer {APP_TOKEN}"})
         assert resp.status_code == 202 and resp.get_json()["duplicate"] is True
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
     code, out, err = run_cli("aggregate", "--once")
     assert code == 0, err
@@ -174,7 +174,7 @@ def test_a_metric_grows_its_shard_count_without_double_counting_retries(
     assert all(post(data) for data in before)  # retries of pre-growth batches: still duplicates
     after = batches(30)
     assert not any(post(data) for data in after)
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
     lengths = [cluster_redis.xlen(keys.held("flag", s)) for s in range(6)]
     assert sum(lengths) == 60 and sum(lengths[2:]) > 0  # the new shards took new batches
     assert len(_owners(cluster_redis, "flag", 6)) == 3
@@ -237,7 +237,7 @@ def test_a_plain_url_at_a_cluster_node_is_not_ready_and_says_why(
     bid = next(bytes([b]) * 16 for b in range(256) if keys.shard_for(bytes([b]) * 16, 64) == elsewhere)
     with pytest.raises(PlainUrlAtClusterError, match="redis\\+cluster://"):
         appender.append(metric="m", shards=64, batch_id=bid, version=1, n=1, data=b"x", day=utc_day(), dedupe_days=1)
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_the_unpropagated_coordination_scripts_work_on_a_cluster(
@@ -248,7 +248,7 @@ def test_the_unpropagated_coordination_scripts_work_on_a_cluster(
     app = create_app(ServerConfig(app_tokens=frozenset({APP_TOKEN}), admin_token=ADMIN_TOKEN,
                                   redis_url=local_cluster.url, rate_limit=None))
     assert app.test_client().get("/readyz").status_code == 200
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
     for node in cluster_redis.get_primaries():  # type: ignore[attr-defined]
         probes = list(node.redis_connection.scan_iter(match="*ready-probe"))
         assert len(probes) == 1 and node.redis_connection.pttl(probes[0]) == -1  # one per primary, no expiry

@@ -59,4 +59,4 @@ def test_a_cached_registry_record_serves_while_the_registry_primary_is_down() ->
                 assert post(spec, True) == 503  # its shard is on the dead primary
             assert post(cms_spec("never.seen"), False) == 503  # no record known: nothing to serve from
         finally:
-            app.extensions["redis"].close()
+            app.extensions["ldptel"].close()

@@ -49,4 +49,4 @@ def test_the_ingest_starts_with_the_whole_cluster_down_and_serves_once_it_is_bac
             wait_until(lambda: http.get("/readyz").status_code == 200, what="readiness once the cluster is back")
             assert [post() for _ in range(5)] == [202] * 5
         finally:
-            app.extensions["redis"].close()
+            app.extensions["ldptel"].close()

@@ -134,7 +134,7 @@ def test_a_blocked_source_learns_nothing_and_other_sources_are_not_blocked(redis
     assert get(APP_TOKEN, "10.0.0.2") == 200 and get("wrong-token-0123456789abcdefXYZ", "10.0.0.2") == 401
     assert get(ADMIN_TOKEN, "10.0.0.2") == 200
     assert not any(b"10.0.0" in key for key in redis.scan_iter(count=1000))
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_tokens_are_compared_in_constant_time_against_every_known_digest(redis_url: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -149,4 +149,4 @@ def test_tokens_are_compared_in_constant_time_against_every_known_digest(redis_u
     client = app.test_client()
     assert client.get("/v1/metrics", headers={"Authorization": "Bearer nope-0123456789abcdefXYZ"}).status_code == 401
     assert len(calls) == 3  # admin, then both app tokens (no metrics token configured)
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()

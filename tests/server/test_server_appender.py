@@ -27,14 +27,18 @@ def test_short_lived_threads_reuse_a_bounded_set_of_connections(redis: redis_lib
         except BaseException as exc:
             errors.append(exc)
 
-    for i in range(200):
-        t = threading.Thread(target=one, args=(i,))
-        t.start()
-        t.join()
-    assert errors == []
-    assert redis.xlen(keys.held("m", 0)) == 200
-    assert len(appender._single._idle) <= BatchAppender.MAX_IDLE
-    assert len(appender._single._idle) == 1  # sequential threads: one connection, reused 200 times
+    try:
+        for i in range(200):
+            t = threading.Thread(target=one, args=(i,))
+            t.start()
+            t.join()
+        assert errors == []
+        assert redis.xlen(keys.held("m", 0)) == 200
+        assert len(appender._single._idle) <= BatchAppender.MAX_IDLE
+        assert len(appender._single._idle) == 1  # sequential threads: one connection, reused 200 times
+    finally:
+        appender.close()
+        small.close()
 
 
 DAY_MS = 86_400_000

@@ -74,7 +74,7 @@ def test_valid_binary_batches_skip_flask_and_everything_else_reaches_it(redis, r
     assert client.post("/v1/reports", data=good, content_type=OCTET, headers={"Authorization": "Bearer " + "x" * 20}).status_code == 401
     assert client.post("/v1/reports", data=good, content_type=OCTET, headers={"Authorization": f"Bearer {admin_token}"}).status_code == 403
     assert reached == ["/v1/reports"] * 4
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_fast_path_and_flask_route_answer_and_store_the_same(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
@@ -112,7 +112,7 @@ def test_fast_path_and_flask_route_answer_and_store_the_same(redis, rng, redis_u
     assert f'ldptel_batches_duplicate_total{{metric="{spec.name}"}} 1' in text
     assert 'ldptel_http_request_duration_seconds_count{endpoint="/v1/reports"} 2' in text
     for app in (fast, plain):
-        app.extensions["redis"].close()
+        app.extensions["ldptel"].close()
 
 
 def test_a_request_takes_one_rate_limit_token_on_either_path(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
@@ -133,7 +133,7 @@ def test_a_request_takes_one_rate_limit_token_on_either_path(redis, rng, redis_u
     limited = client.post("/v1/reports", data=make_batch(spec, 5, rng)[0], content_type=OCTET, headers=headers)
     assert limited.status_code == 429 and json.loads(limited.get_data())["error"] == "rate_limited"
     assert len(stream_entries(redis, spec.name, 4)) == 1
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_odd_lengths_and_chunked_bodies_are_left_to_flask(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
@@ -161,7 +161,7 @@ def test_odd_lengths_and_chunked_bodies_are_left_to_flask(redis, rng, redis_url,
         assert json.loads(body)["error"]
     assert reached == ["/v1/reports"] * 2
     assert snapshot(redis) == before
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def _environ(extra: dict[str, object]) -> dict[str, object]:

@@ -158,7 +158,7 @@ def test_new_metrics_get_the_configured_shard_count(redis, redis_url, admin_toke
     assert explicit.status_code == 201 and explicit.json["shards"] == 2
     bad_name = app.test_client().post("/v1/metrics", json={**cms_spec("x").to_dict(), "name": "abc\n"}, headers=admin)
     assert bad_name.status_code == 400 and bad_name.json["parameter"] == "name"
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_health_ready_metrics_openapi(api, rng, cms) -> None:  # type: ignore[no-untyped-def]
@@ -194,7 +194,7 @@ def test_prometheus_metrics_are_for_operators_only(api, redis_url, admin_token, 
     assert with_scrape.status_code == 200 and "ldptel_http_requests_total" in with_scrape.get_data(as_text=True)
     assert client.get("/v1/metrics", headers={"Authorization": f"Bearer {scrape}"}).status_code == 403  # nothing else
     assert client.get("/metrics").status_code == 401
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 # ------------------------------------------------------------------------------------------ rejections
@@ -286,7 +286,7 @@ def test_every_rejection_has_its_status_and_writes_nothing(redis, rng, redis_url
     assert response.status_code == 409 and response.json["error"] == "metric_retired"
     assert response.json["current"] == spec.to_dict()
     assert snapshot(redis) == before
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_rate_limit_429_with_retry_after(redis, rng, redis_url, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
@@ -305,7 +305,7 @@ def test_rate_limit_429_with_retry_after(redis, rng, redis_url, app_token, admin
     data, _ = make_batch(cms_spec(), 5, rng)
     assert client.post("/v1/reports", data=data, content_type=OCTET, headers=headers).status_code == 429
     assert snapshot(redis) == before
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_redis_unreachable_is_503_then_recovers(rng, tmp_path, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
@@ -337,7 +337,7 @@ def test_redis_unreachable_is_503_then_recovers(rng, tmp_path, app_token, admin_
         got = sorted(decode_header(f[b"b"]).batch_id for _, _, f in stream_entries(r, spec.name, 4))
         assert got == sorted(acked)
         r.close()
-        app.extensions["redis"].close()
+        app.extensions["ldptel"].close()
 
 
 def test_logs_carry_no_identifiers_or_contents(api, rng, cms, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -388,7 +388,7 @@ def test_registry_changes_made_elsewhere_are_seen(redis, rng, redis_url, app_tok
     response = client.post("/v1/reports", data=data3, content_type=OCTET, headers=headers)
     assert response.status_code == 409 and response.json["error"] == "metric_retired"
     assert snapshot(redis) == before
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
 
 
 def test_readyz_is_503_while_redis_refuses_writes_at_maxmemory(rng, tmp_path, app_token, admin_token) -> None:  # type: ignore[no-untyped-def]
@@ -415,4 +415,4 @@ def test_readyz_is_503_while_redis_refuses_writes_at_maxmemory(rng, tmp_path, ap
         assert client.post("/v1/reports", data=data, content_type=OCTET, headers=headers).status_code == 202
         assert r.get(keys.ready_probe()) == b"1" and r.pttl(keys.ready_probe()) == -1  # a constant: no time kept
         r.close()
-        app.extensions["redis"].close()
+        app.extensions["ldptel"].close()

@@ -93,4 +93,4 @@ def test_behind_a_declared_proxy_each_client_has_its_own_failure_budget(redis_ur
     assert [get(WRONG, "198.51.100.5", "203.0.113.11") for _ in range(3)] == [401, 401, 429]
     assert get(WRONG, "127.0.0.1", "203.0.113.11") == 401
     assert get(WRONG, "198.51.100.5", "203.0.113.12") == 429  # rotating the header does not help
-    app.extensions["redis"].close()
+    app.extensions["ldptel"].close()
