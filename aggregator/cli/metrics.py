@@ -176,24 +176,27 @@ def run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             _write_records([registry.grow_shards(r, args.name, args.shards)], args.format, out, one=True)
         elif action == "retention":
             rec = registry.set_retention(r, args.name, None if args.forever else args.days)
-            if args.format == "json":
-                write_json(versioned("metric", rec.to_dict()), out)
-            else:
-                _write_records([rec], "table", out)
-                out.write(f"retention_days: {'forever' if rec.retention_days is None else rec.retention_days}\n")
+            _write_setting(rec, args.format, out, "retention_days", "forever" if rec.retention_days is None
+                           else rec.retention_days)
         elif action == "shuffle-n-min":
             rec = registry.set_shuffle_n_min(r, args.name, None if args.default else args.uploads)
-            if args.format == "json":
-                write_json(versioned("metric", rec.to_dict()), out)
-            else:
-                _write_records([rec], "table", out)
-                out.write(f"shuffle_n_min: {'default' if rec.shuffle_n_min is None else rec.shuffle_n_min}\n")
+            _write_setting(rec, args.format, out, "shuffle_n_min", "default" if rec.shuffle_n_min is None
+                           else rec.shuffle_n_min)
         elif action == "retire":
             _write_records([registry.retire_metric(r, args.name)], args.format, out, one=True)
         else:
             return _run_file(r, action, args.file, args.format if action != "diff" else "table", out,
                              allow=getattr(args, "allow_above_default_policy", False))
     return EXIT_OK
+
+
+def _write_setting(rec: MetricRecord, fmt: str, out: TextIO, setting: str, shown: object) -> None:
+    """The record after a setting changed: its JSON document, or its table row and ``setting: shown``."""
+    if fmt == "json":
+        write_json(versioned("metric", rec.to_dict()), out)
+    else:
+        _write_records([rec], "table", out)
+        out.write(f"{setting}: {shown}\n")
 
 
 def _run_file(r: redis.Redis, action: str, path: str, fmt: str, out: TextIO, *, allow: bool = False) -> int:
