@@ -46,6 +46,23 @@ def test_the_quick_start_is_marked_runnable() -> None:
     assert len(blocks["quickstart"][1].splitlines()) <= 45  # "about 30 lines" of commands and app
 
 
+def _commands(script: str) -> list[str]:
+    """The block's commands: continuation lines joined, comments and blank lines left out (heredoc bodies stay)."""
+    lines = re.sub(r"\\\n\s*", " ", script).splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+@pytest.mark.parametrize("name", sorted(runnable_blocks()))
+def test_a_block_waits_for_each_server_it_starts_in_the_background(name: str) -> None:
+    """A server started with ``&`` is not ready when the next command runs: the next command waits for it
+    (``until ...; do sleep ...; done``), unless the block ends there. The Quick Start once went on to
+    ``ldptel metrics apply`` 10 ms before its Redis listened, which failed a loaded full run."""
+    commands = _commands(runnable_blocks()[name][1])
+    for i, command in enumerate(commands[:-1]):
+        if command.endswith("&") and not command.endswith("&&"):
+            assert commands[i + 1].startswith("until "), f"{name}: nothing waits for `{command}` before `{commands[i + 1]}`"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(runnable_blocks()))
 def test_a_runnable_block_runs_verbatim(name: str, tmp_path: Path) -> None:
