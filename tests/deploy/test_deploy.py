@@ -347,23 +347,14 @@ def _unit(name: str) -> configparser.SectionProxy:
 
 def _host_nginx_conf(*, ingest_listen: int, ingest: int, dashboard_listen: int, dashboard: int, workdir: Path) -> str:
     """deploy/nginx-host.conf with only its ports and the pid/temp paths substituted."""
-    import os
+    from tests.faults.stack import deploy_nginx_conf
 
-    text = (DEPLOY / "nginx-host.conf").read_text()
-    substitutions = {
+    return deploy_nginx_conf("nginx-host.conf", {
         "listen 8080;": f"listen 127.0.0.1:{ingest_listen};",
         "server 127.0.0.1:8000;": f"server 127.0.0.1:{ingest};",
         "listen 127.0.0.1:8081;": f"listen 127.0.0.1:{dashboard_listen};",
         "server 127.0.0.1:8050;": f"server 127.0.0.1:{dashboard};",
-        "pid /tmp/ldptel-nginx.pid;": f"pid {workdir}/nginx.pid;",
-        "/tmp/ldptel-nginx-": f"{workdir}/tmp/",
-    }
-    for old, new in substitutions.items():
-        assert text.count(old) >= 1, f"deploy/nginx-host.conf no longer contains {old!r}"
-        text = text.replace(old, new)
-    if os.geteuid() == 0:  # nginx's workers drop to `nobody`, which must reach the temp directories
-        text = "user root;\n" + text
-    return text
+    }, workdir=workdir)
 
 
 @pytest.mark.slow

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 NGINX_CANDIDATES = ("/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx")
 
-__all__ = ["DEPLOY", "ROOT", "free_port", "gunicorn", "nginx", "nginx_binary", "nginx_conf", "worker_pids"]
+__all__ = ["DEPLOY", "ROOT", "deploy_nginx_conf", "free_port", "gunicorn", "nginx", "nginx_binary", "nginx_conf",
+           "worker_pids"]
 
 free_port = _free_port
 
@@ -48,15 +49,18 @@ def nginx_binary() -> str:
 
 def nginx_conf(*, listen: int, upstream: int, workdir: Path) -> str:
     """deploy/nginx.conf with the listening port, the upstream address and the pid/temp paths substituted."""
-    text = (DEPLOY / "nginx.conf").read_text()
-    substitutions = {
-        "listen 8080;": f"listen 127.0.0.1:{listen};",
-        "server ingest:8000;": f"server 127.0.0.1:{upstream};",
-        "pid /tmp/ldptel-nginx.pid;": f"pid {workdir}/nginx.pid;",
-        "/tmp/ldptel-nginx-": f"{workdir}/tmp/",
-    }
+    return deploy_nginx_conf("nginx.conf", {"listen 8080;": f"listen 127.0.0.1:{listen};",
+                                            "server ingest:8000;": f"server 127.0.0.1:{upstream};"}, workdir=workdir)
+
+
+def deploy_nginx_conf(name: str, ports: dict[str, str], *, workdir: Path) -> str:
+    """deploy/``name`` with ``ports`` (its listen/upstream lines → loopback test ports) and its pid and temp paths
+    (→ ``workdir``) substituted; each text replaced must still be in the file."""
+    text = (DEPLOY / name).read_text()
+    substitutions = {**ports, "pid /tmp/ldptel-nginx.pid;": f"pid {workdir}/nginx.pid;",
+                     "/tmp/ldptel-nginx-": f"{workdir}/tmp/"}
     for old, new in substitutions.items():
-        assert old in text, f"deploy/nginx.conf no longer contains {old!r}: update tests/faults/stack.py"
+        assert old in text, f"deploy/{name} no longer contains {old!r}: update the test that runs it"
         text = text.replace(old, new)
     if os.geteuid() == 0:  # nginx's workers drop to `nobody`, which must reach the temp directories
         text = "user root;\n" + text
