@@ -13,10 +13,10 @@ from collections.abc import Collection
 from ldptel.client.errors import InvalidParameterError
 
 
-def check_int(name: str, value: object, lo: int, hi: int) -> int:
-    """An ``int`` (not a bool) in [lo, hi]."""
+def check_int(name: str, value: object, lo: int, hi: int, *, allowed: str | None = None) -> int:
+    """An ``int`` (not a bool) in [lo, hi]; ``allowed`` says what that means in the error (default: the range)."""
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidParameterError(name, f"an integer in [{lo}, {hi}]", value)
+        raise InvalidParameterError(name, allowed or f"an integer in [{lo}, {hi}]", value)
     return value
 
 

@@ -505,16 +505,9 @@ def grow_shards(r: redis.Redis, name: str, shards: int) -> MetricRecord:
 MAX_RETENTION_DAYS = 36_500
 
 
-def _whole(setting: str, value: object, lo: int, hi: int, allowed: str) -> int:
-    """``value`` when it is an int (not a bool) in [lo, hi]; else InvalidParameterError naming ``allowed``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidParameterError(setting, allowed, value)
-    return value
-
-
 def check_min_reports(value: object) -> int:
     """A metric's ``min_reports``: a whole number of reports in [0, 10⁹] (0: no threshold)."""
-    return _whole("min_reports", value, 0, MAX_MIN_REPORTS, f"a whole number of reports from 0 (no threshold) to "
+    return check_int("min_reports", value, 0, MAX_MIN_REPORTS, allowed=f"a whole number of reports from 0 (no threshold) to "
                   f"{MAX_MIN_REPORTS:,}: a day or combination with fewer reports is withheld from every estimate")
 
 
@@ -531,7 +524,7 @@ MAX_SHUFFLE_N_MIN = 1 << 31
 
 def check_shuffle_n_min(value: object) -> int:
     """A metric's ``shuffle_n_min``: distinct uploads per shuffled block, a whole number in [1, 2³¹]."""
-    return _whole("shuffle_n_min", value, 1, MAX_SHUFFLE_N_MIN, f"a whole number of uploads from 1 to "
+    return check_int("shuffle_n_min", value, 1, MAX_SHUFFLE_N_MIN, allowed=f"a whole number of uploads from 1 to "
                   f"{MAX_SHUFFLE_N_MIN:,}: each shuffled block of the metric holds at least that many distinct uploads "
                   "(docs/shuffle.md)")
 
