@@ -340,8 +340,9 @@ def main(argv: list[str]) -> int:
         "floats": float_vectors(rnd),
         "profiles": profile_vectors(batches),
     }
+    text = json.dumps(doc, ensure_ascii=True, separators=(",", ":"), allow_nan=False)  # one shot: the C encoder
     with open(args.out, "w", encoding="ascii") as fh:
-        json.dump(doc, fh, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+        fh.write(text)
     return 0
 
 

@@ -196,9 +196,10 @@ def _charge_and_queue(
     Runs inside the caller's open transaction and never ends it. What it has written by then: for
     ``"not_sampled"``, ``"budget_exceeded"`` and :class:`_OverLifetime` only the sampling state (the day's draw, past
     days' draws pruned), nothing charged; for :class:`_Queued` also the report, the day's spend, a new
-    privatization's ε∞ and a new budget day. ``report()`` commits ``"not_sampled"`` and :class:`_Queued` and rolls
-    the refusals back; the release of a period rolls back only :class:`_OverLifetime` (the period stays due) and
-    otherwise commits with the tally (a refused release is dropped: the period counts as reported).
+    privatization's ε∞ and a new budget day. ``report()`` commits every outcome (a refusal keeps the day's draw:
+    one sampling decision per metric and day); the release of a period undoes :class:`_OverLifetime` but for the
+    day's draw (the period stays due) and otherwise commits with the tally (a refused release is dropped: the
+    period counts as reported).
     ``ledger_state`` is ``_ledger.state(conn, spec.name, now)``, read in this transaction.
     """
     day, high, count, eps = ledger_state
@@ -498,8 +499,8 @@ class Reporter:
         """One transaction: report the period that ended (if due and ``release``: :func:`_charge_and_queue`, as
         :meth:`_store`), then add ``n`` events of the budget day to the tally. None when no period was released.
 
-        :class:`_OverLifetime` when the lifetime ledger refuses: rolled back (nothing recorded, nothing reported, the
-        period still due). A release the daily budget or the sampling refuses is dropped (the period counts as
+        :class:`_OverLifetime` when the lifetime ledger refuses: rolled back but for the day's sampling draw (nothing
+        else recorded, nothing reported, the period still due). A release the daily budget or the sampling refuses is dropped (the period counts as
         reported, the day's draw kept) and the count recorded. The caller holds ``_state``.
         """
         conn = self._db
@@ -509,14 +510,20 @@ class Reporter:
         try:
             state = _ledger.state(conn, spec.name, now)
             day = state[0]
+            conn.execute("SAVEPOINT release")
             due = _tally.take_due(conn, spec.name, day, period,
                                   lambda counts: mech.period_value(spec.params, counts)) if release else None
             if due is not None:
                 outcome = _charge_and_queue(conn, spec, due[1], state, cost=cost, lifetime_cap=lifetime_cap,
                                             secret=self._secret)
-                if isinstance(outcome, _OverLifetime):
-                    conn.execute("ROLLBACK")
+                if isinstance(outcome, _OverLifetime):  # undo the period's release, keep the day's draw
+                    draw = _sampling.stored(conn, spec.name, day)
+                    conn.execute("ROLLBACK TO release")
+                    _sampling.keep(conn, spec.name, day, draw)
+                    conn.execute("RELEASE release")
+                    conn.execute("COMMIT")
                     return outcome
+            conn.execute("RELEASE release")
             if n:
                 _tally.record(conn, spec.name, day, n, period)
             conn.execute("COMMIT")
@@ -591,9 +598,10 @@ class Reporter:
 
     # -------------------------------------------------------------------------------------- internals
     def _store(self, spec: MetricSpec, value: object, now: float, *, cost: _Cost, lifetime_cap: float) -> _Charged:
-        """One transaction: :func:`_charge_and_queue` for ``value``, committed when the report was queued or the device
-        is not sampled (the day's draw is kept: every report of the metric that day agrees), rolled back when the
-        daily budget or the lifetime ledger refuses (nothing recorded).
+        """One transaction: :func:`_charge_and_queue` for ``value``, committed whatever it decided. A refusal of the
+        daily budget or the lifetime ledger has recorded nothing but the day's sampling draw, which is kept: every
+        report of the metric that day agrees with it (before, a refused first report rolled the draw back and the
+        next report of the day drew again).
 
         The caller holds ``_state``. Every exception rolls the transaction back.
         """
@@ -603,7 +611,7 @@ class Reporter:
             state = _ledger.state(conn, spec.name, now)
             outcome = _charge_and_queue(conn, spec, value, state, cost=cost, lifetime_cap=lifetime_cap,
                                         secret=self._secret)
-            conn.execute("COMMIT" if isinstance(outcome, _Queued) or outcome == "not_sampled" else "ROLLBACK")
+            conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")

@@ -35,21 +35,29 @@ def _append(r: redis_lib.Redis, spec: MetricSpec, values: list[Any], cell: str, 
                         dedupe_days=1, cell=cell)
 
 
-@pytest.fixture
-def site(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
-    rng = np.random.default_rng(29)
-    registry.set_profile(redis, ProfileSchema({"os": ("android", "ios", "web")}))
-    grr = registry.create_metric(redis, MetricSpec(name="platform", params=GrrParams(epsilon=2.0, domain=("a", "b", "c")),
-                                                   breakdown=("os",)), shards=2).current
-    mean = registry.create_metric(redis, MetricSpec(name="load", params=MeanParams(epsilon=2.0, lo=0, hi=100),
-                                                    breakdown=("os",)), shards=2).current
-    for os_name, n in (("android", 1500), ("ios", 800), ("web", 300)):
-        _append(redis, grr, list(rng.choice(["a", "b", "c"], size=n, p=[0.5, 0.3, 0.2])), f"os={os_name}", rng)
-        _append(redis, mean, list(rng.uniform(0, 100 if os_name == "android" else 40, n)), f"os={os_name}", rng)
-    drain(redis, metrics=("platform", "load"))
-    with running_dashboard(redis_url, TOKEN) as base:
-        yield base
+@pytest.fixture(scope="module")
+def site(redis_url: str) -> Iterator[str]:
+    """One folded data set and one ``ldptel dashboard`` for the module (its tests only read)."""
+    redis = redis_lib.Redis.from_url(redis_url)
+    redis.flushdb()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("LDPTEL_REDIS_URL", redis_url)
+            rng = np.random.default_rng(29)
+            registry.set_profile(redis, ProfileSchema({"os": ("android", "ios", "web")}))
+            grr = registry.create_metric(redis, MetricSpec(name="platform", params=GrrParams(epsilon=2.0, domain=("a", "b", "c")),
+                                                           breakdown=("os",)), shards=2).current
+            mean = registry.create_metric(redis, MetricSpec(name="load", params=MeanParams(epsilon=2.0, lo=0, hi=100),
+                                                            breakdown=("os",)), shards=2).current
+            for os_name, n in (("android", 1500), ("ios", 800), ("web", 300)):
+                _append(redis, grr, list(rng.choice(["a", "b", "c"], size=n, p=[0.5, 0.3, 0.2])), f"os={os_name}", rng)
+                _append(redis, mean, list(rng.uniform(0, 100 if os_name == "android" else 40, n)), f"os={os_name}", rng)
+            drain(redis, metrics=("platform", "load"))
+            with running_dashboard(redis_url, TOKEN) as base:
+                yield base
+    finally:
+        redis.flushdb()
+        redis.close()
 
 
 def _login(chromium: Any, base: str) -> Any:  # noqa: F811

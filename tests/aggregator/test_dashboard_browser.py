@@ -53,13 +53,25 @@ def chromium() -> Iterator[Any]:
         browser.close()
 
 
-@pytest.fixture
-def site(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, Populated]]:
-    monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
-    data = populate(redis, days=DAYS, per_day=2000)
-    populate_more(redis, days=DAYS, per_day=2000)
-    with running_dashboard(redis_url, TOKEN) as base:
-        yield base, data
+@pytest.fixture(scope="module")
+def site(redis_url: str) -> Iterator[tuple[str, Populated]]:
+    """The folded data and one ``ldptel dashboard`` for the whole module: no test writes to Redis (each gets its
+    own browser context: cookies, localStorage), so one setup serves them all. ``wide``, a metric registered
+    through the storage API, which (unlike the CLI and POST /v1/metrics) does not check the default policy, is
+    part of it (test_metric_list_and_boolean_share)."""
+    r = redis_lib.Redis.from_url(redis_url)
+    r.flushdb()
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("LDPTEL_REDIS_URL", redis_url)  # the in-process CLI (cli_json) reads the same Redis
+            data = populate(r, days=DAYS, per_day=2000)
+            populate_more(r, days=DAYS, per_day=2000)
+            registry.create_metric(r, MetricSpec(name="wide", params=RrParams(epsilon=6.0)))
+            with running_dashboard(redis_url, TOKEN) as base:
+                yield base, data
+    finally:
+        r.flushdb()
+        r.close()
 
 
 def cli_json(*argv: str) -> Any:
@@ -158,10 +170,8 @@ def test_metric_page_shows_the_cli_numbers(chromium: Any, site: tuple[str, Popul
     assert page.locator("#estimates-chart svg rect.bar.corrected").count() == 3
 
 
-def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated], redis: redis_lib.Redis) -> None:
-    base, _ = site
-    # registered through the storage API, which (unlike the CLI and POST /v1/metrics) does not check the policy
-    registry.create_metric(redis, MetricSpec(name="wide", params=RrParams(epsilon=6.0)))
+def test_metric_list_and_boolean_share(chromium: Any, site: tuple[str, Populated]) -> None:
+    base, _ = site  # with ``wide``, registered above the default policy (the site fixture)
     page = logged_in(chromium, base)
     show(page, f"{base}/")
     mark = "[data-mark=above_default_policy]"  # issue 22 §3: devices with the default policy refuse it
@@ -325,8 +335,12 @@ def test_a_session_is_per_login_expires_and_ends_at_logout(chromium: Any, site: 
     second.wait_for_selector("body[data-state=ready]")  # the other login still works
 
 
-def test_failed_logins_are_limited(chromium: Any, site: tuple[str, Populated]) -> None:
-    base, _ = site
+def test_failed_logins_are_limited(chromium: Any, site: tuple[str, Populated], redis_url: str) -> None:
+    with running_dashboard(redis_url, TOKEN) as base:  # its own process: the limit it reaches would refuse the others
+        _failed_logins_are_limited(chromium, base)
+
+
+def _failed_logins_are_limited(chromium: Any, base: str) -> None:
     page = chromium.new_context().new_page()
     for _ in range(10):
         page.goto(f"{base}/login")
@@ -392,7 +406,8 @@ def test_post_processing_default_names_what_was_used_and_fits(chromium: Any, sit
 
 
 def test_the_overview_table_fits_a_1400px_window(chromium: Any, site: tuple[str, Populated]) -> None:
-    """Days and lag were cut off (scrolled out of the card) at 1,400 px."""
+    """Days and lag were cut off (scrolled out of the card) at 1,400 px; and again with a metric above the
+    default policy, whose second badge widened the status column (the ``wide`` metric of the site fixture)."""
     base, _ = site
     page = logged_in(chromium, base)
     page.set_viewport_size({"width": 1400, "height": 900})

@@ -468,14 +468,17 @@ def _lifetime(path: Path, metric: str) -> float:
         return lifetime_epsilon(conn, metric)
 
 
+@pytest.mark.parametrize("rate", [1.0, 1 - 2**-52], ids=["every-day", "sampled"])
 def test_a_release_past_the_lifetime_bound_is_refused_and_changes_nothing(
-    live: LiveServer, app_token: str, tmp_path: Path
+    live: LiveServer, app_token: str, tmp_path: Path, rate: float
 ) -> None:
     """Served unique-devices versions at ε = 1 then 2 (a new privatization: 2·ε∞ = 3.31, then 5.38 more, past the
     default policy's 8): the release under the second is refused as ``policy_refused`` in one rolled-back
     transaction: no lifetime or daily charge, nothing queued, the period still due and the call's count not
-    recorded (the tally row unchanged); it stays refused on the next call."""
-    v1 = live.create(MetricSpec(name="u", params=UniqueDevicesParams(epsilon=1, window_days=1)))
+    recorded (the tally row unchanged); it stays refused on the next call. With β < 1 (a draw that takes part
+    unless it is one of the top 2 of 2^53) the day's draw is all the refusal keeps, and the next call reads it
+    (before: the rollback took it, and each call drew again)."""
+    v1 = live.create(MetricSpec(name="u", params=UniqueDevicesParams(epsilon=1, window_days=1), sample_rate=rate))
     clock = Clock(int(time.time() // DAY) - 2)  # the days reported are within the server's retry horizon
     rep = Reporter(live.url, app_token, tmp_path, start=False, clock=clock, spec_ttl=60, metrics=["u"])
     try:
@@ -486,7 +489,7 @@ def test_a_release_past_the_lifetime_bound_is_refused_and_changes_nothing(
         assert first.report is not None and first.version == v1.version  # the first day's period, charged 2·ε∞
         charged = _lifetime(tmp_path, "u")
         assert charged == pytest.approx(longitudinal_epsilon(v1))
-        v2 = live.create(MetricSpec(name="u", params=UniqueDevicesParams(epsilon=2, window_days=1)))
+        v2 = live.create(MetricSpec(name="u", params=UniqueDevicesParams(epsilon=2, window_days=1), sample_rate=rate))
         assert charged + longitudinal_epsilon(v2) > 8.0 >= longitudinal_epsilon(v2)
         clock.t += 61  # past the spec TTL: the next call marks it for a refresh, the flush fetches v2
         assert rep.count("u").status == "counted"
@@ -494,12 +497,17 @@ def test_a_release_past_the_lifetime_bound_is_refused_and_changes_nothing(
         clock.next_day()
         before = (_tallies(tmp_path), _ledger_rows(tmp_path, "u"), rep.stats().queued)
         assert before[1] == [(clock.t // DAY - 1, 1)]
+        draws = []
         for _ in range(2):
             res = rep.count("u", 5)
             assert res.status == "policy_refused" and res.version == v2.version and res.report is None
             assert res.reason is not None and res.reason.startswith("longitudinal_epsilon")
             assert _lifetime(tmp_path, "u") == charged
             assert (_tallies(tmp_path), _ledger_rows(tmp_path, "u"), rep.stats().queued) == before
+            with sqlite3.connect(tmp_path / DB_FILE) as conn:  # the refused release's day
+                draws.append(conn.execute("SELECT draw FROM sampling WHERE metric = 'u' AND day = ?",
+                                          (clock.t // DAY,)).fetchall())
+        assert draws[0] == draws[1] and len(draws[0]) == (0 if rate == 1 else 1)
     finally:
         rep.close(timeout=0)
 

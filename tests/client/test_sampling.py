@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +59,37 @@ def test_not_sampled_sends_and_spends_nothing_and_survives_a_restart(tmp_path) -
     with reporter(tmp_path, clock, 0.5) as rep:  # the same device, restarted the same day
         assert {rep.report("s.rr", False).status for _ in range(5)} == {"not_sampled"}
         assert rep.budget_remaining("s.rr") == 3 and rep.stats().pending == pending
+
+
+ALMOST_ALL = 1 - 2**-52  # β < 1, so a draw is made, that takes part unless the draw is one of the top 2 of 2^53
+
+
+def _draws(path: Path) -> list[tuple[str, int, int]]:
+    with sqlite3.connect(path / DB_FILE) as conn:
+        return [(str(m), int(d), int(u)) for m, d, u in conn.execute("SELECT metric, day, draw FROM sampling")]
+
+
+def test_a_refused_report_keeps_the_days_draw(tmp_path: Path) -> None:
+    """One decision per metric and day even when the first report of the day is refused. Version 1 (β = 1: no
+    draw) spends the day's one report; version 2 (β < 1, pinned by an app update the same day) then draws and is
+    refused by the daily budget. Its draw stays (before: the refusal rolled it back, and each later report of the
+    day drew again), and every later report of the day reads that same draw."""
+    clock = FakeClock()
+    v1 = MetricSpec(name="s.rr", params=RrParams(epsilon=1.0), reports_per_day=1)
+    with Reporter(NOWHERE, "t", tmp_path, start=False, clock=clock, sleep=clock.sleep, specs=[v1],
+                  policy=OPEN_POLICY) as rep:
+        assert rep.report("s.rr", True).queued
+    assert _draws(tmp_path) == []
+    v2 = replace(v1, version=2, sample_rate=ALMOST_ALL)
+    with Reporter(NOWHERE, "t", tmp_path, start=False, clock=clock, sleep=clock.sleep, specs=[v2],
+                  policy=OPEN_POLICY) as rep:
+        assert rep.report("s.rr", False).status == "budget_exceeded"
+        kept = _draws(tmp_path)
+        assert len(kept) == 1 and kept[0][0] == "s.rr"  # the refused report's draw, kept
+        for value in (True, False, True):
+            assert rep.report("s.rr", value).status == "budget_exceeded"
+            assert _draws(tmp_path) == kept  # read, never drawn again
+        assert rep.stats().refused_budget == 4 and rep.stats().not_sampled == 0
 
 
 def test_the_rule_is_an_integer_threshold_on_53_csprng_bits() -> None:

@@ -121,7 +121,7 @@ async function indexPage() {
     const last = days.length ? days[days.length - 1] : null;
     const row = el("tr", { dataset: { metric: m.name } },
       el("td", {}, el("a", { href: `/metrics/${encodeURIComponent(m.name)}`, text: m.name })),
-      el("td", { class: "text" }, el("span", { class: `badge ${m.status}`, text: m.status }),
+      el("td", { class: "text badges" }, el("span", { class: `badge ${m.status}`, text: m.status }),
         m.above_default_policy ? el("span", { class: "badge above-policy", title: m.above_default_policy,
           dataset: { mark: "above_default_policy" }, text: "above default policy" }) : ""),
       el("td", { class: "text", text: m.mechanism }),

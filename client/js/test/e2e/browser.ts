@@ -1,8 +1,12 @@
 /**
  * Headless Chromium runs the browser bundle for many simulated devices (one IndexedDB namespace each) against a
- * real ingest, through an offline period and page reloads. Driven by tests/e2e/test_js_e2e.py:
- *   node dist/test/e2e/browser.js ENDPOINT TOKEN N PROFILE_DIR STATIC_PORT
+ * real ingest, through an offline period and a page reload. Driven by tests/e2e/test_js_e2e.py:
+ *   node dist/test/e2e/browser.js ENDPOINT TOKEN N PROFILE_DIR STATIC_PORT OFFLINE_ENDPOINT
  * The page is served from http://127.0.0.1:STATIC_PORT, an origin the ingest's LDPTEL_CORS_ORIGINS allows.
+ * OFFLINE_ENDPOINT is a loopback port where nothing listens (the caller holds it bound): every request to it
+ * fails in Chromium's network stack as with no network, while the page's own origin still loads (so the page
+ * can reload while offline). Each device opens once per phase: online (specs), offline (report), after the
+ * reload (online again: deliver).
  * Prints one JSON line with what each phase saw.
  */
 import { createServer } from "node:http";
@@ -11,7 +15,7 @@ import { join } from "node:path";
 import { chromium, type Page } from "playwright-core";
 import { ROOT } from "../helpers.js";
 
-const [endpoint, token, nText, profile, staticPort] = process.argv.slice(2) as [string, string, string, string, string];
+const [endpoint, token, nText, profile, staticPort, offEndpoint] = process.argv.slice(2) as [string, string, string, string, string, string];
 const n = Number(nText);
 const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"];
 
@@ -50,88 +54,51 @@ async function main(): Promise<void> {
     args: FLAGS,
   });
   const out: Record<string, unknown> = {};
-  // Offline = the ingest is unreachable (requests to it fail as with no network); the page's own origin
-  // still loads, so the page can be reloaded while offline.
-  const ingestUrls = `${endpoint}/**`;
-  const setOffline = async (off: boolean): Promise<void> => {
-    if (off) await context.route(ingestUrls, (route) => route.abort("internetdisconnected"));
-    else await context.unroute(ingestUrls);
-  };
   try {
     const page = context.pages()[0] ?? (await context.newPage());
     page.on("pageerror", (e) => console.error("pageerror", e));
     await load(page, url);
-    const args = { endpoint, token, n, vals: Array.from({ length: n }, (_, i) => values(i)) };
-    // 1. online: every device fetches and caches its specs
+    const args = { endpoint, offEndpoint, token, n, vals: Array.from({ length: n }, (_, i) => values(i)) };
+    // 1. online: every device fetches and caches its specs (and the two devices of the commit-window check)
     await page.evaluate(async ({ endpoint, token, n }) => {
       const { Reporter } = (window as any).ldptel;
-      for (let i = 0; i < n; i++) {
-        const rep = await Reporter.open({ endpoint, token, namespace: `b${i}`, metrics: ["web.pages", "web.flag", "web.latency"], start: false, lifecycle: false });
-        if (!(await rep.waitForSpecs(10000))) throw new Error(`device ${i}: no specs`);
+      const devices: [string, string[]][] = Array.from({ length: n }, (_, i) => [`b${i}`, ["web.pages", "web.flag", "web.latency"]]);
+      devices.push(["window-lost", ["web.flag"]], ["window-kept", ["web.flag"]]);
+      for (const [namespace, metrics] of devices) {
+        const rep = await Reporter.open({ endpoint, token, namespace, metrics, start: false, lifecycle: false });
+        if (!(await rep.waitForSpecs(10000))) throw new Error(`device ${namespace}: no specs`);
         await rep.close(0);
       }
     }, args);
-    // 2. offline: every device reports three values; they are committed, uploads fail, batches stay in IndexedDB
-    await setOffline(true);
-    out.report = await page.evaluate(async ({ endpoint, token, n, vals }) => {
+    // 2. offline: every device reports three values; they are committed, the upload fails, batches stay queued
+    const offline = await page.evaluate(async ({ offEndpoint, token, n, vals }) => {
       const { Reporter } = (window as any).ldptel;
       const statuses: Record<string, number> = {};
+      let pending = 0;
+      let delivered = 0;
       for (let i = 0; i < n; i++) {
-        const rep = await Reporter.open({ endpoint, token, namespace: `b${i}`, start: false, lifecycle: false });
+        const rep = await Reporter.open({ endpoint: offEndpoint, token, namespace: `b${i}`, start: false, lifecycle: false });
         const [p, f, l] = vals[i] as [string, boolean, number];
         for (const [m, v] of [["web.pages", p], ["web.flag", f], ["web.latency", l]]) {
           const s = rep.report(m, v).status;
           statuses[s] = (statuses[s] ?? 0) + 1;
         }
-        await rep.close(0);
-      }
-      return statuses;
-    }, args);
-    out.offline = await page.evaluate(async ({ endpoint, token, n }) => {
-      const { Reporter } = (window as any).ldptel;
-      let pending = 0;
-      let delivered = 0;
-      for (let i = 0; i < n; i += 1) {
-        const rep = await Reporter.open({ endpoint, token, namespace: `b${i}`, start: false, lifecycle: false });
         await rep.flush(20);
         pending += rep.stats().pending;
         delivered += rep.stats().delivered;
         await rep.close(0);
       }
-      return { pending, delivered };
+      return { statuses, pending, delivered };
     }, args);
-    // 3. reload mid-queue (still offline): the queue and the ledgers survive; a second report today is refused
-    await load(page, url);
-    out.after_reload = await page.evaluate(async ({ endpoint, token, n }) => {
-      const { Reporter } = (window as any).ldptel;
-      let pending = 0;
-      const statuses: Record<string, number> = {};
-      for (let i = 0; i < n; i++) {
-        const rep = await Reporter.open({ endpoint, token, namespace: `b${i}`, start: false, lifecycle: false });
-        pending += rep.stats().pending;
-        const s = rep.report("web.flag", true).status;
-        statuses[s] = (statuses[s] ?? 0) + 1;
-        await rep.close(0);
-      }
-      return { pending, statuses };
-    }, args);
-    // 4. the commit window: a report not yet committed (commitDelay 1000) is lost with its spend on a reload;
-    //    one committed survives (the specs were cached while online)
-    await setOffline(false);
-    await page.evaluate(async ({ endpoint, token }) => {
-      const { Reporter } = (window as any).ldptel;
-      for (const ns of ["window-lost", "window-kept"]) {
-        const r = await Reporter.open({ endpoint, token, namespace: ns, metrics: ["web.flag"], start: false, lifecycle: false });
-        if (!(await r.waitForSpecs(5000))) throw new Error("no spec");
-        await r.close(0);
-      }
-    }, args);
-    await setOffline(true);
+    out.report = offline.statuses;
+    out.offline = { pending: offline.pending, delivered: offline.delivered };
+    // 3. the commit window, and the page reload mid-queue (still offline): a report not yet committed
+    //    (commitDelay 1000) is lost with its spend on the reload; one committed survives (specs cached in 1.)
     await page
-      .evaluate(async ({ endpoint, token }) => {
+      .evaluate(async ({ offEndpoint, token }) => {
         const { Reporter } = (window as any).ldptel;
-        const kept = await Reporter.open({ endpoint, token, namespace: "window-kept", start: false, lifecycle: false, commitDelay: 1000 });
-        const lost = await Reporter.open({ endpoint, token, namespace: "window-lost", start: false, lifecycle: false, commitDelay: 1000 });
+        const kept = await Reporter.open({ endpoint: offEndpoint, token, namespace: "window-kept", start: false, lifecycle: false, commitDelay: 1000 });
+        const lost = await Reporter.open({ endpoint: offEndpoint, token, namespace: "window-lost", start: false, lifecycle: false, commitDelay: 1000 });
         kept.report("web.flag", true);
         await new Promise((r) => setTimeout(r, 1300)); // past kept's commit window
         lost.report("web.flag", true);
@@ -139,32 +106,39 @@ async function main(): Promise<void> {
       }, args)
       .catch(() => undefined);
     await page.waitForFunction(() => (window as unknown as { ready?: boolean }).ready === true);
-    out.window = await page.evaluate(async ({ endpoint, token }) => {
+    out.window = await page.evaluate(async ({ offEndpoint, token }) => {
       const { Reporter } = (window as any).ldptel;
       const res: Record<string, unknown> = {};
       for (const ns of ["window-lost", "window-kept"]) {
-        const r = await Reporter.open({ endpoint, token, namespace: ns, start: false, lifecycle: false });
+        const r = await Reporter.open({ endpoint: offEndpoint, token, namespace: ns, start: false, lifecycle: false });
         res[ns] = { pending: r.stats().pending, remaining: r.budgetRemaining("web.flag") };
         await r.close(0);
       }
       return res;
     }, args);
-    // 5. back online: every device delivers its queue, each batch once
-    await setOffline(false);
-    out.online = await page.evaluate(async ({ endpoint, token, n }) => {
+    // 4. after the reload, back online: the queue and the ledgers survived (a second report today is refused),
+    //    and every device delivers its queue, each batch once
+    const after = await page.evaluate(async ({ endpoint, token, n }) => {
       const { Reporter } = (window as any).ldptel;
+      const statuses: Record<string, number> = {};
+      let before = 0;
       let pending = 0;
       let delivered = 0;
       for (let i = 0; i < n; i++) {
         const rep = await Reporter.open({ endpoint, token, namespace: `b${i}`, start: false, lifecycle: false });
+        before += rep.stats().pending;
+        const s = rep.report("web.flag", true).status;
+        statuses[s] = (statuses[s] ?? 0) + 1;
         await rep.flush(20000);
         pending += rep.stats().pending;
         delivered += rep.stats().delivered;
         await rep.close(0);
       }
-      return { pending, delivered };
+      return { before, statuses, pending, delivered };
     }, args);
-    // 6. lifecycle: visibilitychange → hidden commits and flushes with fetch keepalive (no flush() call)
+    out.after_reload = { pending: after.before, statuses: after.statuses };
+    out.online = { pending: after.pending, delivered: after.delivered };
+    // 5. lifecycle: visibilitychange → hidden commits and flushes with fetch keepalive (no flush() call)
     out.lifecycle = await page.evaluate(async ({ endpoint, token }) => {
       const { Reporter } = (window as any).ldptel;
       const rep = await Reporter.open({ endpoint, token, namespace: "life", metrics: ["web.flag"], flushInterval: 3600000 });
@@ -178,7 +152,7 @@ async function main(): Promise<void> {
       await rep.close(0);
       return { status, delivered };
     }, args);
-    // 7. report() latency in the page (privatize + hand-off; the commit is asynchronous), for the benchmark
+    // 6. report() latency in the page (privatize + hand-off; the commit is asynchronous), for the benchmark
     out.latency = await page.evaluate(async ({ endpoint, token }) => {
       const { Reporter } = (window as any).ldptel;
       const specs = [{ name: "bench.cms", version: 1, reports_per_day: 10000, params: { mechanism: "cms", epsilon: 4.0, k: 2048, m: 1024, hash_seed: 0, hash_version: 1, prob_bits: 10 } }];

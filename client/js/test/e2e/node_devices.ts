@@ -1,8 +1,9 @@
 /**
  * Simulated Node devices for tests/e2e/test_js_e2e.py: each device is one Reporter with its own namespace and
  * FileStore directory. Phases (argv[2]): "specs" (online: fetch and cache the specs), "offline" (report with the
- * ingest unreachable: everything stays queued on disk), "online" (reopen every device and deliver).
- * Prints one JSON line with the totals.
+ * ingest unreachable: everything stays queued on disk), "online" (reopen every device and deliver). Its metrics
+ * are node.pages, node.flag and node.latency (the browser devices have their own web.*, so each SDK's estimates
+ * are checked on their own). Prints one JSON line with the totals.
  */
 import { join } from "node:path";
 import { FileStore } from "../../src/filestore.js";
@@ -10,7 +11,7 @@ import { Reporter } from "../../src/reporter.js";
 
 const [phase, endpoint, token, dir, nText] = process.argv.slice(2) as [string, string, string, string, string];
 const n = Number(nText);
-const METRICS = ["web.pages", "web.flag", "web.latency"];
+const METRICS = ["node.pages", "node.flag", "node.latency"];
 
 /** Device i's values: known truth for the Python side. */
 export function values(i: number): [string, boolean, number] {
@@ -38,7 +39,7 @@ async function main(): Promise<void> {
       if (!(await rep.waitForSpecs(10000))) throw new Error(`device ${i}: specs not fetched`);
     } else if (phase === "offline") {
       const [page, flag, latency] = values(i);
-      for (const [m, v] of [["web.pages", page], ["web.flag", flag], ["web.latency", latency]] as const) {
+      for (const [m, v] of [["node.pages", page], ["node.flag", flag], ["node.latency", latency]] as const) {
         const s = rep.report(m, v).status;
         statuses[s] = (statuses[s] ?? 0) + 1;
       }
