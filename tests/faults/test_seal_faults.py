@@ -66,18 +66,27 @@ def _sealer(url: str, kill_before: int) -> None:
 
 def _check_reads(r: redis_lib.Redis, per_day: dict[str, SketchState], *, quiet: bool = True) -> None:
     """Every range reads the exact sum of the days it says it covers, which are the days asked unless retention left
-    only 32-day roll-ups (checked when ``quiet``: no sealer runs meanwhile, so the view read here is current)."""
+    only 32-day roll-ups (checked when ``quiet``: no sealer runs meanwhile, so the view read here is current).
+
+    Quiet, every range is read in one :func:`~ldptel.storage.sealed.summed_states` call (one plan, one pipelined
+    fetch: what a per-day series reads), which with nothing writing meanwhile reads what 45 single-range
+    :func:`~ldptel.storage.sealed.summed_state` calls would; while a sealer runs, each range is its own call (a
+    plan per range, so the sealer's writes interleave between them)."""
     view = sealed.read_view(r, "m")
-    for i, lo in enumerate(DAYS):
-        for hi in DAYS[i:]:
-            got = sealed.summed_state(r, "m", params=PARAMS, version=1, shards=SHARDS, day_from=lo, day_to=hi)
-            want = SketchState.empty(PARAMS)
-            for day in got.days:
-                want.add_inplace(per_day[day])
-            assert got.state.equals(want), (lo, hi, view)
-            assert set(got.days) >= {d for d in DAYS if lo <= d <= hi}
-            if quiet and view.dropped is None:
-                assert got.days == tuple(d for d in DAYS if lo <= d <= hi)
+    spans = [(lo, hi) for i, lo in enumerate(DAYS) for hi in DAYS[i:]]
+    if quiet:
+        reads = sealed.summed_states(r, "m", params=PARAMS, version=1, shards=SHARDS, spans=spans)
+    else:
+        reads = (sealed.summed_state(r, "m", params=PARAMS, version=1, shards=SHARDS, day_from=lo, day_to=hi)
+                 for lo, hi in spans)
+    for (lo, hi), got in zip(spans, reads, strict=True):
+        want = SketchState.empty(PARAMS)
+        for day in got.days:
+            want.add_inplace(per_day[day])
+        assert got.state.equals(want), (lo, hi, view)
+        assert set(got.days) >= {d for d in DAYS if lo <= d <= hi}
+        if quiet and view.dropped is None:
+            assert got.days == tuple(d for d in DAYS if lo <= d <= hi)
 
 
 def test_a_sealer_killed_before_any_round_trip_loses_and_doubles_nothing(redis_url: str) -> None:
