@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -42,10 +43,20 @@ def build() -> None:
     """``tsc --strict`` into client/js/dist (the library, its tests and scripts), once per test process."""
     if _BUILT:
         return
-    ensure_deps()
-    res = subprocess.run([npm(), "run", "--silent", "build"], cwd=JS, capture_output=True, text=True, timeout=600)
+    res = run_script("build", timeout=600)
     assert res.returncode == 0, f"tsc failed:\n{res.stdout[-6000:]}\n{res.stderr[-4000:]}"
     _BUILT.append(True)
+
+
+def run_script(script: str, *, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """The command of package.json's ``scripts[script]``, run as ``npm run`` runs it (``sh -c`` in client/js with
+    node_modules/.bin first on PATH) but without starting npm itself (~0.25 s of CPU each) and without its
+    pre/post scripts."""
+    ensure_deps()
+    command = json.loads((JS / "package.json").read_text())["scripts"][script]
+    path = f"{JS / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+    return subprocess.run(["sh", "-c", command], cwd=JS, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {}), "PATH": path})
 
 
 def run_npm(script: str, *, env: dict[str, str] | None = None, timeout: float = 900,

@@ -21,7 +21,7 @@ import pytest
 from ldptel.client.mechanisms import estimate, fold
 from ldptel.client.protocol.specs import params_from_dict
 from ldptel.client.protocol.wire import decode_batch, is_upload, split_upload
-from tests.js_sdk import JS, ROOT, build, run_npm
+from tests.js_sdk import JS, ROOT, build, run_script
 from tests.stats import assert_close_normal
 
 pytestmark = pytest.mark.slow
@@ -36,8 +36,8 @@ def ts_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Complet
     # npm test's pretest (tsc, then the lint) as separate steps: the build is shared with tests/e2e/test_js_e2e.py
     # (once per worker), the lint's and the tests' output are both checked below.
     build()
-    lint = run_npm("lint")
-    res = run_npm("test", env={"LDPTEL_GOLDEN": str(golden), "LDPTEL_TS_OUT": str(ts_out)}, pre=False)
+    lint = run_script("lint")
+    res = run_script("test", env={"LDPTEL_GOLDEN": str(golden), "LDPTEL_TS_OUT": str(ts_out)})
     return subprocess.CompletedProcess(res.args, res.returncode or lint.returncode, lint.stdout + res.stdout,
                                        lint.stderr + res.stderr), ts_out
 

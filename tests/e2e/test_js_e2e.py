@@ -1,9 +1,9 @@
 """The TypeScript SDK end to end: Node devices and a headless Chromium page against real gunicorn ingest and
 Redis; ``ldptel aggregate --once`` folds; ``ldptel estimate`` covers the truth.
 
-* 200 Node devices (one FileStore namespace each) fetch their specs, report three metrics while the ingest is
+* 150 Node devices (one FileStore namespace each) fetch their specs, report three metrics while the ingest is
   unreachable (an offline period: everything stays queued on disk), then are reopened (a restart) and deliver.
-* 150 browser devices (one IndexedDB namespace each; ``LDPTEL_JS_BROWSER_DEVICES=1000`` for the 1,000-device run
+* 100 browser devices (one IndexedDB namespace each; ``LDPTEL_JS_BROWSER_DEVICES=1000`` for the 1,000-device run
   of issue 27: the same checks, whose tolerances are the estimates' own standard errors, so they hold at either
   n) in one page of a persistent Chromium profile, served from an origin the ingest's CORS allow-list names (real
   preflights): they report and commit, go offline (uploads fail), the page reloads mid-queue (the queue and the
@@ -30,25 +30,25 @@ import pytest
 
 from ldptel.aggregator.cli.entry import main as cli_main
 from ldptel.storage.embedded import EmbeddedRedis
-from tests.js_sdk import JS, build
+from tests.js_sdk import JS, build, run_script
 from tests.server.test_server_http import _free_port, _stop, _wait_http
 from tests.stats import assert_close_normal
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "js-e2e-app-token-0123456789abcdefghij"
 ADMIN = "js-e2e-admin-token-0123456789abcdefgh"
-NODE_DEVICES = 200
+NODE_DEVICES = 150
 # Every check below is exact (counts of queued, pending, delivered, refused reports: independent of n) or a z = 6
-# band from the estimate's own standard error. Each estimate is a sum over n independent reports (the Node
-# devices' node.* metrics, n = 200, and the browser devices' web.* ones, n = 150: separate, so a fault of one SDK
-# cannot hide in the other's reports), each report within M of its mean: M/sd ≤ 3.1 (rr at ε = 2, cms at ε = 4:
-# a debiased bit) and ≤ 3.3 (the dhm mean at ε = 2), sd the smallest per-report standard deviation. Bennett's
-# inequality bounds a false failure by 2·exp(−(V/M²)·h(6M/√V)), h(u) = (1+u)·ln(1+u) − u, V ≥ n·sd²: ≤ 8e-6 per
-# check at n = 150 and ≤ 5e-6 at n = 200 (1.3e-6 at the former 500; the exact tail of the rr count, a sum of two
-# binomials, is 2e-8 at n = 150, 6e-9 at 200). Power: all of one SDK's apple reports lost moves its estimate by
-# n/2 ≥ 75, ≥ 14 of its standard errors (≈ 0.43·√n); pooled over both SDKs (before), a lost browser share of 200
-# devices was 10 standard errors away.
-BROWSER_DEVICES = int(os.environ.get("LDPTEL_JS_BROWSER_DEVICES", "150"))
+# band from the estimate's own standard error. Each estimate is a sum over n independent reports: the Node
+# devices' node.* metrics (n = 150) and the browser devices' web.* ones (n = 100) are separate, so a fault of one
+# SDK cannot hide in the other's reports. Each report lies within M of its mean: M/sd ≤ 3.1 (rr at ε = 2, cms at
+# ε = 4: a debiased bit) and ≤ 3.3 (the dhm mean at ε = 2), sd the smallest per-report standard deviation.
+# Bennett's inequality bounds a false failure by 2·exp(−(V/M²)·h(6M/√V)), h(u) = (1+u)·ln(1+u) − u, V ≥ n·sd²:
+# ≤ 8e-6 per check at n = 150, ≤ 1.6e-5 at n = 100 (1.3e-6 at the former pooled 500); the exact tail of the rr
+# count (a sum of two binomials) is 2e-8 at n = 150 and 1e-8 at n = 100. Power: all of one SDK's apple reports
+# lost moves its estimate by n/2 ≥ 50, ≥ 11 of its standard errors (≈ 0.43·√n); pooled over both SDKs (before),
+# a lost browser share of 200 devices was 10 standard errors away.
+BROWSER_DEVICES = int(os.environ.get("LDPTEL_JS_BROWSER_DEVICES", "100"))
 pytestmark = pytest.mark.slow
 
 SPECS = [  # node.* for the Node devices, web.* for the browser devices: each SDK's estimates are checked on their own
@@ -86,6 +86,8 @@ def _request(port: int, method: str, path: str, body: dict[str, Any]) -> int:
 def ingest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int, EmbeddedRedis]]:
     tmp = tmp_path_factory.mktemp("js-e2e")
     build()
+    bundle = run_script("bundle")  # build/ldptel.min.js, the page's script (esbuild: ~0.1 s; fresh when run alone)
+    assert bundle.returncode == 0, bundle.stdout + bundle.stderr
     with EmbeddedRedis(data_dir=tmp / "redis") as server:
         port, static_port = _free_port(), _free_port()
         log = tmp / "gunicorn.log"

@@ -5,9 +5,7 @@
  * browsers. ~60 lines, checked against Python's hashlib/hmac by the golden vectors.
  */
 
-// Everything is int32 (Int32Array, `| 0`): V8 keeps the rounds in integer registers; uint32 values above 2^31
-// would be doubles.
-const K = new Int32Array([
+const K = new Uint32Array([
   0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
   0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
   0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
@@ -17,19 +15,19 @@ const K = new Int32Array([
   0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
   0xc67178f2,
 ]);
-const W = new Int32Array(64);
+const W = new Uint32Array(64);
 
-function compress(st: Int32Array, b: Uint8Array, off: number): void {
+function compress(st: Uint32Array, b: Uint8Array, off: number): void {
   for (let i = 0; i < 16; i++) {
     const j = off + 4 * i;
-    W[i] = ((b[j] ?? 0) << 24) | ((b[j + 1] ?? 0) << 16) | ((b[j + 2] ?? 0) << 8) | (b[j + 3] ?? 0);
+    W[i] = (((b[j] ?? 0) << 24) | ((b[j + 1] ?? 0) << 16) | ((b[j + 2] ?? 0) << 8) | (b[j + 3] ?? 0)) >>> 0;
   }
   for (let i = 16; i < 64; i++) {
     const x = W[i - 15] ?? 0;
     const y = W[i - 2] ?? 0;
     const s0 = ((x >>> 7) | (x << 25)) ^ ((x >>> 18) | (x << 14)) ^ (x >>> 3);
     const s1 = ((y >>> 17) | (y << 15)) ^ ((y >>> 19) | (y << 13)) ^ (y >>> 10);
-    W[i] = ((W[i - 16] ?? 0) + s0 + (W[i - 7] ?? 0) + s1) | 0;
+    W[i] = ((W[i - 16] ?? 0) + s0 + (W[i - 7] ?? 0) + s1) >>> 0;
   }
   let a = st[0] ?? 0, bb = st[1] ?? 0, c = st[2] ?? 0, d = st[3] ?? 0;
   let e = st[4] ?? 0, f = st[5] ?? 0, g = st[6] ?? 0, h = st[7] ?? 0;
@@ -49,17 +47,17 @@ function compress(st: Int32Array, b: Uint8Array, off: number): void {
     bb = a;
     a = (t1 + t2) | 0;
   }
-  st[0] = ((st[0] ?? 0) + a) | 0;
-  st[1] = ((st[1] ?? 0) + bb) | 0;
-  st[2] = ((st[2] ?? 0) + c) | 0;
-  st[3] = ((st[3] ?? 0) + d) | 0;
-  st[4] = ((st[4] ?? 0) + e) | 0;
-  st[5] = ((st[5] ?? 0) + f) | 0;
-  st[6] = ((st[6] ?? 0) + g) | 0;
-  st[7] = ((st[7] ?? 0) + h) | 0;
+  st[0] = (st[0] ?? 0) + a;
+  st[1] = (st[1] ?? 0) + bb;
+  st[2] = (st[2] ?? 0) + c;
+  st[3] = (st[3] ?? 0) + d;
+  st[4] = (st[4] ?? 0) + e;
+  st[5] = (st[5] ?? 0) + f;
+  st[6] = (st[6] ?? 0) + g;
+  st[7] = (st[7] ?? 0) + h;
 }
 
-const IV = new Int32Array([0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]);
+const IV = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
 
 /** SHA-256 of the concatenation of `parts`. */
 export function sha256(...parts: Uint8Array[]): Uint8Array {
@@ -79,7 +77,7 @@ export function sha256(...parts: Uint8Array[]): Uint8Array {
   padded[end - 3] = (bits >>> 16) & 0xff;
   padded[end - 2] = (bits >>> 8) & 0xff;
   padded[end - 1] = bits & 0xff;
-  const st = IV.slice();
+  const st = new Uint32Array(IV);
   for (let off = 0; off < end; off += 64) compress(st, padded, off);
   const out = new Uint8Array(32);
   for (let i = 0; i < 8; i++) {
