@@ -87,15 +87,19 @@ class _Acks:
 
 class FaultRun:
     def __init__(self, tmp: Path, *, raw_clients: int = 2, reporters: int = 2, batch: int = 20, seed: int = 1,
-                 report_interval: float = 0.002, cluster_replicas: int | None = None,
+                 report_interval: float = 0.002, raw_pause: float = 0.005, cluster_replicas: int | None = None,
                  appendfsync: str = "always", redis_config: Path | None = DEPLOY / "redis.conf") -> None:
         """``report_interval``: seconds between two ``report()`` calls of one Reporter (each device may send
-        ``reports_per_day`` = 10,000 a day: keep interval × run time under that). ``cluster_replicas``: run on
+        ``reports_per_day`` = 10,000 a day: keep interval × run time under that). ``raw_pause``: seconds a raw
+        client waits after an acknowledgement before it sends its next batch (the load's CPU cost is about
+        proportional to its request rate; what a fault meets is the requests in flight, which every client has
+        in turn). ``cluster_replicas``: run on
         a local 3-primary cluster with that many replicas per primary (None: one Redis), its nodes' AOF
         fsync policy ``appendfsync`` (``always``: as the shipped deploy/redis-container.conf). The one Redis runs
         the shipped ``redis_config`` (deploy/redis.conf; None: the embedded server's own flags, everysec)."""
         self.tmp, self.raw_clients, self.n_reporters, self.batch, self.seed = tmp, raw_clients, reporters, batch, seed
         self.report_interval = report_interval
+        self.raw_pause = raw_pause
         self.redis = EmbeddedRedis(appendonly=True, data_dir=tmp / "redis", config_file=redis_config)  # unused on a cluster
         self.cluster = None if cluster_replicas is None else LocalCluster(primaries=3, replicas=cluster_replicas,
                                                                              appendfsync=appendfsync)
@@ -287,7 +291,7 @@ class FaultRun:
                     raise AssertionError(f"raw client: HTTP {status}")
                 time.sleep(0.05)
             idle.set()
-            time.sleep(0.005)
+            time.sleep(self.raw_pause)
 
     def _reporter_load(self, rep: Reporter, index: int, idle: threading.Event) -> None:
         i = 0
