@@ -93,7 +93,9 @@ def ingest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int,
         env = {k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}
         env.update(LDPTEL_APP_TOKENS=APP, LDPTEL_ADMIN_TOKEN=ADMIN, LDPTEL_REDIS_URL=server.url, LDPTEL_RATE_LIMIT="off",
                    LDPTEL_AUTH_FAILURE_LIMIT="off", LDPTEL_ACCESS_LOG="", LDPTEL_CORS_ORIGINS=f"http://127.0.0.1:{static_port}")
-        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "-w", "2", "-b",
+        # one worker (8 threads) serves these devices, which run one at a time; several workers sharing one ingest
+        # are tests/server's subject (each more would only import the app again)
+        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "-w", "1", "-b",
                f"127.0.0.1:{port}"]
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
