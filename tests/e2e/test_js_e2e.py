@@ -1,7 +1,7 @@
 """The TypeScript SDK end to end: Node devices and a headless Chromium page against real gunicorn ingest and
 Redis; ``ldptel aggregate --once`` folds; ``ldptel estimate`` covers the truth.
 
-* 150 Node devices (one FileStore namespace each) fetch their specs, report three metrics while the ingest is
+* 100 Node devices (one FileStore namespace each) fetch their specs, report three metrics while the ingest is
   unreachable (an offline period: everything stays queued on disk), then are reopened (a restart) and deliver.
 * 100 browser devices (one IndexedDB namespace each; ``LDPTEL_JS_BROWSER_DEVICES=1000`` for the 1,000-device run
   of issue 27: the same checks, whose tolerances are the estimates' own standard errors, so they hold at either
@@ -37,17 +37,16 @@ from tests.stats import assert_close_normal
 ROOT = Path(__file__).resolve().parents[2]
 APP = "js-e2e-app-token-0123456789abcdefghij"
 ADMIN = "js-e2e-admin-token-0123456789abcdefgh"
-NODE_DEVICES = 150
+NODE_DEVICES = 100
 # Every check below is exact (counts of queued, pending, delivered, refused reports: independent of n) or a z = 6
-# band from the estimate's own standard error. Each estimate is a sum over n independent reports: the Node
-# devices' node.* metrics (n = 150) and the browser devices' web.* ones (n = 100) are separate, so a fault of one
-# SDK cannot hide in the other's reports. Each report lies within M of its mean: M/sd ≤ 3.1 (rr at ε = 2, cms at
-# ε = 4: a debiased bit) and ≤ 3.3 (the dhm mean at ε = 2), sd the smallest per-report standard deviation.
-# Bennett's inequality bounds a false failure by 2·exp(−(V/M²)·h(6M/√V)), h(u) = (1+u)·ln(1+u) − u, V ≥ n·sd²:
-# ≤ 8e-6 per check at n = 150, ≤ 1.6e-5 at n = 100 (1.3e-6 at the former pooled 500); the exact tail of the rr
-# count (a sum of two binomials) is 2e-8 at n = 150 and 1e-8 at n = 100. Power: all of one SDK's apple reports
-# lost moves its estimate by n/2 ≥ 50, ≥ 11 of its standard errors (≈ 0.43·√n); pooled over both SDKs (before),
-# a lost browser share of 200 devices was 10 standard errors away.
+# band from the estimate's own standard error. Each estimate is a sum over n = 100 independent reports: the Node
+# devices' node.* metrics and the browser devices' web.* ones are separate, so a fault of one SDK cannot hide in
+# the other's reports. Each report lies within M of its mean: M/sd ≤ 3.1 (rr at ε = 2, cms at ε = 4: a debiased
+# bit) and ≤ 3.3 (the dhm mean at ε = 2), sd the smallest per-report standard deviation. Bennett's inequality
+# bounds a false failure by 2·exp(−(V/M²)·h(6M/√V)), h(u) = (1+u)·ln(1+u) − u, V ≥ n·sd²: ≤ 1.6e-5 per check at
+# n = 100 (1.3e-6 at the former pooled 500); the exact tail of the rr count (a sum of two binomials) is 1e-8 at
+# n = 100. Power: all of one SDK's apple reports lost moves its estimate by n/2 = 50, 11 of its standard errors
+# (≈ 0.43·√n); pooled over both SDKs (before), a lost browser share of 200 devices was 10 standard errors away.
 BROWSER_DEVICES = int(os.environ.get("LDPTEL_JS_BROWSER_DEVICES", "100"))
 pytestmark = pytest.mark.slow
 
@@ -94,7 +93,9 @@ def ingest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int,
         env = {k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}
         env.update(LDPTEL_APP_TOKENS=APP, LDPTEL_ADMIN_TOKEN=ADMIN, LDPTEL_REDIS_URL=server.url, LDPTEL_RATE_LIMIT="off",
                    LDPTEL_AUTH_FAILURE_LIMIT="off", LDPTEL_ACCESS_LOG="", LDPTEL_CORS_ORIGINS=f"http://127.0.0.1:{static_port}")
-        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "-w", "2", "-b",
+        # one worker (8 threads) serves these devices, which run one at a time; several workers sharing one ingest
+        # are tests/server's subject (each more would only import the app again)
+        cmd = [sys.executable, "-m", "gunicorn", "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "-w", "1", "-b",
                f"127.0.0.1:{port}"]
         with log.open("wb") as out:
             proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
@@ -115,13 +116,17 @@ def _node(*args: str, timeout: float = 900) -> dict[str, Any]:
     return out
 
 
-def _estimate(server: EmbeddedRedis, metric: str, *extra: str) -> dict[str, Any]:
-    """``ldptel estimate METRIC --format json`` (the CLI's entry point, in this process: the aggregate above ran as
-    its own process; a Python start per estimate would only repeat the imports)."""
+def _cli(*argv: str) -> str:
+    """``ldptel ARGV...`` through the CLI's entry point in this process (a Python start per command would only
+    repeat the imports); its stdout."""
     out, err = io.StringIO(), io.StringIO()
-    code = cli_main(["estimate", metric, "--format", "json", "--redis-url", server.url, *extra], stdout=out, stderr=err)
-    assert code == 0, err.getvalue()[-3000:]
-    doc: dict[str, Any] = json.loads(out.getvalue())
+    code = cli_main(list(argv), stdout=out, stderr=err)
+    assert code == 0, f"ldptel {' '.join(argv)} exited {code}:\n{err.getvalue()[-3000:]}"
+    return out.getvalue()
+
+
+def _estimate(server: EmbeddedRedis, metric: str, *extra: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(_cli("estimate", metric, "--format", "json", "--redis-url", server.url, *extra))
     return doc
 
 
@@ -185,10 +190,7 @@ def test_node_and_browser_devices_end_to_end(ingest: tuple[int, int, EmbeddedRed
     assert b["lifecycle"] == {"status": "queued", "delivered": 1}, b["lifecycle"]  # hidden page: keepalive flush
     print("report() in Chromium:", b["latency"])
 
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("LDPTEL_")}, "LDPTEL_REDIS_URL": server.url}
-    res = subprocess.run([sys.executable, "-m", "ldptel.aggregator.cli", "aggregate", "--once", "--no-progress"],
-                         env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert res.returncode == 0, res.stderr[-3000:]
+    _cli("aggregate", "--once", "--no-progress", "--redis-url", server.url)
     _check_estimates(server, "node", NODE_DEVICES)
     _check_estimates(server, "web", n_b, extra_true=1)  # + the lifecycle device's report of True
 

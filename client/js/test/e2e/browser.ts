@@ -100,7 +100,24 @@ async function main(): Promise<void> {
         const kept = await Reporter.open({ endpoint: offEndpoint, token, namespace: "window-kept", start: false, lifecycle: false, commitDelay: 1000 });
         const lost = await Reporter.open({ endpoint: offEndpoint, token, namespace: "window-lost", start: false, lifecycle: false, commitDelay: 1000 });
         kept.report("web.flag", true);
-        await new Promise((r) => setTimeout(r, 1300)); // past kept's commit window
+        // past kept's commit window, told by the store itself, not a clock: its own timer (no commit() call) has
+        // made the report durable when a second connection to its database reads it in the ledger
+        const db = await new Promise<IDBDatabase>((resolve, reject) => {
+          const req = indexedDB.open("ldptel:window-kept", 1);
+          req.onsuccess = () => resolve(req.result);
+          req.onerror = () => reject(req.error);
+        });
+        for (const deadline = Date.now() + 30000; ; ) {
+          if (Date.now() > deadline) throw new Error("window-kept: its report was never committed by its own timer");
+          const state = await new Promise<any>((resolve, reject) => {
+            const get = db.transaction(["state"]).objectStore("state").get("state");
+            get.onsuccess = () => resolve(get.result);
+            get.onerror = () => reject(get.error);
+          });
+          if (state?.ledger?.["web.flag"]?.count === 1) break;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        db.close();
         lost.report("web.flag", true);
         location.reload(); // inside lost's window
       }, args)
