@@ -35,7 +35,7 @@ def _check(result: dict[str, object], name: str) -> None:
 
 
 def test_cluster_faults_with_replicas_lose_nothing_and_double_nothing(tmp_path: Path) -> None:
-    with FaultRun(tmp_path, cluster_replicas=1, raw_pause=0.02, report_interval=0.01) as run:  # load: see the fault suite
+    with FaultRun(tmp_path, cluster_replicas=1, raw_pause=0.05, report_interval=0.01) as run:  # load: see the fault suite
         for name in CLUSTER_SCENARIOS:
             result = run.scenario(name, load_seconds=0.3)
             _check(result, name)
@@ -44,7 +44,7 @@ def test_cluster_faults_with_replicas_lose_nothing_and_double_nothing(tmp_path: 
 
 def test_cluster_primary_restart_on_its_aof_loses_nothing(tmp_path: Path) -> None:
     # appendfsync always: everysec may lose some (docs/durability.md)
-    with FaultRun(tmp_path, cluster_replicas=0, appendfsync="always", raw_pause=0.02, report_interval=0.01) as run:
+    with FaultRun(tmp_path, cluster_replicas=0, appendfsync="always", raw_pause=0.05, report_interval=0.01) as run:
         for name in CLUSTER_RESTART_SCENARIOS:
             result = run.scenario(name, load_seconds=0.3)
             _check(result, name)

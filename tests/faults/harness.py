@@ -77,6 +77,7 @@ class _Acks:
     times: list[tuple[float, float]] = field(default_factory=list)  # (sent, acknowledged) of every batch, monotonic
     statuses: dict[int, int] = field(default_factory=dict)  # of this scenario (0: no HTTP answer)
     acked: threading.Event = field(default_factory=threading.Event)  # set at every 202 of a raw client
+    in_flight: int = 0  # raw clients' requests sent and not yet answered
 
     def first_after(self, t: float) -> float | None:
         """When the first request sent at ``t`` or later was acknowledged (None: none yet)."""
@@ -243,6 +244,8 @@ class FaultRun:
 
     def _post(self, conn: http.client.HTTPConnection | None, data: bytes) -> tuple[http.client.HTTPConnection, int]:
         conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        with self.acks.lock:
+            self.acks.in_flight += 1
         try:
             conn.request("POST", "/v1/reports", body=data,
                          headers={"Authorization": f"Bearer {APP_TOKEN}", "Content-Type": OCTET})
@@ -254,7 +257,17 @@ class FaultRun:
         except (OSError, http.client.HTTPException):
             conn.close()
             status = 0
+        finally:
+            with self.acks.lock:
+                self.acks.in_flight -= 1
         return conn, status
+
+    def _when_in_flight(self) -> None:
+        """Until a raw client has a request sent and not yet answered: a process fault injected right after
+        this meets it mid-request (the load is throttled, so at a random moment it may meet none).
+        ``extra["in_flight_at_fault"]``: how many were."""
+        self.extra["in_flight_at_fault"] = wait_until(lambda: self.acks.in_flight, interval=0.001,
+                                                      max_interval=0.002, what="a raw client's request in flight")
 
     def _raw_client(self, seed: int, idle: threading.Event) -> None:
         rng = np.random.default_rng(seed)
@@ -331,6 +344,7 @@ class FaultRun:
         return result
 
     def _inject_redis_kill9(self) -> float:
+        self._when_in_flight()
         self.redis.kill()
         time.sleep(0.5)
         restarted = time.monotonic()
@@ -401,6 +415,7 @@ class FaultRun:
         the old primary restarts on its own data dir and rejoins as a replica (``?wait_replicas=1`` needs one)."""
         assert self.cluster is not None and self.cluster.replicas
         victim = self._victim_primary()
+        self._when_in_flight()
         victim.kill()
         killed = time.monotonic()
         self._wait_primaries(self.cluster.primaries)
@@ -411,13 +426,14 @@ class FaultRun:
         wait_until(lambda: cluster.role(victim) == "slave", what="the old primary to rejoin as a replica",
                    max_interval=0.05)
         rejoined = time.monotonic()
-        self.extra = {"failover_s": round(promoted - killed, 3), "rejoined_s": round(rejoined - killed, 3)}
+        self.extra |= {"failover_s": round(promoted - killed, 3), "rejoined_s": round(rejoined - killed, 3)}
         return rejoined - killed + self._wait_ack_after(rejoined)
 
     def _inject_primary_restart(self) -> float:
         """kill -9 a primary of a cluster without replicas; it comes back on its own data dir (AOF, nodes.conf)."""
         assert self.cluster is not None and not self.cluster.replicas
         victim = self._victim_primary()
+        self._when_in_flight()
         victim.kill()
         killed = time.monotonic()
         time.sleep(0.5)
@@ -465,6 +481,7 @@ class FaultRun:
     def _inject_gunicorn_worker_kill9(self) -> float:
         assert self.gunicorn is not None
         victim = worker_pids(self.gunicorn.pid)[0]
+        self._when_in_flight()
         os.kill(victim, signal.SIGKILL)
         killed = time.monotonic()
         master = self.gunicorn.pid
@@ -475,6 +492,7 @@ class FaultRun:
     def _inject_gunicorn_master_kill9(self) -> float:
         assert self.gunicorn is not None
         orphans = worker_pids(self.gunicorn.pid)
+        self._when_in_flight()
         self.gunicorn.kill()
         self.gunicorn.wait(timeout=10)
         killed = time.monotonic()

@@ -35,15 +35,17 @@ def _seed(r: redis_lib.Redis, rng: np.random.Generator) -> dict[str, SketchState
     r.flushdb()
     registry.create_metric(r, MetricSpec(name="m", params=PARAMS), shards=SHARDS)
     per_day = {}
+    pipe = r.pipeline(transaction=False)  # the set-up in one round trip
     for day in DAYS:
         total = SketchState.empty(PARAMS)
         for shard in range(SHARDS):
             row_counts = rng.integers(1, 50, PARAMS.k).astype(np.int64)
             state = SketchState(PARAMS.mechanism, rng.binomial(row_counts[:, None], 0.4, (PARAMS.k, PARAMS.m)), row_counts)
-            r.set(keys.sketch("m", shard, 1, day), state.to_bytes())
-            r.sadd(keys.sketch_index("m", shard), store.index_member(1, day))
+            pipe.set(keys.sketch("m", shard, 1, day), state.to_bytes())
+            pipe.sadd(keys.sketch_index("m", shard), store.index_member(1, day))
             total.add_inplace(state)
         per_day[day] = total
+    pipe.execute()
     return per_day
 
 
