@@ -48,6 +48,13 @@ _INFO_CLUSTER = pack_command(b"INFO", b"cluster")
 # probe every few seconds in the AOF would timestamp the batch appends around it, and an expiry would hold its time.
 _READY_PROBE_LUA = "redis.set_repl(redis.REPL_NONE) return redis.call('SET', KEYS[1], '1')"
 WAIT_TIMEOUT_MS = 1_000  # how long an append waits for its replicas (``wait_replicas``)
+# With ``wait_replicas`` a duplicate is acknowledged like a first append: only once that many replicas hold the
+# batch. WAIT counts the calling connection's own last write, and a duplicate writes nothing (its first append may
+# have gone through another connection, or timed out in WAIT and been answered 503), so the duplicate rewrites its
+# dedupe key with the same value and expiry (SET ... KEEPTTL: nothing changes, but it is a write that replicates
+# after the batch's own) and WAITs for that. It adds nothing to the AOF that the batch's own entry does not hold
+# (the key and digest are there already; only that a retry came, in order after the appends before it).
+_CONFIRM_LUA = "local v = redis.call('GET', KEYS[1]) if v then redis.call('SET', KEYS[1], v, 'KEEPTTL') end return 1"
 _LUA = resources.files(__package__).joinpath("append.lua").read_text(encoding="utf-8")
 
 
@@ -112,6 +119,8 @@ class BatchAppender(RawClient):
         self._sha = hashlib.sha1(_LUA.encode("utf-8")).hexdigest().encode("ascii")
         self._load = pack_command(b"SCRIPT", b"LOAD", _LUA)
         self._wait_command = pack_command(b"WAIT", wait_replicas, WAIT_TIMEOUT_MS)
+        self._confirm_sha = hashlib.sha1(_CONFIRM_LUA.encode("utf-8")).hexdigest().encode("ascii")
+        self._confirm_load = pack_command(b"SCRIPT", b"LOAD", _CONFIRM_LUA)
         self._probe_sha = hashlib.sha1(_READY_PROBE_LUA.encode("utf-8")).hexdigest().encode("ascii")
         self._probe_load = pack_command(b"SCRIPT", b"LOAD", _READY_PROBE_LUA)
 
@@ -123,7 +132,21 @@ class BatchAppender(RawClient):
             return None
         # a value of another kind (an older release's digest, none, a released upload's "1") cannot tell: duplicate
         conflict = isinstance(value, bytes) and value[:3] == digest[:3] and value != digest
+        if not conflict:
+            self._confirm_duplicate(key)
         return AppendResult(duplicate=True, conflict=conflict)
+
+    def _confirm_duplicate(self, seen_key: str) -> None:
+        """With ``wait_replicas``: a duplicate is acknowledged only once ``wait_replicas`` replicas hold its batch
+        (:data:`_CONFIRM_LUA` says how), else a ReplicaWaitError. Nothing to do without replicas to wait for."""
+        if not self.wait_replicas:
+            return
+        confirm = pack_command(b"EVALSHA", self._confirm_sha, b"1", seen_key)
+        conn, _ = self._routed(seen_key, confirm, RawConnection.reply, load=self._confirm_load)
+        try:
+            self._wait(conn)
+        finally:
+            self._checkin(conn)
 
     def _wait(self, conn: RawConnection) -> None:
         """WAIT until ``wait_replicas`` replicas hold what this connection wrote, else a ReplicaWaitError."""
@@ -208,11 +231,12 @@ class BatchAppender(RawClient):
                 if attempt:
                     raise
         try:
-            if result is not None and self.wait_replicas:
+            if result is not None and result != 0 and self.wait_replicas:
                 self._wait(conn)
         finally:
             self._checkin(conn)
         if result is None:
+            self._confirm_duplicate(keys.seen(metric, shard, batch_id.hex()))
             return AppendResult(duplicate=True)
         if result == 0:
             return AppendResult(duplicate=True, conflict=True)

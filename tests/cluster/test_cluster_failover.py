@@ -1,5 +1,7 @@
 """Failover under load: kill -9 a primary of a 3-primary, 3-replica cluster while gunicorn ingests and a fold
-worker folds; its replica takes over. Audit: 0 acknowledged batches lost, 0 stored or folded twice.
+worker folds; its replica takes over. While the promoted replica has no replica of its own, nothing on its shards
+is acknowledged, not even a retry of a batch it already holds; once the old primary has rejoined as its replica,
+acks come back. Audit: 0 acknowledged batches lost, 0 stored or folded twice.
 
 The ingest runs with ``?wait_replicas=1`` (a batch is acknowledged only once a replica holds it): without it,
 replication is asynchronous and a failover may drop the last acknowledged writes of the dead primary.
@@ -39,8 +41,8 @@ from tests.server.test_server_http import (
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 SHARDS = 6
 BATCH_REPORTS = 100
-# Acks after the failover before the load stops, and how many on the shards the killed primary served. Each of
-# those costs ~1 s: the promoted replica has no replica of its own, so its first attempt waits out WAIT's 1 s.
+# Acks after the failover before the load stops, and how many on the shards the killed primary served: those come
+# only once the old primary has rejoined as the promoted node's replica (?wait_replicas=1 needs one).
 AFTER_FAILOVER = 20
 ON_PROMOTED = 3
 
@@ -143,7 +145,14 @@ def _load(port: int, spec, cluster: LocalCluster, http: Http) -> tuple[list[byte
         ready = [http.request("GET", "/readyz")[0] for _ in range(3)]
         assert 503 in ready  # a primary it writes to is gone: not ready
         _wait_for(lambda: http.request("GET", "/readyz")[0] == 200, "a replica promoted", timeout=60)
-        at_ready = len(acked)
+        at_ready, refused = len(acked), statuses.get(503, 0)
+        # The promoted replica has no replica of its own: with ?wait_replicas=1 no batch of its shards may be
+        # acknowledged now, the retries of a batch whose first attempt it stored (duplicates) included. Before
+        # the fix a duplicate was acknowledged without a WAIT, with its batch on one node only.
+        _wait_for(lambda: statuses.get(503, 0) - refused >= 4, "refusals on the promoted replica's shards", timeout=60)
+        assert not [b for b in acked[at_ready:] if keys.shard_for(b, SHARDS) in victim_shards], "acked, no replica"
+        victim.start()  # the old primary, on its own data dir: it rejoins as the promoted node's replica
+        cluster.wait_ok(timeout=60)
         _wait_for(lambda: after_failover(at_ready), "acks after the failover, on the promoted replica too", timeout=60)
     finally:
         stop.set()
