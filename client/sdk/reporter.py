@@ -500,8 +500,9 @@ class Reporter:
         :meth:`_store`), then add ``n`` events of the budget day to the tally. None when no period was released.
 
         :class:`_OverLifetime` when the lifetime ledger refuses: rolled back but for the day's sampling draw (nothing
-        else recorded, nothing reported, the period still due). A release the daily budget or the sampling refuses is dropped (the period counts as
-        reported, the day's draw kept) and the count recorded. The caller holds ``_state``.
+        else recorded, nothing reported, the period still due). A release the daily budget or the sampling refuses
+        is dropped (the period counts as reported, the day's draw kept) and the count recorded. The caller holds
+        ``_state``.
         """
         conn = self._db
         period = mech.period_days(spec.params)

@@ -11,7 +11,8 @@ Redis; ``ldptel aggregate --once`` folds; ``ldptel estimate`` covers the truth.
   its spend while a committed one survives, and back online every device delivers; a page that becomes hidden
   flushes by itself (fetch keepalive).
 * Every report is counted once: the folded n equals the reports queued, and each estimate (cms counts, rr
-  proportion, mean) of each SDK's own metrics (node.* and web.*) lies within z = 7 standard errors of the truth (the comment at NODE_DEVICES says why 7).
+  proportion, mean) of each SDK's own metrics (node.* and web.*) lies within z = 7 standard errors of the truth
+  (the comment at NODE_DEVICES says why 7).
 """
 
 from __future__ import annotations

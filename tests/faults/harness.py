@@ -379,8 +379,9 @@ class FaultRun:
                 assert self.acks.acked.wait(10), "no acknowledgement under disk pressure"
                 if not everysec:
                     return
-                if fsync_backlog(r) or time.monotonic() > deadline:
-                    self.extra["fsync_backlog_seen"] = fsync_backlog(r)
+                backlog = fsync_backlog(r)
+                if backlog or time.monotonic() > deadline:
+                    self.extra["fsync_backlog_seen"] = backlog
                     return
         finally:
             r.close()
