@@ -17,7 +17,9 @@ import { ROOT } from "../helpers.js";
 
 const [endpoint, token, nText, profile, staticPort, offEndpoint] = process.argv.slice(2) as [string, string, string, string, string, string];
 const n = Number(nText);
-const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"];
+// The omnibox-popup WebUIs that new headless preloads for its (unused) address bar cost a renderer of their own.
+const FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+  "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup,WebUIOmniboxFullPopup"];
 
 const PAGE = `<!doctype html><meta charset="utf-8"><title>ldptel devices</title><script type="module">
 import * as ldptel from "/ldptel.min.js";
