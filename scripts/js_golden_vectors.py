@@ -5,7 +5,8 @@
 
 Everything is computed by the Python SDK itself (no re-implementation here): hashes of >= 10,000 strings
 (ASCII, non-ASCII, emoji, combining marks, every tail length, long strings; lone surrogates, which both SDKs
-refuse), params of every mechanism (thresholds, effective and longitudinal ε, the privatization fingerprint),
+refuse), SHA-256 and HMAC-SHA256 of every message length over the padding boundaries,
+params of every mechanism (thresholds, effective and longitudinal ε, the privatization fingerprint),
 permanent-RR streams, daily-mean α values and memo keys, and full encoded batches privatized from a recorded
 byte stream: ``os.urandom`` is replaced by a deterministic stream whose bytes are recorded per case, so the TS
 SDK, replaying the same bytes, must produce the same reports and the same batch bytes.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import hmac
 import json
 import math
 import os
@@ -321,6 +323,22 @@ def float_vectors(rnd: random.Random) -> list[dict[str, Any]]:
     return [{"x": x, "repr": repr(x)} for x in xs if math.isfinite(x)]
 
 
+def sha_vectors() -> list[dict[str, Any]]:
+    """SHA-256 and HMAC-SHA256 from hashlib/hmac: every message length 0..200 (both padding boundaries, 55/56 and
+    63/64 bytes mod 64, over 1-4 blocks) cut into 1-4 parts, and keys of every length 0..140 (empty, short, one
+    block, hashed first when over 64 bytes). Their own generator: the other vectors' random stream is unchanged."""
+    rnd = random.Random(31)
+    out = []
+    for n in range(201):
+        msg = rnd.randbytes(n)
+        cuts = sorted(rnd.randrange(0, n + 1) for _ in range(rnd.randrange(0, 4)))
+        parts = [msg[a:b] for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+        key = rnd.randbytes(n % 141)
+        out.append({"parts": [x.hex() for x in parts], "key": key.hex(), "sha256": hashlib.sha256(msg).hexdigest(),
+                    "hmac": hmac.new(key, msg, hashlib.sha256).hexdigest()})
+    return out
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
@@ -335,6 +353,7 @@ def main(argv: list[str]) -> int:
         "hashes": hashes,
         "params": param_vectors(rnd),
         "keyed": keyed_vectors(rnd),
+        "sha": sha_vectors(),
         "batches": batches,
         "uploads": upload_vectors(batches, rnd),
         "floats": float_vectors(rnd),

@@ -15,6 +15,16 @@ export function isWellFormed(s: string): boolean {
  * (`str.encode("utf-8")` raises): the protocol hashes UTF-8 of well-formed strings only, no normalization.
  */
 export function utf8(s: string, what = "values"): Uint8Array {
+  // ASCII (names, most values) directly: ~5x faster than TextEncoder's call for short strings
+  const out = new Uint8Array(s.length);
+  for (let i = 0, c; i < s.length; i++) {
+    if ((c = s.charCodeAt(i)) > 127) return utf8Any(s, what);
+    out[i] = c;
+  }
+  return out;
+}
+
+function utf8Any(s: string, what: string): Uint8Array {
   if (!isWellFormed(s)) {
     throw new InvalidValueError(`${what} must be well-formed Unicode text: a lone surrogate (U+D800–U+DFFF) has no UTF-8 form`);
   }

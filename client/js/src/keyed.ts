@@ -3,7 +3,7 @@
  * fingerprint (SHA-256 of the params' canonical JSON), the permanent randomized response's HMAC stream and
  * the memo key.
  */
-import { concatBytes, i64le, utf8 } from "./bytes.js";
+import { i64le, utf8 } from "./bytes.js";
 import { pyDumps, type PyJson } from "./pyjson.js";
 import { hmacSha256, sha256 } from "./sha256.js";
 import { le32, mod64, rejects64 } from "./u64.js";
@@ -19,13 +19,14 @@ export function fingerprintOf(paramsDict: PyJson): Uint8Array {
   return sha256(FINGERPRINT_LABEL, utf8(pyDumps(paramsDict), "params"));
 }
 
-function frame(metric: string, fingerprint: Uint8Array, parts: Uint8Array[]): Uint8Array {
+/** The parts of (metric, fingerprint, ...parts) joined by NUL bytes (hashed as they are, never concatenated). */
+function frame(metric: string, fingerprint: Uint8Array, parts: Uint8Array[]): Uint8Array[] {
   if (fingerprint.length !== FINGERPRINT_BYTES) {
     throw new Error(`a privatization fingerprint is ${FINGERPRINT_BYTES} bytes, got ${fingerprint.length}`);
   }
   const out: Uint8Array[] = [utf8(metric, "metric names"), NUL, fingerprint];
   for (const p of parts) out.push(NUL, p);
-  return concatBytes(out);
+  return out;
 }
 
 /** Deterministic 64-bit words: HMAC-SHA256(key, counter as u64 LE), 4 little-endian words per block. */
@@ -42,8 +43,7 @@ export class HmacStream {
   word(): void {
     if (this.at === 4) {
       const c = new Uint8Array(8);
-      new DataView(c.buffer).setUint32(0, this.counter >>> 0, true);
-      new DataView(c.buffer).setUint32(4, Math.floor(this.counter / 4294967296), true);
+      for (let i = 0, x = this.counter; i < 8; i++, x = Math.floor(x / 256)) c[i] = x; // u64 little-endian
       this.block = hmacSha256(this.key, c);
       this.counter += 1;
       this.at = 0;
@@ -77,11 +77,11 @@ export function prrStream(
   mechanism: string,
   value: Uint8Array,
 ): HmacStream {
-  const key = hmacSha256(secret, PRR_LABEL, frame(metric, fingerprint, [utf8(mechanism), value]));
+  const key = hmacSha256(secret, PRR_LABEL, ...frame(metric, fingerprint, [utf8(mechanism), value]));
   return new HmacStream(key);
 }
 
 /** The memo table key of a value: HMAC-SHA256 over (metric, privatization fingerprint, day, value). */
 export function memoKey(secret: Uint8Array, metric: string, fingerprint: Uint8Array, day: number, value: Uint8Array): Uint8Array {
-  return hmacSha256(secret, MEMO_LABEL, frame(metric, fingerprint, [i64le(day), value]));
+  return hmacSha256(secret, MEMO_LABEL, ...frame(metric, fingerprint, [i64le(day), value]));
 }

@@ -6,6 +6,7 @@ import { fromHex, toHex, utf8, isWellFormed } from "../src/bytes.js";
 import { InvalidValueError } from "../src/errors.js";
 import { HashFamily, valueBytes } from "../src/hashing.js";
 import { fingerprintOf, memoKey, prrStream } from "../src/keyed.js";
+import { hmacSha256, sha256 } from "../src/sha256.js";
 import { mmh3x64h1, mmh3x86 } from "../src/mmh3.js";
 import { paramsFromDict, longitudinalEpsilon, reportCharge, type Params } from "../src/params.js";
 import { privatize, privatizeBatch, privatizePermanent, packReport, columns, unpackReport, valueKey } from "../src/mechanisms.js";
@@ -98,6 +99,15 @@ test("params of every mechanism: thresholds, effective and longitudinal ε, fing
   }
   assert.equal(seen.size, 9);
   console.log(`# ${G.params.length} params; effective ε not bit-identical (|Δ| ≤ 1e-13) in ${ulps}`);
+});
+
+test("SHA-256 and HMAC-SHA256 of every message length 0..200 in parts, keys of every length 0..140", () => {
+  assert.ok(G.sha.length > 200);
+  for (const v of G.sha) {
+    const parts = (v.parts as string[]).map(fromHex);
+    assert.equal(toHex(sha256(...parts)), v.sha256, `sha256 of ${v.parts.join("|")}`);
+    assert.equal(toHex(hmacSha256(fromHex(v.key), ...parts)), v.hmac, `hmac of ${v.parts.join("|")} under ${v.key}`);
+  }
 });
 
 test("permanent-RR streams, rejection draws, daily-mean α and memo keys", () => {

@@ -1,10 +1,12 @@
 /**
- * A process contending for the FileStore lock (test/lock.test.ts). `hold`: takes the lock and spins inside the
- * transaction until it is SIGKILLed. `count N`: runs N transactions that each add 1 to a counter, and exits 3
- * if it ever finds another process inside a transaction at the same time.
+ * A process contending for the FileStore lock (test/lock.test.ts). `hold`: takes the lock and blocks inside the
+ * transaction until it is SIGKILLed. `count N`: prints "ready"; then for every line on stdin prints "started",
+ * runs N transactions that each add 1 to a counter and prints "done" (one process serves every round of the
+ * test); exits 3 if it ever finds another process inside a transaction at the same time, 0 at the end of stdin.
  */
 import * as fs from "node:fs";
 import { join } from "node:path";
+import { createInterface } from "node:readline";
 import { FileStore } from "../../src/filestore.js";
 import { emptyState } from "../../src/state.js";
 
@@ -18,7 +20,13 @@ if (mode === "hold") {
   });
 }
 process.stdout.write("ready\n");
-for (let i = 0; i < Number(n); i++) {
+for await (const _ of createInterface({ input: process.stdin })) {
+  process.stdout.write("started\n");
+  for (let i = 0; i < Number(n); i++) await transaction();
+  process.stdout.write("done\n");
+}
+
+async function transaction(): Promise<void> {
   await store.transact((old) => {
     try {
       fs.closeSync(fs.openSync(inside, "wx"));
