@@ -88,25 +88,11 @@ def _inner(epsilon: float, edges: tuple[float, ...], encoding: str, prob_bits: i
 
 
 @lru_cache(maxsize=64)
-def _search_table(edges: tuple[float, ...]) -> np.ndarray:
-    """The inner edges padded with +inf to a power of two, for :func:`_buckets`."""
-    inner = edges[1:-1]
-    size = 1 << max(1, len(inner).bit_length())
-    table = np.full(size, np.inf)
-    table[1 : len(inner) + 1] = inner
-    return table
-
-
-def _buckets(table: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Bucket of each x: a branchless binary search (log2 d gathers over the whole array), several times faster
-    than np.searchsorted on unsorted values, which mispredicts a branch per step and value."""
-    idx = np.zeros(x.size, dtype=np.int64)
-    step = table.size // 2
-    while step:
-        cand = idx + step
-        idx = np.where(x >= table[cand], cand, idx)
-        step //= 2
-    return idx
+def _inner_edges(edges: tuple[float, ...]) -> np.ndarray:
+    """The edges between buckets, for :meth:`HistogramParams.buckets_of`. (np.searchsorted over them: a hand-written
+    branchless search used to be faster on unsorted values; with numpy 2.4 searchsorted is 1.5x faster at 8 to 32
+    buckets and as fast at 256, 2,000,000 values, so it went.)"""
+    return np.asarray(edges[1:-1], dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,9 +153,11 @@ class HistogramParams(ParamsBase):
         return self.inner.effective_epsilon
 
     def buckets_of(self, values: np.ndarray) -> np.ndarray:
-        """The bucket index of each value, after clipping to [edges[0], edges[−1]]. (+inf is clipped explicitly:
-        the search table is padded with +inf, so unclipped it fell past the last bucket and report() raised.)"""
-        return _buckets(_search_table(self.edges), np.minimum(np.asarray(values, dtype=np.float64), self.edges[-1]))
+        """The bucket index of each value, as if clipped to [edges[0], edges[−1]] first: below the first inner edge
+        (−inf included) bucket 0, at or above the last one (+inf included) bucket d − 1. Values are numbers, never
+        NaN (as_numbers and number_of refuse it)."""
+        out: np.ndarray = np.searchsorted(_inner_edges(self.edges), np.asarray(values, dtype=np.float64), side="right")
+        return out
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

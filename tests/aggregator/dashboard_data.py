@@ -11,9 +11,10 @@ import os
 import selectors
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import redis as redis_lib
@@ -97,6 +98,36 @@ def populate_more(r: redis_lib.Redis, *, days: tuple[str, ...], per_day: int, wo
         words = [heavy[p] if p < len(heavy) else f"r{rng.integers(0, 99_999):05d}" for p in picks]
         append_reports(r, typed, words, rng, day=day, batch_size=BATCH)
     drain(r)
+
+
+T = TypeVar("T")
+_SNAPSHOTS: dict[object, tuple[list[tuple[bytes, int, bytes]], object]] = {}
+
+
+def snapshot(r: redis_lib.Redis, key: object, build: Callable[[], T]) -> T:
+    """``build()`` on ``r`` the first time this process asks for ``key``; later calls put the database back exactly
+    as ``build`` left it (FLUSHDB, then RESTORE of every key's DUMP with its TTL) and return the first result.
+
+    For function-scoped fixtures whose data no test may share (a test writes to it) but whose building is costly:
+    privatizing, appending and folding 4 days of 3 metrics costs ~0.1 s of CPU per test, a restore a few ms.
+    ``key`` names everything ``build`` depends on, including the database state it starts from."""
+    if key in _SNAPSHOTS:
+        entries, result = _SNAPSHOTS[key]
+        r.flushdb()
+        pipe = r.pipeline(transaction=False)
+        for name, ttl, blob in entries:
+            pipe.restore(name, max(ttl, 0), blob)
+        pipe.execute()
+        return result  # type: ignore[return-value]
+    result = build()
+    names = sorted(r.scan_iter(count=1000))
+    pipe = r.pipeline(transaction=False)
+    for name in names:
+        pipe.pttl(name)
+        pipe.dump(name)
+    got = pipe.execute()
+    _SNAPSHOTS[key] = ([(n, int(got[2 * i]), got[2 * i + 1]) for i, n in enumerate(names)], result)
+    return result
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from ldptel.server.config import ConfigError
 from ldptel.storage import registry
 from ldptel.storage import sketches as store
 from tests.aggregator.agg_helpers import append_reports
-from tests.aggregator.dashboard_data import Populated, day_list, populate, populate_more, running_dashboard
+from tests.aggregator.dashboard_data import Populated, day_list, populate, populate_more, running_dashboard, snapshot
 
 TOKEN = "dash-0123456789abcdef-ABCDEFGHIJ-xyz"
 DAYS = day_list("2026-03-04", 4)
@@ -38,7 +38,7 @@ def cli_json(*argv: str) -> object:
 @pytest.fixture
 def data(redis: redis_lib.Redis, redis_url: str, monkeypatch: pytest.MonkeyPatch) -> Populated:
     monkeypatch.setenv("LDPTEL_REDIS_URL", redis_url)
-    return populate(redis, days=DAYS, per_day=1500)
+    return snapshot(redis, ("populate", DAYS, 1500), lambda: populate(redis, days=DAYS, per_day=1500))
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def test_no_query_string_gives_a_5xx(dash: FlaskClient, params: dict[str, str], 
 @pytest.fixture
 def more(dash: FlaskClient, redis: redis_lib.Redis) -> FlaskClient:
     """The dashboard over numeric (``load_ms`` mean, ``load_hist`` num-histogram) and discovery (``typed``) metrics too."""
-    populate_more(redis, days=DAYS, per_day=3000)
+    snapshot(redis, ("populate", DAYS, 1500, "populate_more", 3000), lambda: populate_more(redis, days=DAYS, per_day=3000))
     return dash
 
 
