@@ -11,7 +11,7 @@ import copy
 from typing import Any, get_args
 
 from ldptel.client.mechanisms import mechanisms
-from ldptel.client.protocol.params import EPSILON_RANGE, MAX_CELLS
+from ldptel.client.protocol.params import EPSILON_RANGE, MAX_CELLS, MAX_K
 from ldptel.client.protocol.specs import (
     MAX_DESCRIPTION_CHARS,
     MAX_NOTES_CHARS,
@@ -117,8 +117,9 @@ _SCHEMAS: dict[str, Any] = {
         "description": (
             "The mechanism's parameters, one object per mechanism. Limits JSON Schema cannot state "
             f"are checked by the registry, which answers 400 naming the parameter: k*m at most {MAX_CELLS} "
-            "cells, prob_bits large enough for epsilon to survive rounding, and for grr an epsilon large "
-            "enough that the true label stays the most likely report."
+            f"cells (where a value takes max_bytes rows per hash, k*max_bytes at most {MAX_K} rows and "
+            f"k*max_bytes*m at most {MAX_CELLS} cells), prob_bits large enough for epsilon to survive rounding, "
+            "and for grr an epsilon large enough that the true label stays the most likely report."
         ),
         "oneOf": [
             *(_params(mech.name, *mech.params_schema()) for mech in mechanisms()),

@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ def _sources() -> list[Path]:
     return [p for p in files if "mechanisms" not in p.relative_to(ROOT).parts]
 
 
+@cache  # parsed once for the three tests that walk them (~1 s of CPU each time); they only read the trees
 def _trees() -> list[tuple[Path, ast.Module]]:
     return [(path, ast.parse(path.read_text(encoding="utf-8"), str(path))) for path in _sources()]
 

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 schema = schemathesis.openapi.from_dict(openapi_document())
 NEW_METRIC = {"$ref": "#/components/schemas/NewMetric"}
-CROSS_FIELD = {"k*m", "k*max_bytes*m", "prob_bits", "epsilon"}  # what a schema-valid spec may still be refused for
+CROSS_FIELD = {"k*m", "k*max_bytes", "k*max_bytes*m", "prob_bits", "epsilon"}  # what a schema-valid spec may still be refused for
 CROSS_FIELD |= {"hi", "hi - lo", "edges", "window"}  # numeric metrics: hi > lo (by 1e-12), increasing edges, a window ε survives
 CROSS_FIELD |= {"breakdown"}  # breakdowns: dimensions the registry's profile schema declares (registry state)
 # a metric aggregated on the device (event-count, ...) sends one report per period: reports_per_day 1 (a schema-valid
