@@ -30,8 +30,11 @@ def ensure_deps() -> None:
     digest = hashlib.sha256((JS / "package-lock.json").read_bytes()).hexdigest()
     if _STAMP.exists() and _STAMP.read_text() == digest:
         return
-    res = subprocess.run([npm(), "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=JS, capture_output=True,
-                         text=True, timeout=600)
+    # --prefer-offline: a tarball already in npm's cache is used without asking the registry whether it is stale
+    # (the lockfile pins each version and its integrity hash, which the cache is checked against): ~1 s less CPU
+    # on a clean checkout; anything not cached is still downloaded
+    res = subprocess.run([npm(), "ci", "--no-audit", "--no-fund", "--ignore-scripts", "--prefer-offline"], cwd=JS,
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, f"npm ci failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
     _STAMP.write_text(digest)
 

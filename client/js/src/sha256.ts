@@ -111,21 +111,44 @@ export function sha256(...parts: Uint8Array[]): Uint8Array {
 }
 
 const INNER = new Uint8Array(32);
+/**
+ * The last HMAC key (zero-padded to a block, as HMAC pads it) and the states after its ipad and opad blocks:
+ * the device secret keys every PRR stream and memo key of a report, so those two compressions are done once.
+ */
+const KEY = new Uint8Array(64);
+const IN = new Int32Array(8);
+const OUT = new Int32Array(8);
+let keyed = false;
 
-function keyBlock(key: Uint8Array, pad: number): void {
+function keyBlock(pad: number, mid: Int32Array): void {
   start();
-  for (let i = 0; i < 64; i++) B[i] = (key[i] ?? 0) ^ pad;
+  for (let i = 0; i < 64; i++) B[i] = KEY[i]! ^ pad;
   compress();
+  mid.set(H);
+}
+
+/** Resumes hashing after the key's block. */
+function resume(mid: Int32Array): void {
+  H.set(mid);
+  fill = 0;
   total = 64;
 }
 
 /** HMAC-SHA256(key, concatenation of `parts`). */
 export function hmacSha256(key: Uint8Array, ...parts: Uint8Array[]): Uint8Array {
   if (key.length > 64) key = sha256(key);
-  keyBlock(key, 0x36);
+  let same = keyed;
+  for (let i = 0; i < 64; i++) same &&= (key[i] ?? 0) === KEY[i];
+  if (!same) {
+    KEY.fill(0).set(key);
+    keyBlock(0x36, IN);
+    keyBlock(0x5c, OUT);
+    keyed = true;
+  }
+  resume(IN);
   for (const p of parts) update(p);
   finish(INNER);
-  keyBlock(key, 0x5c);
+  resume(OUT);
   update(INNER);
   return finish(new Uint8Array(32));
 }

@@ -1,5 +1,6 @@
 /** The TS protocol reproduces the Python protocol's golden vectors byte for byte. */
 import { test } from "node:test";
+import { createHmac } from "node:crypto";
 import assert from "node:assert/strict";
 import { golden } from "./helpers.js";
 import { fromHex, toHex, utf8, isWellFormed } from "../src/bytes.js";
@@ -106,7 +107,20 @@ test("SHA-256 and HMAC-SHA256 of every message length 0..200 in parts, keys of e
   for (const v of G.sha) {
     const parts = (v.parts as string[]).map(fromHex);
     assert.equal(toHex(sha256(...parts)), v.sha256, `sha256 of ${v.parts.join("|")}`);
-    assert.equal(toHex(hmacSha256(fromHex(v.key), ...parts)), v.hmac, `hmac of ${v.parts.join("|")} under ${v.key}`);
+    const key = fromHex(v.key);
+    for (let again = 0; again < 2; again++) {
+      // the second time from the key's cached ipad/opad states
+      assert.equal(toHex(hmacSha256(key, ...parts)), v.hmac, `hmac of ${v.parts.join("|")} under ${v.key}`);
+    }
+    // keys one byte off the cached one (the last byte changed, one zero byte added or dropped: HMAC pads keys
+    // up to 64 bytes with zeros, so a zero added or dropped there is the same key), against node:crypto
+    const flipped = Uint8Array.from(key);
+    if (key.length) flipped[key.length - 1] = (key[key.length - 1] ?? 0) ^ 1;
+    for (const k of [flipped, Uint8Array.from([...key, 0]), key.subarray(0, -1)]) {
+      const want = createHmac("sha256", k).update(Buffer.concat(parts)).digest("hex");
+      assert.equal(toHex(hmacSha256(k, ...parts)), want, `hmac under ${toHex(k)} after ${v.key}`);
+      hmacSha256(key, ...parts); // the original key cached again
+    }
   }
 });
 

@@ -21,17 +21,19 @@ test("the SDK passes its lint", () => {
 });
 
 const M = "Math";
-for (const planted of [`const u = ${M}.random();`, `const f = ${M}['random'];`, `x = ${M} . random()`]) {
-  test(`the lint refuses ${planted}`, () => {
-    const dir = mkdtempSync(join(tmpdir(), "ldptel-lint-"));
-    try {
-      mkdirSync(join(dir, "src"));
-      writeFileSync(join(dir, "src", "bad.ts"), `export function f() {\n  ${planted}\n}\n`);
-      const r = lint(dir);
-      assert.equal(r.status, 1, r.out);
-      assert.match(r.out, /bad\.ts:2: Math\.random is not a CSPRNG/);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-}
+const PLANTED = [`const u = ${M}.random();`, `const f = ${M}['random'];`, `x = ${M} . random()`];
+
+test(`the lint refuses each way of writing the Math PRNG (${PLANTED.join(" / ")})`, () => {
+  // one scratch tree, one lint run (a Node start each): every planted line must be reported on its own
+  const dir = mkdtempSync(join(tmpdir(), "ldptel-lint-"));
+  try {
+    mkdirSync(join(dir, "src"));
+    PLANTED.forEach((planted, i) => writeFileSync(join(dir, "src", `bad${i}.ts`), `export function f() {\n  ${planted}\n}\n`));
+    const r = lint(dir);
+    assert.equal(r.status, 1, r.out);
+    PLANTED.forEach((_, i) => assert.match(r.out, new RegExp(`bad${i}\\.ts:2: Math\\.random is not a CSPRNG`)));
+    assert.match(r.out, /lint: 3 problem\(s\)/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
