@@ -192,7 +192,6 @@ def test_node_and_browser_devices_end_to_end(ingest: tuple[int, int, EmbeddedRed
     assert b["window"] == {"window-lost": {"pending": 0, "remaining": 1}, "window-kept": {"pending": 1, "remaining": 0}}, b["window"]
     assert b["online"] == {"pending": 0, "delivered": 3 * n_b}, b["online"]
     assert b["lifecycle"] == {"status": "queued", "delivered": 1}, b["lifecycle"]  # hidden page: keepalive flush
-    print("report() in Chromium:", b["latency"])
 
     # aggregate as its own process: in this one it would leave the "ldptel.aggregator" logger set up for its stderr
     # (not propagating), which a later caplog test in this xdist worker would not see through

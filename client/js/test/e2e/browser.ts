@@ -171,21 +171,6 @@ async function main(): Promise<void> {
       await rep.close(0);
       return { status, delivered };
     }, args);
-    // 6. report() latency in the page (privatize + hand-off; the commit is asynchronous), for the benchmark
-    out.latency = await page.evaluate(async ({ endpoint, token }) => {
-      const { Reporter } = (window as any).ldptel;
-      const specs = [{ name: "bench.cms", version: 1, reports_per_day: 10000, params: { mechanism: "cms", epsilon: 4.0, k: 2048, m: 1024, hash_seed: 0, hash_version: 1, prob_bits: 10 } }];
-      const rep = await Reporter.open({ endpoint, token, namespace: "bench", specs, start: false, lifecycle: false, maxQueue: 100000 });
-      const t: number[] = [];
-      for (let i = 0; i < 3000; i++) {
-        const a = performance.now();
-        rep.report("bench.cms", `v${i % 500}`);
-        t.push(performance.now() - a);
-      }
-      await rep.commit();
-      t.sort((x, y) => x - y);
-      return { p50_ms: t[Math.floor(t.length / 2)], p90_ms: t[Math.floor(t.length * 0.9)], n: t.length };
-    }, args);
   } finally {
     await context.close();
     server.close();
