@@ -43,7 +43,7 @@ class _WorkerFiles(MultiProcessCollector):
         files = []
         for name in glob.glob(os.path.join(self._path, "*.db")):
             try:
-                if os.path.getsize(name) >= 8:  # the 8-byte header (bytes used) is there
+                if os.path.getsize(name) >= 8:  # sized: its header (the bytes used, read as 4 of the first 8) is there
                     files.append(name)
             except FileNotFoundError:  # removed since the glob (mark_process_dead): nothing to add
                 continue

