@@ -34,6 +34,11 @@ local function add(call, at)
 end
 local id = add(redis.pcall, ARGV[6] .. '-*')
 if type(id) == 'table' and id.err then
+  -- Only an id below the stream's last takes this path; any other error (OOM, READONLY, MISCONF: Redis refuses
+  -- writes) is returned as it is, nothing written (the stream may not even exist yet to be read).
+  if not string.find(id.err, 'equal or smaller', 1, true) then
+    return id
+  end
   local info = redis.call('XINFO', 'STREAM', KEYS[1])
   local last = ''
   for i = 1, #info, 2 do

@@ -30,6 +30,11 @@ at = at + 2 + 2 * f
 -- (a block of an earlier day released after one of a later day), the last id's ms rounded up to a day boundary.
 local id = redis.pcall('XADD', KEYS[2], ms .. '-*', unpack(fields))
 if type(id) == 'table' and id.err then
+  -- Only an id below the stream's last takes this path; any other error (OOM, READONLY, MISCONF: Redis refuses
+  -- writes) is returned as it is, nothing written (the stream may not even exist yet to be read).
+  if not string.find(id.err, 'equal or smaller', 1, true) then
+    return id
+  end
   local info = redis.call('XINFO', 'STREAM', KEYS[2])
   local last = ''
   for i = 1, #info, 2 do

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
+import pytest
 import redis as redis_lib
 
 from ldptel.storage import keys
@@ -78,3 +80,27 @@ def test_the_dedupe_key_expires_at_a_day_boundary(redis: redis_lib.Redis) -> Non
                     dedupe_days=3)
     expires = redis.execute_command("PEXPIRETIME", keys.seen("m", 0, (b"\x07" * 16).hex()))
     assert expires == 4070908800000 + 4 * DAY_MS  # the end of 2099-01-04: the arrival day + 3 days
+
+
+def test_an_append_refused_for_memory_says_so_on_a_stream_not_created_yet(tmp_path: Path) -> None:
+    """Regression: the append script took any error of its XADD for "an id smaller than the stream's last" and
+    read that last id. Refused for memory on a shard's first upload, the read raised "no such key": ingest still
+    answered 503, but logged a bare ResponseError, and no caller could tell Redis refuses writes (as the
+    shuffle's release script did: tests/server/test_shuffle.py). Nothing may be written either."""
+    from ldptel.storage.connection import refused_write
+    from ldptel.storage.embedded import EmbeddedRedis
+    from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
+
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server, server.client() as r:
+        appender = BatchAppender(r)
+        try:
+            fill_to_maxmemory(r)
+            with pytest.raises(redis_lib.ResponseError) as raised:
+                _append(appender, 1, "2026-11-23")
+            assert (refused_write(raised.value) or "").startswith("OOM command not allowed"), raised.value.args
+            assert not r.exists(keys.held("m", 0)) and not r.exists(keys.seen("m", 0, (1).to_bytes(16, "little").hex()))
+            lift_maxmemory(r)
+            _append(appender, 1, "2026-11-23")
+            assert r.xlen(keys.held("m", 0)) == 1
+        finally:
+            appender.close()

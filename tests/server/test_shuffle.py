@@ -10,6 +10,7 @@ import itertools
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,8 @@ from ldptel.client.mechanisms import mechanisms
 from ldptel.client.protocol.wire import decode_batch, encode_batch
 from ldptel.storage import keys, registry
 from ldptel.storage.append import BatchAppender, utc_day
+from ldptel.storage.connection import refused_write
+from ldptel.storage.embedded import EmbeddedRedis
 from ldptel.storage.shuffle import (
     ZERO_BATCH_ID,
     ReleaseStats,
@@ -33,6 +36,7 @@ from ldptel.storage.shuffle import (
 )
 from tests.aggregator.agg_helpers import Ingested, append_reports, create, drain
 from tests.client.test_longitudinal_adversarial import _example
+from tests.server.srv_helpers import fill_to_maxmemory, lift_maxmemory
 from tests.stats import assert_chi_square
 
 CMS = MetricSpec(name="sh", params=CmsParams(epsilon=4.0, k=8, m=64), reports_per_day=100)
@@ -342,3 +346,23 @@ def test_a_metrics_file_sets_shuffle_n_min_with_the_specs(redis: redis_lib.Redis
     assert registry.get_metric(redis, "s1").shuffle_n_min == 300 and registry.get_metric(redis, "s2").current_version == 1
     code, out, err = run_cli("metrics", "shuffle-n-min", "s1", "--uploads", "0")
     assert code != 0 and registry.get_metric(redis, "s1").shuffle_n_min == 300
+
+
+def test_a_release_refused_for_memory_says_so_on_a_stream_not_created_yet(tmp_path: Path) -> None:
+    """Regression: the release script took any error of its XADD for "an id smaller than the stream's last" and
+    read that last id. Refused for memory on a stream not created yet (a shard's first block), the read raised
+    "no such key", which nobody knows as "Redis refuses writes": the aggregate worker died instead of waiting
+    (tests/aggregator/test_workers.py's maxmemory test saw it in a full run). Nothing may be consumed either."""
+    with EmbeddedRedis(data_dir=tmp_path / "redis") as server, server.client() as r:
+        shuffler = _shuffler(r, n_min=1, hold_seconds=0)
+        sent = _uploads(r, 2)
+        assert not r.exists(keys.stream(CMS.name, 0))
+        fill_to_maxmemory(r)
+        with pytest.raises(redis_lib.ResponseError) as raised:
+            shuffler.shuffle(CMS.name, 0)
+        assert (refused_write(raised.value) or "").startswith("OOM command not allowed"), raised.value.args
+        assert r.xlen(keys.held(CMS.name, 0)) == 2 and not r.exists(keys.stream(CMS.name, 0))
+        lift_maxmemory(r)
+        assert shuffler.shuffle(CMS.name, 0).uploads == 2
+        (_, fields), = _released(r)
+        assert fold(CMS.params, [decode_batch(fields[b"b"], CMS.params)[1]]).equals(sent.expected_state())
