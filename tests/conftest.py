@@ -26,7 +26,7 @@ from flask.testing import FlaskClient
 from ldptel.server import ServerConfig, create_app
 from ldptel.server.state import EXTENSION
 from ldptel.storage.embedded import EmbeddedRedis
-from tests import leaks
+from tests import leaks, rewrite_cache
 
 # Hypothesis keeps its example database and caches in ``.hypothesis/`` under the working directory. Because
 # pyproject's ``norecursedirs`` replaces pytest's defaults (which skip dot-directories), a ``.hypothesis/``
@@ -61,6 +61,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     leaks.install()  # a Redis connection left to the garbage collector with its socket open fails (tests/leaks.py)
+    rewrite_cache.share_among_workers(config)  # each xdist worker rewrites its share of the test modules' asserts
     # --grid also asks the simulations that size their repetitions by it for their full count (test modules read
     # LDPTEL_TEST_GRID at import; every xdist worker configures before it imports them).
     if config.getoption("--grid") or "grid" in (config.getoption("markexpr") or ""):
