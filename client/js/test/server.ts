@@ -15,6 +15,8 @@ export interface TestServer {
   specs: Map<string, unknown>;
   /** Status to answer the next POSTs with (shifted per request; 202 when empty). */
   statuses: number[];
+  /** The Retry-After of a 503, in seconds ("0" unless a test sets it). */
+  retryAfter: string;
   close(): Promise<void>;
 }
 
@@ -41,6 +43,14 @@ export async function startServer(): Promise<TestServer> {
   const received: Received[] = [];
   const specs = new Map<string, unknown>();
   const statuses: number[] = [];
+  const self: TestServer = {
+    url: "",
+    received,
+    specs,
+    statuses,
+    retryAfter: "0",
+    close: () => new Promise((r) => server.close(() => r())),
+  };
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     req.on("data", (c: Buffer) => chunks.push(c));
@@ -62,17 +72,12 @@ export async function startServer(): Promise<TestServer> {
         return;
       }
       res.statusCode = status;
-      if (status === 503) res.setHeader("Retry-After", "0");
+      if (status === 503) res.setHeader("Retry-After", self.retryAfter);
       res.end(JSON.stringify({ status }));
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const port = (server.address() as AddressInfo).port;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    received,
-    specs,
-    statuses,
-    close: () => new Promise((r) => server.close(() => r())),
-  };
+  self.url = `http://127.0.0.1:${port}`;
+  return self;
 }
