@@ -40,13 +40,53 @@ def ensure_deps() -> None:
 
 
 _BUILT: list[bool] = []  # set once this process built dist/: the js tests share one xdist worker (tests/conftest.py)
+# tsc's result for the inputs it built dist/ from (written after it exits, so dist/ is complete when it exists)
+_RESULT = JS / "dist" / ".ldptel-build.json"
+
+
+def inputs_digest(root: Path = JS) -> str:
+    """SHA-256 of every file of client/js that is not an output or an installed package: what tsc reads (sources,
+    tsconfig, package.json and the lockfile that pins TypeScript), and a little more."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if path.is_file() and rel.parts[0] not in ("node_modules", "dist", "build"):
+            digest.update(f"{rel.as_posix()}\0{path.stat().st_size}\0".encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def compile_ts() -> subprocess.CompletedProcess[str]:
+    """``npm ci`` if needed, then ``tsc --strict`` into dist/; its result is kept beside dist/ with the digest of
+    the inputs, for :func:`build`. ``python3 dev.py test`` runs this while pip installs the venv on a fresh checkout
+    (pip uses one core, tsc the other): the suite then uses that result instead of compiling again."""
+    _RESULT.unlink(missing_ok=True)
+    digest = inputs_digest()
+    res = run_script("build", timeout=600)
+    kept = {"inputs": digest, "returncode": res.returncode, "stdout": res.stdout[-6000:], "stderr": res.stderr[-4000:]}
+    _RESULT.parent.mkdir(exist_ok=True)
+    partial = _RESULT.with_suffix(".partial")
+    partial.write_text(json.dumps(kept))
+    partial.replace(_RESULT)
+    return res
+
+
+def compiled(root: Path = JS) -> subprocess.CompletedProcess[str] | None:
+    """tsc's kept result, if it was for exactly the inputs there are now."""
+    try:
+        kept = json.loads((root / _RESULT.relative_to(JS)).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("inputs") != inputs_digest(root):
+        return None
+    return subprocess.CompletedProcess(["tsc"], kept["returncode"], kept["stdout"], kept["stderr"])
 
 
 def build() -> None:
-    """``tsc --strict`` into client/js/dist (the library, its tests and scripts), once per test process."""
+    """``tsc --strict`` into client/js/dist (the library, its tests and scripts), once per test process: its kept
+    result when dist/ was compiled from the same inputs (:func:`compile_ts`), else compiled now."""
     if _BUILT:
         return
-    res = run_script("build", timeout=600)
+    res = compiled() or compile_ts()
     assert res.returncode == 0, f"tsc failed:\n{res.stdout[-6000:]}\n{res.stderr[-4000:]}"
     _BUILT.append(True)
 
