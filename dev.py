@@ -44,9 +44,9 @@ QUICK_MARKERS = "not slow and not cluster"  # dev.py test --quick
 # dev.py test runs the suite in WORKERS pytest-xdist processes. Much of its wall time is waiting (servers starting,
 # processes killed and restarted, a browser, npm): more workers than the two cores keep both busy while some wait
 # (the statistical tests are pure CPU). Measured on the 2-core machine, warm checkout, whole suite: 3 workers
-# 212.9 s and 209.0 s, 4 workers 200.5 s and 199.2 s (the same CPU, 376-385 s), 5 and 6 workers 228 s (445 s of
-# CPU: more processes than cores contending). Tests that share a costly fixture or a build directory run in one
-# worker (xdist_group, tests/conftest.py). -n 0: one process.
+# 212.9 s and 209.0 s, 4 workers 200.5 s and 199.2 s (the same CPU, 376-385 s); later, 4 and 5 workers in turn:
+# 189.4 and 192.1 s against 193 and 192.5 s (a fifth collects everything once more and gains nothing). Tests that
+# share a costly fixture or a build directory run in one worker (xdist_group, tests/conftest.py). -n 0: one process.
 WORKERS = os.environ.get("LDPTEL_TEST_WORKERS", "4")
 
 
