@@ -63,10 +63,14 @@ def ensure_env(alongside: Callable[[], None] | None = None) -> None:
         beside.start()
     if not PY.exists():
         print("dev.py: creating .venv", file=sys.stderr)
-        venv.EnvBuilder(with_pip=True).create(VENV)
+        venv.EnvBuilder(with_pip=False).create(VENV)
     print("dev.py: installing ldp-telemetry[test] into .venv (first run only)", file=sys.stderr)
     pip = [str(PY), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    _quiet(pip + ["--upgrade", "pip"])
+    if subprocess.run([*pip[:3], "--version"], capture_output=True).returncode == 0:
+        _quiet(pip + ["--upgrade", "pip"])
+    else:
+        _quiet([str(PY), *_bundled_pip(), "install", "--disable-pip-version-check", "-q", "--no-compile", "--upgrade",
+                "pip"])
     # --no-compile: pip would byte-compile every module of every package, one after another on one core (13 s of
     # the 29 s install, measured on a clean clone); Python compiles what is imported on first use instead, and the
     # suite imports a fraction of scipy, matplotlib, mkdocs-material and the rest (suite_env keeps the caches)
@@ -74,6 +78,22 @@ def ensure_env(alongside: Callable[[], None] | None = None) -> None:
     STAMP.write_text(digest)
     if beside:
         beside.join()
+
+
+def _bundled_pip() -> list[str]:
+    """How the new venv runs a pip to install the current pip with: the pip wheel Python bundles for ensurepip, run
+    from the wheel itself (2.0 s; ensurepip first installs and byte-compiles that older pip, then it upgrades
+    itself: 4.9 s), or, where Python has no bundled wheel (Debian keeps them elsewhere), ensurepip."""
+    try:
+        import ensurepip
+
+        wheels = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
+    except ImportError:
+        wheels = []
+    if wheels:
+        return [str(wheels[-1] / "pip")]
+    _quiet([str(PY), "-m", "ensurepip", "--default-pip"])
+    return ["-m", "pip"]
 
 
 def compile_ts() -> None:
