@@ -148,17 +148,13 @@ def share_of(group: Group, label: str) -> Quantity:
 
 def mean_of(group: Group) -> Quantity:
     """The mean: the ``mean`` mechanism's estimate, or a numeric histogram's midpoint mean."""
-    from ldptel.aggregator.postprocess import norm_sub
-    from ldptel.client.mechanisms.bucketed import bucket_edges, histogram_mean
+    from ldptel.client.mechanisms.bucketed import midpoint_mean_parts
 
     est, params = group.estimate, group.params
     mech = mechanism_of(params)
     n = est.n
     if mech.kind == "histogram":
-        edges = bucket_edges(params)
-        hm = histogram_mean(params, est)
-        mids = (edges[:-1] + edges[1:]) / 2.0
-        consistent = norm_sub(est.counts, total=float(n))
+        hm, mids, consistent = midpoint_mean_parts(params, est)  # consistent: the Norm-Sub counts
         m = float(mids @ consistent) / n
         spread = max(float(consistent @ (mids - m) ** 2) / n, 0.0)  # the values' variance (at bucket midpoints)
         rand = hm.stderr**2
@@ -168,11 +164,14 @@ def mean_of(group: Group) -> Quantity:
     i = est.labels.index(MEAN_LABELS[0])
     total = float(est.stderr[i]) ** 2  # the mean mechanism's stderr: the sample variance of the reports
 
+    at_estimate: list[float] = []  # the variance at the estimate, once
+
     def variances(theta: float) -> tuple[float, float]:
         like = np.array([theta, n * theta, float(n)])
         rand = float(mech.variance(params, like, n)[0])  # every device at θ (exact for equal values)
-        at_estimate = float(mech.variance(params, est.counts, n)[0])
-        return rand, max(total - at_estimate, 0.0)
+        if not at_estimate:
+            at_estimate.append(float(mech.variance(params, est.counts, n)[0]))
+        return rand, max(total - at_estimate[0], 0.0)
 
     return Quantity(group, MEAN_LABELS[0], "average", float(est.counts[i]), variances)
 
@@ -421,10 +420,12 @@ def _freq_cov(group: Group, probs: np.ndarray, uncertainty: Uncertainty) -> np.n
     return _share_cov(group.params, group.n, probs, uncertainty)
 
 
-def _share_cov(params: ParamsBase, n: int, probs: np.ndarray, uncertainty: Uncertainty) -> np.ndarray:
+def _share_cov(params: ParamsBase, n: int, probs: np.ndarray, uncertainty: Uncertainty,
+               sampling: np.ndarray | None = None) -> np.ndarray:
+    """:func:`_freq_cov`; ``sampling``: diag(probs) − probs probsᵀ when the caller has it (one per n·cov)."""
     cov = _categorical_mechanism(params).bucket_covariance(params, probs * n, n) / float(n) ** 2
     if uncertainty == "population":
-        cov = cov + (np.diag(probs) - np.outer(probs, probs)) / n
+        cov = cov + (np.diag(probs) - np.outer(probs, probs) if sampling is None else sampling) / n
     out: np.ndarray = cov
     return out
 
@@ -589,7 +590,8 @@ def homogeneity(
         if g.estimate.labels != labels:
             raise InvalidParameterError("groups", "groups with the same labels (the same domain)", g.name)
     pooled = _pooled_probs(groups)
-    covs = [_freq_cov(g, pooled, uncertainty) for g in groups]
+    sampling = np.diag(pooled) - np.outer(pooled, pooled)  # the multinomial term (times n_g) of every group
+    covs = [_share_cov(g.params, g.n, pooled, uncertainty, sampling) for g in groups]
 
     def stacked(gs: Sequence[Group]) -> np.ndarray:
         fs = [g.estimate.counts / g.n for g in gs]
@@ -610,12 +612,18 @@ def homogeneity(
     fs = [g.estimate.counts / g.n for g in groups]
     fbar = sum(g.n * f for g, f in zip(groups, fs, strict=True)) / total
     safe = np.where(fbar > 0, fbar, np.inf)
-    raw = sum(g.n / total * float(np.sum((f - fbar) ** 2 / safe)) for g, f in zip(groups, fs, strict=True))
+    # One row per group: Σ_labels (f_g − f̄)²/f̄ (the plug-in w²'s terms), and the noise bias of each term:
+    # Var(f_g − f̄) = Σ_h (δ_gh − n_h/N)² Var f_h, summed over h in order (the same sums as one group at a time).
+    deviations = ((np.array(fs) - fbar) ** 2 / safe).sum(axis=1).tolist()
+    raw = sum(g.n / total * dev for g, dev in zip(groups, deviations, strict=True))
     hat_vars = [_freq_var(g, f.clip(0, 1), uncertainty) for g, f in zip(groups, fs, strict=True)]
+    coef = np.array([[(float(gi == hi) - h.n / total) ** 2 for hi, h in enumerate(groups)] for gi in range(len(groups))])
+    var_dev = 0 + coef[:, :1] * hat_vars[0]
+    for hi in range(1, len(groups)):
+        var_dev = var_dev + coef[:, hi : hi + 1] * hat_vars[hi]
     bias = 0.0
-    for gi, g in enumerate(groups):
-        var_dev = sum((float(gi == hi) - h.n / total) ** 2 * hat_vars[hi] for hi, h in enumerate(groups))
-        bias += g.n / total * float(np.sum(var_dev / safe))
+    for g, term in zip(groups, (var_dev / safe).sum(axis=1).tolist(), strict=True):
+        bias += g.n / total * term
     w_hat = math.sqrt(max(raw - bias, 0.0))
     eff = Effect("Cohen's w (bias-corrected; per-label differences in details)", w_hat,
                  *_w_interval(w_stat, df, raw, confidence), confidence)
@@ -666,17 +674,19 @@ def _label_details(labels: Sequence[str], diff: np.ndarray, var: np.ndarray, con
     m = family or len(labels)
     z = _quantile(1 - (1 - confidence) / (2 * m))
     interval = f"simultaneous {confidence:g} (Bonferroni over {m})"
-    out = []
-    for label, dv, vv in zip(labels, diff.tolist(), var.tolist(), strict=True):
-        se = math.sqrt(max(vv, 0.0))
-        out.append({"value": label, "what": what, "difference": dv, "stderr": se, "ci_low": dv - z * se,
-                    "ci_high": dv + z * se, "interval": interval})
-    return tuple(out)
+    se = np.sqrt(np.where(var < 0.0, 0.0, var))  # √max(v, 0) per label (NaN stays NaN), as math.sqrt would give
+    half = z * se
+    return tuple(
+        {"value": label, "what": what, "difference": dv, "stderr": sv, "ci_low": lo, "ci_high": hi, "interval": interval}
+        for label, dv, sv, lo, hi in zip(labels, diff.tolist(), se.tolist(), (diff - half).tolist(),
+                                         (diff + half).tolist(), strict=True)
+    )
 
 
 def _probs_text(labels: Sequence[str], probs: np.ndarray) -> str:
-    parts = [f"{label}:{p:.4g}" for label, p in zip(labels, probs.tolist(), strict=True)]
-    return ", ".join(parts[:8]) + (", …" if len(parts) > 8 else "")
+    """The first 8 labels' shares (the rest as …)."""
+    parts = [f"{label}:{p:.4g}" for label, p in zip(labels[:8], probs[:8].tolist(), strict=True)]
+    return ", ".join(parts) + (", …" if len(labels) > 8 else "")
 
 
 # ------------------------------------------------------------------------------------ multiple tests

@@ -79,7 +79,8 @@ class SketchState:
 
     @property
     def n(self) -> int:
-        return int(self.row_counts.sum())
+        rows = self.row_counts
+        return sum(rows.tolist()) if rows.size <= 64 else int(rows.sum())  # a few rows: Python's sum is 10x faster
 
     def check(self, params: ParamsBase) -> None:
         shape, rows = state_shape(params)
