@@ -19,7 +19,8 @@ consecutive c, each block's mass times D at its first c: D_c never increases wit
 random step applied to P and Q, which cannot increase their divergence), so this is an upper bound on δ and the ε
 found is conservative; the table's n = 10⁶ figures are unchanged at 3 decimals. The answer is the smallest grid point whose divergence is ≤ δ, so it is
 an upper bound within GRID of the exact one, and because the grid does not depend on n or ε₀ it is exactly
-monotone wherever the divergence is. It reproduces ldp-math-2 §5's table (Apple's 100,000 reports at ε₀ = 4,
+monotone wherever the divergence is. Where rounding keeps the computed divergence above δ all the way to ε₀ (ε₀ ≳ 19 with
+10⁷–10⁹ reports), the answer is ε₀ itself: no amplification is claimed. It reproduces ldp-math-2 §5's table (Apple's 100,000 reports at ε₀ = 4,
 δ = 10⁻⁶ → 0.170) to 3 decimals (``tests/aggregator/test_amplification.py``).
 
 Why this module is in the aggregator and not in the mechanism package: the SDK only ever guarantees ε₀ on the
@@ -38,7 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -102,41 +103,91 @@ def _divergence(eps: float, eps0: float, c: np.ndarray, weight: np.ndarray) -> f
     return float(np.dot(weight, best))
 
 
-@functools.lru_cache(maxsize=4096)
-def _shuffle_epsilon(eps0: float, n: int, delta: float) -> float:
-    from scipy.stats import binom  # type: ignore[import-untyped]
+def _binomial() -> tuple[Any, Any, Any]:
+    """(ppf, isf, pmf) of the binomial: the ufuncs ``scipy.stats.binom`` itself calls for these (Boost's), taken
+    from ``scipy.special`` because importing ``scipy.stats`` costs 0.7 s of CPU in every process that prints a
+    central ε (``ldptel plan``, the dashboard). They are private names: where a SciPy release moves them, the public
+    ``scipy.stats.binom`` is used (``tests/aggregator/test_amplification.py`` checks both agree)."""
+    try:
+        from scipy.special._ufuncs import (  # type: ignore[import-untyped]
+            _binom_isf,
+            _binom_pmf,
+            _binom_ppf,
+        )
+    except ImportError:  # pragma: no cover - a SciPy without them
+        from scipy.stats import binom  # type: ignore[import-untyped]
 
+        return binom.ppf, binom.isf, binom.pmf
+    return _binom_ppf, _binom_isf, _binom_pmf
+
+
+def _first_grid_point(ok: Callable[[int], bool], f: Callable[[float], float], top: int) -> int:
+    """The smallest i in [1, top] with ok(i), for ok monotone (false, then true) and ok(top) true; f is a continuous
+    function decreasing through 0 near the answer (f(i·GRID) ≤ 0 ⇔ ok(i) up to rounding) that guides the search.
+
+    Illinois regula falsi on f over [0, top·GRID] to within a grid step, then the walk to the exact first grid point:
+    ~10 evaluations where bisection of the index takes ~30. Written here, not ``scipy.optimize.brentq``, because
+    importing ``scipy.optimize`` costs 0.4 s of CPU in every process that prints a central ε; the answer does not
+    depend on the root finder (the walk makes it the first i with ok(i))."""
+    a, b = 0.0, top * GRID
+    fa, fb = f(a), f(b)
+    side = 0
+    for _ in range(200):
+        if b - a <= GRID / 4:
+            break
+        x = (a * fb - b * fa) / (fb - fa) if fa != fb else (a + b) / 2
+        if not a < x < b:
+            x = (a + b) / 2
+        fx = f(x)
+        if fx > 0:
+            a, fa = x, fx
+            if side == -1:
+                fb /= 2  # Illinois: the end that stayed twice in a row has its value halved
+            side = -1
+        else:
+            b, fb = x, fx
+            if side == 1:
+                fa /= 2
+            side = 1
+    i = min(max(math.ceil(b / GRID), 1), top)
+    while not ok(i):
+        i += 1
+    while i > 1 and ok(i - 1):
+        i -= 1
+    return i
+
+
+def _clones(eps0: float, n: int, delta: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """(c, Pr[C = c], δ'): the values of C ~ Bin(n − 1, e^{−ε₀}) summed over (blocks past MAX_POINTS) and their
+    weights, and the δ left for them once the mass outside is added (module docstring)."""
+    ppf, isf, pmf = _binomial()
     q = math.exp(-eps0)
-    lo_c = int(binom.ppf(TAIL_MASS / 2, n - 1, q))
-    hi_c = int(binom.isf(TAIL_MASS / 2, n - 1, q))
+    lo_c = int(ppf(TAIL_MASS / 2, n - 1, q))
+    hi_c = int(isf(TAIL_MASS / 2, n - 1, q))
     c = np.arange(lo_c, hi_c + 1, dtype=np.float64)
-    weight = binom.pmf(c, n - 1, q)
+    weight = np.asarray(pmf(c, n - 1, q), dtype=np.float64)
     outside = float(max(0.0, 1.0 - weight.sum()))  # at most TAIL_MASS (plus rounding): every D_c ≤ 1
     if c.size > MAX_POINTS:  # blocks of w consecutive c, each at its first c: an upper bound (D_c falls with c)
         w = -(-c.size // MAX_POINTS)
         starts = np.arange(0, c.size, w)
         c, weight = c[starts], np.add.reduceat(weight, starts)
-    budget = delta - outside
+    return c, weight, delta - outside
+
+
+@functools.lru_cache(maxsize=4096)
+def _shuffle_epsilon(eps0: float, n: int, delta: float) -> float:
+    c, weight, budget = _clones(eps0, n, delta)
     top = math.ceil(eps0 / GRID)  # D vanishes at ε₀: the answer is at most ε₀ (rounded up to the grid, capped below)
     if _divergence(0.0, eps0, c, weight) <= budget:
         return 0.0
-    # Brent's method on log D finds the root in ~10 evaluations; then the smallest grid point with D ≤ budget
-    from scipy.optimize import brentq  # type: ignore[import-untyped]
 
-    def f(x: float) -> float:
+    def f(x: float) -> float:  # log D − log δ': decreasing in ε, through 0 at the answer
         return math.log(max(_divergence(x, eps0, c, weight), 1e-300)) - math.log(budget)
-
-    root = float(brentq(f, 0.0, eps0, xtol=GRID / 4, rtol=1e-15, maxiter=200))
-    hi = min(max(math.ceil(root / GRID), 1), top)
 
     def ok(i: int) -> bool:
         return i >= top or _divergence(i * GRID, eps0, c, weight) <= budget
 
-    while not ok(hi):
-        hi += 1
-    while hi > 1 and ok(hi - 1):
-        hi -= 1
-    return min(hi * GRID, eps0)
+    return min(_first_grid_point(ok, f, top) * GRID, eps0)
 
 
 def shuffle_epsilon(eps0: float, n: int, delta: float = DEFAULT_DELTA) -> float:

@@ -33,8 +33,10 @@ drawn fresh per report, which is exactly the onebit coin.
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -60,7 +62,8 @@ class DailyMeanParams(ParamsBase):
     prob_bits: int = SINGLE_DRAW_PROB_BITS
 
     def __post_init__(self) -> None:
-        one = self.onebit  # validates ε, lo, hi and prob_bits
+        # validates ε, lo, hi and prob_bits (built here, never taken from _channels: the raw fields are not checked yet)
+        one = MeanParams(epsilon=self.epsilon, lo=self.lo, hi=self.hi, variant="onebit", prob_bits=self.prob_bits)
         object.__setattr__(self, "epsilon", one.epsilon)
         object.__setattr__(self, "lo", one.lo)
         object.__setattr__(self, "hi", one.hi)
@@ -68,16 +71,31 @@ class DailyMeanParams(ParamsBase):
     @property
     def onebit(self) -> MeanParams:
         """The one-report channel: mean's onebit params (its sampler, state and estimator)."""
-        return MeanParams(epsilon=self.epsilon, lo=self.lo, hi=self.hi, variant="onebit", prob_bits=self.prob_bits)
+        return _channels(self, math.copysign(1.0, self.lo), math.copysign(1.0, self.hi))[0]
 
     @property
     def rr(self) -> RrParams:
         """The randomized response on the rounded bit (its flip threshold is the onebit one)."""
-        return RrParams(epsilon=self.epsilon, prob_bits=self.prob_bits)
+        return _channels(self, math.copysign(1.0, self.lo), math.copysign(1.0, self.hi))[1]
 
     @property
     def effective_epsilon(self) -> float:
         return self.onebit.effective_epsilon
+
+
+@lru_cache(maxsize=1024)
+def _channels(params: DailyMeanParams, lo_sign: float, hi_sign: float) -> tuple[MeanParams, RrParams]:
+    """(onebit, rr) of validated ``params``, built and validated once instead of on every access (report()'s path
+    reads them several times per report). Keyed by the params (equal fields) and the signs of lo and hi, which
+    equality does not see (-0.0 == 0.0) but the derived params keep."""
+    return (MeanParams(epsilon=params.epsilon, lo=params.lo, hi=params.hi, variant="onebit", prob_bits=params.prob_bits),
+            RrParams(epsilon=params.epsilon, prob_bits=params.prob_bits))
+
+
+@lru_cache(maxsize=4096)
+def _alpha(secret: bytes, metric: str, fingerprint: bytes) -> int:
+    """The device's permanent α for (metric, privatization): derived once per process instead of per report."""
+    return prr_stream(secret, metric, fingerprint, "daily-mean-alpha", b"").bits(VALUE_BITS)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -89,9 +107,8 @@ class DailyMeanBatch(ReportBatch):
 
 def rounded_bit(value: object, params: DailyMeanParams, *, secret: bytes, metric: str, fingerprint: bytes) -> bool:
     """c = 1[u + α ≥ 2^V] with the device's permanent α (HMAC of the secret, metric and privatization fingerprint)."""
-    u = int(params.onebit.quantize(np.array([number_of(value)]))[0])
-    alpha = prr_stream(secret, metric, fingerprint, "daily-mean-alpha", b"").bits(VALUE_BITS)
-    return u + alpha >= 1 << VALUE_BITS
+    u = params.onebit.quantize_one(number_of(value))
+    return u + _alpha(secret, metric, fingerprint) >= 1 << VALUE_BITS
 
 
 class DailyMean(
@@ -128,7 +145,7 @@ class DailyMean(
     def permanent_channel(self, params: DailyMeanParams) -> PermanentChannel:
         """rr's channel on c; the label is the quantized value u, rounded with the device's α."""
         onebit = params.onebit
-        return rr_channel(params.rr, lambda value: int(onebit.quantize(np.array([number_of(value)]))[0]), VALUE_BITS)
+        return rr_channel(params.rr, lambda value: onebit.quantize_one(number_of(value)), VALUE_BITS)
 
     def estimate_note(self, params: DailyMeanParams) -> str:
         return f"values clipped to [{params.lo:g}, {params.hi:g}] on the device; α-rounded one-bit reports"

@@ -274,6 +274,14 @@ class MeanParams(ParamsBase):
         out: np.ndarray = np.minimum(np.ceil(self.scaled(values)), float(1 << VALUE_BITS))
         return out
 
+    def quantize_one(self, x: float) -> int:
+        """:meth:`quantize` of one value as an int: the same float64 operations on a Python float (bit-identical),
+        without building arrays (one report's path)."""
+        v = min(max(x, self.lo), self.hi)
+        v -= self.lo
+        v *= (1 << VALUE_BITS) / (self.hi - self.lo)
+        return min(math.ceil(v), 1 << VALUE_BITS)
+
     def t_of(self, values: np.ndarray | Sequence[float]) -> np.ndarray:
         """The quantized t ∈ [−1, 1] a device reports for each value (what the estimate is unbiased for)."""
         out: np.ndarray = 2.0 * self.quantize(np.asarray(values, dtype=np.float64)) / (1 << VALUE_BITS) - 1.0
@@ -371,7 +379,7 @@ class BoundedMean(Summary[MeanParams, MeanBatch]):
         """One report from one CSPRNG call; same distribution as :meth:`privatize_batch`."""
         x = number_of(value)
         rng = check_rng(rng)
-        u = int(params.quantize(np.array([x]))[0])
+        u = params.quantize_one(x)
         raw = draw_bytes(rng, 24)
         w0, w1, w2 = (int.from_bytes(raw[i : i + 8], "little") for i in (0, 8, 16))
         coin = w0 & 0xFFFFFFFF
@@ -391,7 +399,7 @@ class BoundedMean(Summary[MeanParams, MeanBatch]):
         return MeanBatch(n=1, cols=np.array([2 + cell], dtype=np.int64))
 
     def value_key(self, value: object, params: MeanParams) -> bytes:
-        return int(params.quantize(np.array([number_of(value)]))[0]).to_bytes(8, "little")
+        return params.quantize_one(number_of(value)).to_bytes(8, "little")
 
     def state_shape(self, params: MeanParams) -> tuple[tuple[int, int], int]:
         """counts[0, s]: reports of output symbol s; row_counts[0]: the number of reports."""

@@ -165,10 +165,34 @@ def below_threshold(threshold: int, bits: int, word: int) -> bool:
     return (word >> (64 - bits)) < threshold
 
 
+def _os_word() -> int:
+    """One uniform 64-bit word from the OS CSPRNG, read as :func:`random_words` reads it (little-endian)."""
+    return int.from_bytes(os.urandom(8), "little")
+
+
+def _os_uniform_below(high: int) -> int:
+    """``uniform_below(None, high, 1)[0]`` on Python ints: the same branches, the same OS bytes drawn in the same
+    order, the same result (one report's path, without building arrays)."""
+    if high == 1:
+        return 0
+    if high & (high - 1) == 0:
+        return _os_word() & (high - 1)
+    if high < 1 << 16:
+        r32 = _os_word() & 0xFFFFFFFF  # the first uint32 of the word's little-endian bytes
+        return _os_uniform_below(high) if r32 >= ((1 << 32) // high) * high else r32 % high
+    limit = ((1 << 64) // high) * high
+    while True:
+        r = _os_word()
+        if r < limit:
+            return r % high
+
+
 def draw_below(rng: np.random.Generator | None, num: int, den: int) -> bool:
     """True with probability exactly num/den (a uniform integer in [0, den) below num)."""
     if num <= 0:
         return False
     if num >= den:
         return True
+    if rng is None and den < 1 << 63:  # beyond, uniform_below's int64 result overflows: keep exactly what it does
+        return _os_uniform_below(den) < num
     return bool(uniform_below(rng, den, 1)[0] < num)

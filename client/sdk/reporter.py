@@ -111,7 +111,7 @@ from typing import Any, Literal
 
 from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.capabilities import OnDevice, on_device
-from ldptel.client.mechanisms.registry import mechanism_of
+from ldptel.client.mechanisms.registry import AnyMechanism, mechanism_of
 from ldptel.client.protocol.breakdown import check_profile
 from ldptel.client.protocol.keyed import privatization_fingerprint
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
@@ -164,6 +164,8 @@ class _Cost:
     refusal: str | None
     fingerprint: bytes  # privatization_fingerprint(spec.params)
     lifetime: float | None  # ε∞ charged once per privatization in the lifetime ledger (permanent RR); else None
+    mech: AnyMechanism  # mechanism_of(spec.params)
+    on_device: bool  # the mechanism aggregates on the device (count(), not report())
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +189,7 @@ _Charged = _Queued | _OverLifetime | Literal["not_sampled", "budget_exceeded"]
 
 def _charge_and_queue(
     conn: sqlite3.Connection, spec: MetricSpec, value: object, ledger_state: tuple[int, int, int, float], *,
-    cost: _Cost, lifetime_cap: float, secret: bytes,
+    cost: _Cost, lifetime_cap: float, secret: bytes, lifetime_recorded: bool = False,
 ) -> _Charged:
     """The privacy-critical steps of one report, in this order: the sampling decision, the daily ledger, a new
     privatization's ε∞ in the lifetime ledger, privatize, queue, spend. ``report()`` and the release of an
@@ -200,7 +202,9 @@ def _charge_and_queue(
     one sampling decision per metric and day); the release of a period undoes :class:`_OverLifetime` but for the
     day's draw (the period stays due) and otherwise commits with the tally (a refused release is dropped: the
     period counts as reported).
-    ``ledger_state`` is ``_ledger.state(conn, spec.name, now)``, read in this transaction.
+    ``ledger_state`` is ``_ledger.state(conn, spec.name, now)``, read in this transaction. ``lifetime_recorded``: the
+    lifetime ledger is known to hold this privatization already (a committed earlier report; its rows are never
+    deleted), so its ε∞ is not looked up again.
     """
     day, high, count, eps = ledger_state
     if day > high:
@@ -209,7 +213,7 @@ def _charge_and_queue(
         return "not_sampled"
     if not _ledger.allows(spec, count, eps, eps_one=cost.eps_one, daily=cost.daily):
         return "budget_exceeded"
-    if cost.lifetime is not None:
+    if cost.lifetime is not None and not lifetime_recorded:
         over = _ledger.charge_lifetime(conn, spec.name, cost.fingerprint, cost.lifetime, cap=lifetime_cap)
         if over is not None:
             return _OverLifetime(over)
@@ -351,6 +355,8 @@ class Reporter:
         self._full_logged = False  # the queue-full warning was logged since the queue was last below the limit
         self._pruned_in_wal = False  # the WAL may still hold memo rows of past days (until truncate_wal succeeds)
         self._costs: dict[tuple[str, int, int], _Cost] = {}
+        # (metric, fingerprint) pairs a committed report recorded in the lifetime ledger (never deleted there)
+        self._lifetime_recorded: set[tuple[str, bytes]] = set()
         self._policy_told: set[tuple[str, int, str]] = set()  # refusals already passed to on_error
         try:
             init_schema(self._db)
@@ -397,10 +403,11 @@ class Reporter:
         spec = self._spec_or_refusal(metric)
         if isinstance(spec, ReportResult):
             return spec
-        if on_device(mechanism_of(spec.params)) is not None:
+        cost = self._cost_of(spec)
+        if cost.on_device:
             raise InvalidParameterError(
                 "metric", f"a metric reported with report(); {metric!r} is aggregated on the device: call count()", metric)
-        gate = self._policy_gate(spec)
+        gate = self._policy_gate(spec, cost)
         if isinstance(gate, ReportResult):
             return gate
         cost, lifetime_cap = gate
@@ -424,7 +431,7 @@ class Reporter:
                 self._account(stored)
                 if not isinstance(stored, _Queued):
                     return ReportResult(stored, metric, spec.version)
-                counters.clipped += mechanism_of(spec.params).clips(value, spec.params)
+                counters.clipped += cost.mech.clips(value, spec.params)
                 return ReportResult("queued", metric, spec.version, stored.batch, stored.memoized)
         return self._failed(spec, stored, lifetime_cap, "report")  # told outside the lock
 
@@ -607,16 +614,19 @@ class Reporter:
         The caller holds ``_state``. Every exception rolls the transaction back.
         """
         conn = self._db
+        recorded = (spec.name, cost.fingerprint)
         conn.execute("BEGIN IMMEDIATE")
         try:
             state = _ledger.state(conn, spec.name, now)
             outcome = _charge_and_queue(conn, spec, value, state, cost=cost, lifetime_cap=lifetime_cap,
-                                        secret=self._secret)
+                                        secret=self._secret, lifetime_recorded=recorded in self._lifetime_recorded)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        if cost.lifetime is not None and isinstance(outcome, _Queued):  # committed: the privatization is recorded
+            self._lifetime_recorded.add(recorded)
         return outcome
 
     def _account(self, outcome: _Queued | Literal["not_sampled", "budget_exceeded"]) -> None:
@@ -660,10 +670,12 @@ class Reporter:
             self._pruned_in_wal = True
             log.debug("ldptel WAL truncation deferred: %s", exc)
 
-    def _policy_gate(self, spec: MetricSpec) -> tuple[_Cost, float] | ReportResult:
-        """The spec's cost and the lifetime ε∞ cap its new privatizations are charged against (none for a pinned
-        spec: the app's own choice), or the ``policy_refused`` result for a served spec beyond the device policy."""
-        cost = self._cost_of(spec)
+    def _policy_gate(self, spec: MetricSpec, cost: _Cost | None = None) -> tuple[_Cost, float] | ReportResult:
+        """The spec's cost (``cost`` when the caller has it) and the lifetime ε∞ cap its new privatizations are charged
+        against (none for a pinned spec: the app's own choice), or the ``policy_refused`` result for a served spec
+        beyond the device policy."""
+        if cost is None:
+            cost = self._cost_of(spec)
         pinned = self._specs.is_pinned(spec)
         if cost.refusal is not None and not pinned:
             return self._refuse(spec, cost.refusal)
@@ -689,7 +701,9 @@ class Reporter:
         if cached is None:
             eps_one, daily, eps_inf = spec.report_charge, spec.daily_epsilon, longitudinal_epsilon(spec)
             refusal = self._policy.spec_refusal(spec)
+            mech = mechanism_of(spec.params)
             cached = self._costs[key] = _Cost(
                 eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
-                lifetime=eps_inf if mechanism_of(spec.params).permanent_channel(spec.params) is not None else None)
+                lifetime=eps_inf if mech.permanent_channel(spec.params) is not None else None, mech=mech,
+                on_device=on_device(mech) is not None)
         return cached

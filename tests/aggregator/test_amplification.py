@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import warnings
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ldptel.aggregator import amplification
 from ldptel.aggregator.amplification import (
     GRID,
     Central,
@@ -75,10 +78,41 @@ def test_monotone_in_eps0(e1: float, e2: float, n: int, delta: float) -> None:
     assert a <= b <= hi and a <= lo
 
 
-def test_grid_resolution_and_upper_bound() -> None:
-    """The answer is a multiple of GRID; one GRID lower no longer meets δ (it is the smallest such point)."""
-    got = shuffle_epsilon(4, 100_000, 1e-6)
-    assert got / GRID == pytest.approx(round(got / GRID), abs=1e-6)
+@pytest.mark.parametrize(("eps0", "n", "delta"), [(4, 100_000, 1e-6), (1, 10**6, 1e-7), (8, 10**4, 1e-6),
+                                                 (0.05, 400_000, 1e-9), (10, 400_000, 1e-4), (2, 1000, 1e-6)])
+def test_grid_resolution_and_upper_bound(eps0: float, n: int, delta: float) -> None:
+    """The answer is a multiple of GRID whose divergence meets δ, and one GRID lower does not: the smallest such
+    point, whatever the root finder did on the way (it only guides the search)."""
+    got = shuffle_epsilon(eps0, n, delta)
+    assert 0 < got < eps0
+    i = round(got / GRID)
+    assert got == i * GRID
+    c, weight, budget = amplification._clones(float(eps0), n, delta)
+    assert amplification._divergence(got, eps0, c, weight) <= budget < amplification._divergence((i - 1) * GRID, eps0, c, weight)
+
+
+def test_an_epsilon0_where_rounding_leaves_no_amplification_is_answered_not_raised() -> None:
+    """At ε₀ = 30 with 10⁷ reports the computed divergence stays above δ up to ε₀ (rounding in e^{ε₀}·(1 − p)):
+    the bound is ε₀ itself, and ``plan`` says the bound does not apply. It raised ValueError from the root finder."""
+    assert shuffle_epsilon(30, 10**7, 1e-6) == 30.0
+    assert shuffle_epsilon(20.23712733080727, 161_285_999, 1e-9) == 20.23712733080727
+    assert isinstance(central_for_n(_spec(eps=30.0), 10**7), NotApplicable)
+
+
+def test_the_binomial_ufuncs_are_scipy_stats_own() -> None:
+    """The central ε takes the binomial's ppf, isf and pmf from scipy.special (scipy.stats costs 0.7 s to import):
+    the very numbers scipy.stats.binom gives, over the n and e^{−ε₀} the calculator uses."""
+    from scipy.stats import binom
+
+    ppf, isf, pmf = amplification._binomial()
+    for n in (1, 2, 999, 10**5, 10**7, 10**9):
+        for q in (math.exp(-0.05), math.exp(-1), math.exp(-4), math.exp(-12), math.exp(-30)):
+            with warnings.catch_warnings():  # Boost warns of its inverse at e^{-30} (both ways alike)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                lo, hi = binom.ppf(5e-14, n, q), binom.isf(5e-14, n, q)
+                assert (ppf(5e-14, n, q), isf(5e-14, n, q)) == (lo, hi)
+            c = np.arange(int(lo), int(hi) + 1, dtype=np.float64)[:3000]
+            assert np.array_equal(pmf(c, n, q), binom.pmf(c, n, q))
 
 
 @pytest.mark.parametrize("bad", [(0, 10, 1e-6), (-1, 10, 1e-6), (4, 0, 1e-6), (4, 10, 0.0), (4, 10, 1.0),
