@@ -171,7 +171,7 @@ def _insert_batch(
     """Store the reports ``payloads`` (queue order) as one batch under a fresh batch id (in the caller's transaction)."""
     batch = unpack_reports(payloads, spec.params)
     batch_id = secure_token(16)
-    wire_profile = encode_profile(profile or {}, spec.breakdown, spec.profile_schema)
+    wire_profile = encode_profile(profile or {}, spec.breakdown, spec.profile_schema if spec.breakdown else None)
     body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params,
                         profile=wire_profile)
     conn.execute(
