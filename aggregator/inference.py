@@ -76,6 +76,12 @@ _N01 = NormalDist()
 POWER_TARGET = 0.8
 
 
+@lru_cache(maxsize=256)
+def _quantile(p: float) -> float:
+    """The standard normal quantile of ``p``, computed once per level (every test asks for the same few)."""
+    return _N01.inv_cdf(p)
+
+
 # ------------------------------------------------------------------------------------------- the inputs
 @dataclass(frozen=True)
 class Group:
@@ -142,17 +148,13 @@ def share_of(group: Group, label: str) -> Quantity:
 
 def mean_of(group: Group) -> Quantity:
     """The mean: the ``mean`` mechanism's estimate, or a numeric histogram's midpoint mean."""
-    from ldptel.aggregator.postprocess import norm_sub
-    from ldptel.client.mechanisms.bucketed import bucket_edges, histogram_mean
+    from ldptel.client.mechanisms.bucketed import midpoint_mean_parts
 
     est, params = group.estimate, group.params
     mech = mechanism_of(params)
     n = est.n
     if mech.kind == "histogram":
-        edges = bucket_edges(params)
-        hm = histogram_mean(params, est)
-        mids = (edges[:-1] + edges[1:]) / 2.0
-        consistent = norm_sub(est.counts, total=float(n))
+        hm, mids, consistent = midpoint_mean_parts(params, est)  # consistent: the Norm-Sub counts
         m = float(mids @ consistent) / n
         spread = max(float(consistent @ (mids - m) ** 2) / n, 0.0)  # the values' variance (at bucket midpoints)
         rand = hm.stderr**2
@@ -162,11 +164,14 @@ def mean_of(group: Group) -> Quantity:
     i = est.labels.index(MEAN_LABELS[0])
     total = float(est.stderr[i]) ** 2  # the mean mechanism's stderr: the sample variance of the reports
 
+    at_estimate: list[float] = []  # the variance at the estimate, once
+
     def variances(theta: float) -> tuple[float, float]:
         like = np.array([theta, n * theta, float(n)])
         rand = float(mech.variance(params, like, n)[0])  # every device at θ (exact for equal values)
-        at_estimate = float(mech.variance(params, est.counts, n)[0])
-        return rand, max(total - at_estimate, 0.0)
+        if not at_estimate:
+            at_estimate.append(float(mech.variance(params, est.counts, n)[0]))
+        return rand, max(total - at_estimate[0], 0.0)
 
     return Quantity(group, MEAN_LABELS[0], "average", float(est.counts[i]), variances)
 
@@ -267,15 +272,15 @@ def _z_power(delta: float, sd0: float, sd1: float, alpha: float, alternative: Al
     if sd1 <= 0:
         return float("nan")
     if alternative == "two-sided":
-        crit = _N01.inv_cdf(1 - alpha / 2) * sd0
+        crit = _quantile(1 - alpha / 2) * sd0
         return _N01.cdf((delta - crit) / sd1) + _N01.cdf((-delta - crit) / sd1)
-    crit = _N01.inv_cdf(1 - alpha) * sd0
+    crit = _quantile(1 - alpha) * sd0
     return _N01.cdf(((delta if alternative == "greater" else -delta) - crit) / sd1)
 
 
 def _detectable(sd0: float, alpha: float, alternative: Alternative) -> float:
     tail = alpha / 2 if alternative == "two-sided" else alpha
-    return (_N01.inv_cdf(1 - tail) + _N01.inv_cdf(POWER_TARGET)) * sd0
+    return (_quantile(1 - tail) + _quantile(POWER_TARGET)) * sd0
 
 
 def _method_text(method: Method, what: str, simulations: int = 0) -> str:
@@ -285,8 +290,11 @@ def _method_text(method: Method, what: str, simulations: int = 0) -> str:
     return f"asymptotic: {what}, the mechanism's variance evaluated at the null"
 
 
+_SYMBOLS: dict[str, str] = {"two-sided": "=", "greater": "≤", "less": "≥"}
+
+
 def _sym(alternative: Alternative) -> str:
-    return {"two-sided": "=", "greater": "≤", "less": "≥"}[alternative]
+    return _SYMBOLS[alternative]
 
 
 # ---------------------------------------------------------------------------------------------- z tests
@@ -313,7 +321,7 @@ def one_sample(
         raise InvalidParameterError("value", "a share in [0, 1]", value)
     sd0 = math.sqrt(max(q.variance(value, uncertainty), 1e-300))
     z = (q.estimate - value) / sd0
-    zc = _N01.inv_cdf(0.5 + confidence / 2)
+    zc = _quantile(0.5 + confidence / 2)
     se = q.stderr(uncertainty)
     diff = q.estimate - value
     eff = Effect("difference", diff, diff - zc * se, diff + zc * se, confidence)
@@ -369,7 +377,7 @@ def two_sample(
     sd0 = math.sqrt(max(a.variance(pooled, uncertainty) + b.variance(pooled, uncertainty), 1e-300))
     diff = a.estimate - b.estimate
     z = diff / sd0
-    zc = _N01.inv_cdf(0.5 + confidence / 2)
+    zc = _quantile(0.5 + confidence / 2)
     se = math.sqrt(max(a.variance(a.estimate, uncertainty) + b.variance(b.estimate, uncertainty), 0.0))
     eff = Effect("difference (A − B)", diff, diff - zc * se, diff + zc * se, confidence)
     if method == "monte-carlo":
@@ -409,20 +417,72 @@ def _categorical(group: Group) -> tuple[np.ndarray, int]:
 
 def _freq_cov(group: Group, probs: np.ndarray, uncertainty: Uncertainty) -> np.ndarray:
     """Covariance of the estimated shares if the true shares were ``probs``."""
-    n = group.n
-    cov = _categorical_mechanism(group.params).bucket_covariance(group.params, probs * n, n) / float(n) ** 2
+    return _share_cov(group.params, group.n, probs, uncertainty)
+
+
+def _share_cov(params: ParamsBase, n: int, probs: np.ndarray, uncertainty: Uncertainty,
+               sampling: np.ndarray | None = None) -> np.ndarray:
+    """:func:`_freq_cov`; ``sampling``: diag(probs) − probs probsᵀ when the caller has it (one per n·cov)."""
+    cov = _categorical_mechanism(params).bucket_covariance(params, probs * n, n) / float(n) ** 2
     if uncertainty == "population":
-        cov = cov + (np.diag(probs) - np.outer(probs, probs)) / n
+        cov = cov + (np.diag(probs) - np.outer(probs, probs) if sampling is None else sampling) / n
     out: np.ndarray = cov
     return out
 
 
-def _wald(d: np.ndarray, cov: np.ndarray) -> tuple[float, int]:
-    """dᵀ cov⁺ d and the rank of cov (the χ² degrees of freedom)."""
+def _freq_var(group: Group, probs: np.ndarray, uncertainty: Uncertainty) -> np.ndarray:
+    """The diagonal of :func:`_freq_cov` (the same numbers), without building the sampling term's d × d matrix."""
+    n, params = group.n, group.params
+    var = np.diagonal(_categorical_mechanism(params).bucket_covariance(params, probs * n, n)) / float(n) ** 2
+    if uncertainty == "population":
+        var = var + (probs - probs * probs) / n
+    return var
+
+
+Pinv = tuple[np.ndarray, np.ndarray, int]  # (Vᵀ, λ) of the eigenpairs spanning a covariance's range, and its rank
+
+
+def _pinv(cov: np.ndarray) -> Pinv:
+    """The eigenpairs of ``cov`` above its numerical null space (what :func:`_wald` needs of it), and its rank."""
     w, v = np.linalg.eigh((cov + cov.T) / 2)
     keep = w > w.max() * 1e-10
-    proj = v[:, keep].T @ d
-    return float(np.sum(proj**2 / w[keep])), int(keep.sum())
+    return v[:, keep].T, w[keep], int(np.count_nonzero(keep))
+
+
+def _wald_with(d: np.ndarray, pinv: Pinv) -> float:
+    """dᵀ cov⁺ d from :func:`_pinv` of cov (a cov reused for many d is decomposed once)."""
+    vt, w, _ = pinv
+    proj = vt @ d
+    return float(np.sum(proj**2 / w))
+
+
+def _wald(d: np.ndarray, cov: np.ndarray) -> tuple[float, int]:
+    """dᵀ cov⁺ d and the rank of cov (the χ² degrees of freedom)."""
+    pinv = _pinv(cov)
+    return _wald_with(d, pinv), pinv[2]
+
+
+_NULL_CACHE_MAX_LABELS = 128  # bounds the cache below to 16 × a few 128 × 128 matrices
+
+
+@lru_cache(maxsize=16)
+def _null_pinv_cached(params: ParamsBase, n: int, probs: bytes, uncertainty: Uncertainty) -> Pinv:
+    vt, w, rank = _pinv(_share_cov(params, n, np.frombuffer(probs, dtype=np.float64), uncertainty))
+    vt.flags.writeable = w.flags.writeable = False  # shared by every later test at this null
+    return vt, w, rank
+
+
+def _null_pinv(group: Group, probs: np.ndarray, uncertainty: Uncertainty) -> Pinv:
+    """:func:`_pinv` of :func:`_freq_cov` at the null shares ``probs`` (float64, 1-D): kept for the last few nulls,
+    as the same null is tested against group after group (days, versions, simulated datasets)."""
+    if probs.size <= _NULL_CACHE_MAX_LABELS:
+        try:
+            hash(group.params)
+        except TypeError:  # a params type outside this package that is not hashable: no cache
+            pass
+        else:
+            return _null_pinv_cached(group.params, group.n, probs.tobytes(), uncertainty)
+    return _pinv(_freq_cov(group, probs, uncertainty))
 
 
 def _chi2_sf(x: float, df: int) -> float:
@@ -472,28 +532,28 @@ def goodness_of_fit(
     _check("two-sided", uncertainty, method, alpha, confidence)
     counts, n = _categorical(group)
     pi0 = np.asarray(probs, dtype=np.float64)
-    if pi0.shape != counts.shape or np.any(pi0 < 0) or abs(float(pi0.sum()) - 1.0) > 1e-9:
+    if pi0.shape != counts.shape or (pi0 < 0).any() or abs(float(pi0.sum()) - 1.0) > 1e-9:
         raise InvalidParameterError("probs", f"{counts.size} shares ≥ 0 summing to 1, one per label", list(pi0))
-    if np.any(pi0 == 0):
+    if (pi0 == 0).any():
         raise InvalidParameterError("probs", "shares > 0 (a zero share makes Cohen's w undefined)", list(pi0))
-    cov0 = _freq_cov(group, pi0, uncertainty)
+    pinv0 = _null_pinv(group, pi0, uncertainty)
     f = counts / n
 
     def stat(gs: Sequence[Group]) -> float:
-        return _wald(gs[0].estimate.counts / gs[0].n - pi0, cov0)[0]
+        return _wald_with(gs[0].estimate.counts / gs[0].n - pi0, pinv0)
 
-    w_stat, df = _wald(f - pi0, cov0)
+    diff = f - pi0
+    w_stat, df = _wald_with(diff, pinv0), pinv0[2]
     if method == "monte-carlo":
         p = _mc_pvalue([group], [pi0], uncertainty, w_stat, "greater", simulations, rng, stat)
     else:
         p = _chi2_sf(w_stat, df)
-    cov_hat = _freq_cov(group, np.clip(f, 0, 1), uncertainty)
-    var_hat = np.diag(cov_hat)
-    raw = float(np.sum((f - pi0) ** 2 / pi0))
+    var_hat = _freq_var(group, f.clip(0, 1), uncertainty)
+    raw = float(np.sum(diff**2 / pi0))
     w_hat = math.sqrt(max(raw - float(np.sum(var_hat / pi0)), 0.0))
     eff = Effect("Cohen's w (bias-corrected; per-label differences in details)", w_hat,
                  *_w_interval(w_stat, df, raw, confidence), confidence)
-    details = _label_details(group.estimate.labels, f - pi0, var_hat, confidence, "difference from the null share")
+    details = _label_details(group.estimate.labels, diff, var_hat, confidence, "difference from the null share")
     power = _chi2_power_for(effect, raw, w_stat, df, alpha)
     return TestResult(
         test="chi-square goodness of fit", hypothesis=f"{group.name}: shares = " + _probs_text(group.estimate.labels, pi0),
@@ -530,40 +590,46 @@ def homogeneity(
         if g.estimate.labels != labels:
             raise InvalidParameterError("groups", "groups with the same labels (the same domain)", g.name)
     pooled = _pooled_probs(groups)
-    covs = [_freq_cov(g, pooled, uncertainty) for g in groups]
+    sampling = np.diag(pooled) - np.outer(pooled, pooled)  # the multinomial term (times n_g) of every group
+    covs = [_share_cov(g.params, g.n, pooled, uncertainty, sampling) for g in groups]
 
     def stacked(gs: Sequence[Group]) -> np.ndarray:
         fs = [g.estimate.counts / g.n for g in gs]
         return np.concatenate([fs[i] - fs[0] for i in range(1, len(fs))])
 
-    d = len(labels)
-    big = np.zeros(((len(groups) - 1) * d, (len(groups) - 1) * d))
+    d, k = len(labels), len(groups) - 1
+    big = np.tile(covs[0] + 0.0, (k, k))  # block (i, j): covs[0], plus covs[i] on the diagonal
     for i in range(1, len(groups)):
-        for j in range(1, len(groups)):
-            block = covs[0] + (covs[i] if i == j else 0.0)
-            big[(i - 1) * d : i * d, (j - 1) * d : j * d] = block
-    w_stat, df = _wald(stacked(groups), big)
+        big[(i - 1) * d : i * d, (i - 1) * d : i * d] = covs[0] + covs[i]
+    pinv = _pinv(big)
+    w_stat, df = _wald_with(stacked(groups), pinv), pinv[2]
     if method == "monte-carlo":
         p = _mc_pvalue(list(groups), [pooled] * len(groups), uncertainty, w_stat, "greater", simulations, rng,
-                       lambda gs: _wald(stacked(gs), big)[0])
+                       lambda gs: _wald_with(stacked(gs), pinv))
     else:
         p = _chi2_sf(w_stat, df)
     total = sum(g.n for g in groups)
     fs = [g.estimate.counts / g.n for g in groups]
     fbar = sum(g.n * f for g, f in zip(groups, fs, strict=True)) / total
     safe = np.where(fbar > 0, fbar, np.inf)
-    raw = sum(g.n / total * float(np.sum((f - fbar) ** 2 / safe)) for g, f in zip(groups, fs, strict=True))
-    hat_covs = [_freq_cov(g, np.clip(f, 0, 1), uncertainty) for g, f in zip(groups, fs, strict=True)]
+    # One row per group: Σ_labels (f_g − f̄)²/f̄ (the plug-in w²'s terms), and the noise bias of each term:
+    # Var(f_g − f̄) = Σ_h (δ_gh − n_h/N)² Var f_h, summed over h in order (the same sums as one group at a time).
+    deviations = ((np.array(fs) - fbar) ** 2 / safe).sum(axis=1).tolist()
+    raw = sum(g.n / total * dev for g, dev in zip(groups, deviations, strict=True))
+    hat_vars = [_freq_var(g, f.clip(0, 1), uncertainty) for g, f in zip(groups, fs, strict=True)]
+    coef = np.array([[(float(gi == hi) - h.n / total) ** 2 for hi, h in enumerate(groups)] for gi in range(len(groups))])
+    var_dev = 0 + coef[:, :1] * hat_vars[0]
+    for hi in range(1, len(groups)):
+        var_dev = var_dev + coef[:, hi : hi + 1] * hat_vars[hi]
     bias = 0.0
-    for gi, g in enumerate(groups):
-        var_dev = sum((float(gi == hi) - h.n / total) ** 2 * np.diag(hat_covs[hi]) for hi, h in enumerate(groups))
-        bias += g.n / total * float(np.sum(var_dev / safe))
+    for g, term in zip(groups, (var_dev / safe).sum(axis=1).tolist(), strict=True):
+        bias += g.n / total * term
     w_hat = math.sqrt(max(raw - bias, 0.0))
     eff = Effect("Cohen's w (bias-corrected; per-label differences in details)", w_hat,
                  *_w_interval(w_stat, df, raw, confidence), confidence)
     details: list[dict[str, Any]] = []
     for gi in range(1, len(groups)):
-        var = np.diag(hat_covs[gi]) + np.diag(hat_covs[0])
+        var = hat_vars[gi] + hat_vars[0]
         for row in _label_details(labels, fs[gi] - fs[0], var, confidence, f"{groups[gi].name} − {groups[0].name}",
                                   family=d * (len(groups) - 1)):
             details.append(row)
@@ -606,18 +672,21 @@ def _chi2_power_for(effect: float | None, raw_w2: float, w_stat: float, df: int,
 def _label_details(labels: Sequence[str], diff: np.ndarray, var: np.ndarray, confidence: float, what: str,
                    family: int | None = None) -> tuple[dict[str, Any], ...]:
     m = family or len(labels)
-    z = _N01.inv_cdf(1 - (1 - confidence) / (2 * m))
-    out = []
-    for label, dv, vv in zip(labels, diff.tolist(), var.tolist(), strict=True):
-        se = math.sqrt(max(vv, 0.0))
-        out.append({"value": label, "what": what, "difference": dv, "stderr": se, "ci_low": dv - z * se,
-                    "ci_high": dv + z * se, "interval": f"simultaneous {confidence:g} (Bonferroni over {m})"})
-    return tuple(out)
+    z = _quantile(1 - (1 - confidence) / (2 * m))
+    interval = f"simultaneous {confidence:g} (Bonferroni over {m})"
+    se = np.sqrt(np.where(var < 0.0, 0.0, var))  # √max(v, 0) per label (NaN stays NaN), as math.sqrt would give
+    half = z * se
+    return tuple(
+        {"value": label, "what": what, "difference": dv, "stderr": sv, "ci_low": lo, "ci_high": hi, "interval": interval}
+        for label, dv, sv, lo, hi in zip(labels, diff.tolist(), se.tolist(), (diff - half).tolist(),
+                                         (diff + half).tolist(), strict=True)
+    )
 
 
 def _probs_text(labels: Sequence[str], probs: np.ndarray) -> str:
-    parts = [f"{label}:{p:.4g}" for label, p in zip(labels, probs.tolist(), strict=True)]
-    return ", ".join(parts[:8]) + (", …" if len(parts) > 8 else "")
+    """The first 8 labels' shares (the rest as …)."""
+    parts = [f"{label}:{p:.4g}" for label, p in zip(labels[:8], probs[:8].tolist(), strict=True)]
+    return ", ".join(parts) + (", …" if len(labels) > 8 else "")
 
 
 # ------------------------------------------------------------------------------------ multiple tests

@@ -209,6 +209,12 @@ class HistogramMean:
 
 def histogram_mean(params: ParamsBase, est: Estimate) -> HistogramMean:
     """The midpoint mean of a numeric histogram's raw estimate ``est`` (all its buckets, in order)."""
+    return midpoint_mean_parts(params, est)[0]
+
+
+def midpoint_mean_parts(params: ParamsBase, est: Estimate) -> tuple[HistogramMean, np.ndarray, np.ndarray]:
+    """:func:`histogram_mean`, with the bucket midpoints and the Norm-Sub counts it computed (the hypothesis tests
+    of :mod:`ldptel.aggregator.inference` need both too)."""
     mech = bucketed(params)
     edges = mech.bucket_edges(params)
     if est.counts.size != edges.size - 1:
@@ -221,7 +227,8 @@ def histogram_mean(params: ParamsBase, est: Estimate) -> HistogramMean:
     se = math.sqrt(max(float(mid @ cov @ mid), 0.0)) / n
     bound = float(consistent @ np.diff(edges)) / (2.0 * n)
     half = est.z * se
-    return HistogramMean(estimate=mean, stderr=se, ci_low=mean - half, ci_high=mean + half, midpoint_bound=bound)
+    hm = HistogramMean(estimate=mean, stderr=se, ci_low=mean - half, ci_high=mean + half, midpoint_bound=bound)
+    return hm, mid, consistent
 
 
 def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
@@ -237,10 +244,10 @@ def project_simplex(counts: np.ndarray, *, total: float) -> np.ndarray:
     if x.size == 0:
         return x.copy()
     u = np.sort(x)[::-1]
-    css = np.cumsum(u) - z
+    css = u.cumsum() - z
     ind = np.arange(1, x.size + 1, dtype=np.float64)
-    positive = u - css / ind > 0
-    rho = int(np.flatnonzero(positive)[-1]) if positive.any() else 0
+    positive = (u - css / ind > 0).nonzero()[0]
+    rho = int(positive[-1]) if positive.size else 0
     theta = css[rho] / (rho + 1)
     projected: np.ndarray = np.maximum(x - theta, 0.0)
     return projected

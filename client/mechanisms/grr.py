@@ -128,16 +128,28 @@ class GrrParams(ParamsBase):
     @property
     def p(self) -> float:
         """Effective P(report = true label)."""
-        return self.keep_threshold / (1 << self.prob_bits)
+        return _pq(self)[0]
 
     @property
     def q(self) -> float:
         """Effective P(report = a given other label)."""
-        return (1.0 - self.p) / (self.d - 1)
+        return _pq(self)[1]
 
     @property
     def effective_epsilon(self) -> float:
         return _grr_epsilon(self.keep_threshold, self.d, self.prob_bits)
+
+
+@lru_cache(maxsize=1024)
+def _grr_pq(epsilon: float, d: int, bits: int) -> tuple[float, float]:
+    p = _grr_keep_threshold(epsilon, d, bits) / (1 << bits)
+    return p, (1.0 - p) / (d - 1)
+
+
+def _pq(params: GrrParams) -> tuple[float, float]:
+    """(p, q) = (T/2^prob_bits, (1 − p)/(d − 1)), computed once per (ε, d, prob_bits): estimates and their
+    variances ask for them hundreds of thousands of times in a test run."""
+    return _grr_pq(params.epsilon, len(params.domain), params.prob_bits)
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -325,7 +337,7 @@ class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch], Categor
         n = state.n
         if n == 0:
             raise EmptyStateError("no grr reports to estimate from")
-        p, q = params.p, params.q
+        p, q = _pq(params)
         est = (state.counts[0].astype(np.float64) - n * q) / (p - q)
         return Estimate("grr", params.domain, est, np.sqrt(self.variance(params, est, n)), n, confidence)
 
@@ -334,8 +346,8 @@ class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch], Categor
         variance of the count among the devices that reported, given their values (c reports keep their label
         with probability p, the other n − c report it with probability q), the meaning every mechanism's
         stderr has; not the sampling of those devices from a larger population."""
-        p, q = params.p, params.q
-        var = n * q * (1 - q) / (p - q) ** 2 + np.clip(counts, 0, n) * (1 - p - q) / (p - q)
+        p, q = _pq(params)
+        var = n * q * (1 - q) / (p - q) ** 2 + np.asarray(counts).clip(0, n) * (1 - p - q) / (p - q)
         out: np.ndarray = np.maximum(var, 0.0)
         return out
 
@@ -343,10 +355,10 @@ class Grr(Permanent[GrrParams, GrrBatch], Labelled[GrrParams, GrrBatch], Categor
         """Cov(ĉ_i, ĉ_j) with ``counts`` (clipped to [0, n]) as the true counts: the labels compete for each
         report, so off the diagonal −[n·q² + q(p−q)(c_i + c_j)]/(p−q)²; the diagonal is :meth:`variance`
         (the same formula as a numeric histogram's grr encoding; hypothesis tests use it)."""
-        p, q = params.p, params.q
-        c = np.clip(np.asarray(counts, dtype=np.float64), 0.0, n)
-        cov: np.ndarray = -(n * q * q + q * (p - q) * (c[:, None] + c[None, :])) / (p - q) ** 2
-        np.fill_diagonal(cov, self.variance(params, c, n))
+        p, q = _pq(params)
+        c = np.asarray(counts, dtype=np.float64).clip(0.0, n)
+        cov: np.ndarray = -(n * q * q + q * (p - q) * np.add.outer(c, c)) / (p - q) ** 2
+        cov.ravel()[:: c.size + 1] = self.variance(params, c, n)  # the diagonal
         return cov
 
     def shape(self, params: GrrParams) -> str:

@@ -27,6 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -83,15 +84,15 @@ class RrParams(ParamsBase):
     @property
     def flip_probability(self) -> float:
         """Nominal P(flip) = ½ − γ = 1/(e^ε + 1)."""
-        return 1.0 / (math.exp(self.epsilon) + 1.0)
+        return _nominal_flip(self.epsilon)
 
     @property
     def flip_threshold(self) -> int:
-        return safe_flip_threshold(self.flip_probability, self.prob_bits, self.epsilon, 1.0)
+        return _flip(self.epsilon, self.prob_bits)[0]
 
     @property
     def effective_flip(self) -> float:
-        return self.flip_threshold / (1 << self.prob_bits)
+        return _flip(self.epsilon, self.prob_bits)[1]
 
     @property
     def effective_gamma(self) -> float:
@@ -100,6 +101,24 @@ class RrParams(ParamsBase):
     @property
     def effective_epsilon(self) -> float:
         return flip_epsilon(self.flip_threshold, self.prob_bits)
+
+
+def _nominal_flip(epsilon: float) -> float:
+    return 1.0 / (math.exp(epsilon) + 1.0)
+
+
+@lru_cache(maxsize=1024)
+def _flip(epsilon: float, prob_bits: int) -> tuple[int, float]:
+    """(T, T/2^prob_bits): :attr:`RrParams.flip_threshold` and :attr:`RrParams.effective_flip`, computed once per
+    (ε, prob_bits) (estimates and their variances ask for them hundreds of thousands of times in a test run)."""
+    threshold = safe_flip_threshold(_nominal_flip(epsilon), prob_bits, epsilon, 1.0)
+    return threshold, threshold / (1 << prob_bits)
+
+
+def _count_variance(params: RrParams, n: int) -> float:
+    """n·f(1 − f)/(1 − 2f)²: the variance of either count (:meth:`Rr.variance`)."""
+    f = params.effective_flip
+    return n * f * (1 - f) / (1 - 2 * f) ** 2
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -271,13 +290,13 @@ class Rr(Permanent[RrParams, RrBatch], Binary[RrParams, RrBatch], Categorical[Rr
     def variance(self, params: RrParams, counts: np.ndarray, n: int) -> np.ndarray:
         """The randomization variance n·f(1 − f)/(1 − 2f)² of each count (module docstring; it does not
         depend on the counts)."""
-        f = params.effective_flip
-        var = n * f * (1 - f) / (1 - 2 * f) ** 2
-        return np.full(np.shape(counts), var)
+        out = np.empty(np.shape(counts))
+        out.fill(_count_variance(params, n))
+        return out
 
     def bucket_covariance(self, params: RrParams, counts: np.ndarray, n: int) -> np.ndarray:
         """Cov of the (false, true) count estimates: they sum to n exactly, so Cov = −Var off the diagonal."""
-        var = float(self.variance(params, np.zeros(2), n)[0])
+        var = float(_count_variance(params, n))
         return np.array([[var, -var], [-var, var]])
 
     def params_schema(self) -> tuple[dict[str, Any], list[str]]:

@@ -79,7 +79,8 @@ class SketchState:
 
     @property
     def n(self) -> int:
-        return int(self.row_counts.sum())
+        rows = self.row_counts
+        return sum(rows.tolist()) if rows.size <= 64 else int(rows.sum())  # a few rows: Python's sum is 10x faster
 
     def check(self, params: ParamsBase) -> None:
         shape, rows = state_shape(params)
@@ -164,9 +165,18 @@ def row_counts_span(header: bytes, params: ParamsBase) -> tuple[int, int, np.dty
     return start, start + nrows * row_dt.itemsize, row_dt
 
 
+_Z_VALUES: dict[float, float] = {}  # confidence → z_value, for the few confidences in use (every Estimate asks)
+
+
 def z_value(confidence: float) -> float:
-    check_number("confidence", confidence, 0, 1, open_interval=True)
-    return NormalDist().inv_cdf(0.5 + confidence / 2)
+    """The two-sided normal quantile of ``confidence`` ∈ (0, 1)."""
+    z = _Z_VALUES.get(confidence) if type(confidence) is float else None  # only checked floats are kept
+    if z is None:
+        check_number("confidence", confidence, 0, 1, open_interval=True)
+        z = NormalDist().inv_cdf(0.5 + confidence / 2)
+        if type(confidence) is float and len(_Z_VALUES) < 256:
+            _Z_VALUES[confidence] = z
+    return z
 
 
 EstimatorName = Literal["plain", "corrected"]
