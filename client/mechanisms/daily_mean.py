@@ -33,7 +33,6 @@ drawn fresh per report, which is exactly the onebit coin.
 
 from __future__ import annotations
 
-import math
 import struct
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,7 +61,7 @@ class DailyMeanParams(ParamsBase):
     prob_bits: int = SINGLE_DRAW_PROB_BITS
 
     def __post_init__(self) -> None:
-        # validates ε, lo, hi and prob_bits (built here, never taken from _channels: the raw fields are not checked yet)
+        # validates ε, lo, hi and prob_bits (built here, never taken from _derived: the raw fields are not checked yet)
         one = MeanParams(epsilon=self.epsilon, lo=self.lo, hi=self.hi, variant="onebit", prob_bits=self.prob_bits)
         object.__setattr__(self, "epsilon", one.epsilon)
         object.__setattr__(self, "lo", one.lo)
@@ -71,25 +70,44 @@ class DailyMeanParams(ParamsBase):
     @property
     def onebit(self) -> MeanParams:
         """The one-report channel: mean's onebit params (its sampler, state and estimator)."""
-        return _channels(self, math.copysign(1.0, self.lo), math.copysign(1.0, self.hi))[0]
+        return _derived(self).onebit
 
     @property
     def rr(self) -> RrParams:
         """The randomized response on the rounded bit (its flip threshold is the onebit one)."""
-        return _channels(self, math.copysign(1.0, self.lo), math.copysign(1.0, self.hi))[1]
+        return _derived(self).rr
 
     @property
     def effective_epsilon(self) -> float:
         return self.onebit.effective_epsilon
 
 
-@lru_cache(maxsize=1024)
-def _channels(params: DailyMeanParams, lo_sign: float, hi_sign: float) -> tuple[MeanParams, RrParams]:
-    """(onebit, rr) of validated ``params``, built and validated once instead of on every access (report()'s path
-    reads them several times per report). Keyed by the params (equal fields) and the signs of lo and hi, which
-    equality does not see (-0.0 == 0.0) but the derived params keep."""
-    return (MeanParams(epsilon=params.epsilon, lo=params.lo, hi=params.hi, variant="onebit", prob_bits=params.prob_bits),
-            RrParams(epsilon=params.epsilon, prob_bits=params.prob_bits))
+class _Derived:
+    """What a validated :class:`DailyMeanParams` derives (its onebit and rr params, its permanent channel), built once
+    per params object instead of on every access: report()'s path reads them several times per report, and building
+    them validates them again."""
+
+    __slots__ = ("params", "onebit", "rr", "channel")
+
+    def __init__(self, params: DailyMeanParams) -> None:
+        self.params = params  # held: the id keying _DERIVED cannot be reused while the entry exists
+        self.onebit = MeanParams(
+            epsilon=params.epsilon, lo=params.lo, hi=params.hi, variant="onebit", prob_bits=params.prob_bits)
+        self.rr = RrParams(epsilon=params.epsilon, prob_bits=params.prob_bits)
+        self.channel: PermanentChannel | None = None
+
+
+_DERIVED: dict[int, _Derived] = {}  # by id(params): exact (the very object), and no field hashing per lookup
+_DERIVED_MAX = 1024
+
+
+def _derived(params: DailyMeanParams) -> _Derived:
+    hit = _DERIVED.get(id(params))
+    if hit is None or hit.params is not params:
+        if len(_DERIVED) >= _DERIVED_MAX:
+            _DERIVED.clear()
+        hit = _DERIVED[id(params)] = _Derived(params)
+    return hit
 
 
 @lru_cache(maxsize=4096)
@@ -143,9 +161,13 @@ class DailyMean(
         return 2.0 * rr_split(params.rr).epsilon_inf
 
     def permanent_channel(self, params: DailyMeanParams) -> PermanentChannel:
-        """rr's channel on c; the label is the quantized value u, rounded with the device's α."""
-        onebit = params.onebit
-        return rr_channel(params.rr, lambda value: onebit.quantize_one(number_of(value)), VALUE_BITS)
+        """rr's channel on c; the label is the quantized value u, rounded with the device's α (built once per params:
+        the ledger's charge and ε∞ ask for it on every new spec)."""
+        derived = _derived(params)
+        if derived.channel is None:
+            onebit = derived.onebit
+            derived.channel = rr_channel(derived.rr, lambda value: onebit.quantize_one(number_of(value)), VALUE_BITS)
+        return derived.channel
 
     def estimate_note(self, params: DailyMeanParams) -> str:
         return f"values clipped to [{params.lo:g}, {params.hi:g}] on the device; α-rounded one-bit reports"

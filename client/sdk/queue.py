@@ -19,9 +19,11 @@ first. Each part keeps its own batch id, so a combined upload is stored as unrel
 from __future__ import annotations
 
 import heapq
+import itertools
 import sqlite3
 from collections import deque
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 
 from ldptel.client.mechanisms.base import ReportBatch
@@ -101,48 +103,81 @@ def form_batches(
     dimensions, each value the spec does not declare as ``other`` (:func:`~ldptel.client.protocol.breakdown.encode_profile`).
     One ``BEGIN IMMEDIATE`` transaction; on a ``synchronous=FULL`` connection its commit also makes every
     earlier commit durable, before anything is sent.
+
+    Batches are formed group by group (metric, version, budget day) in that order, each group's reports in queue
+    order. With ``partial`` every queued report goes into a batch (or is dropped as unencodable), so the queue is
+    read once, sorted by group, and emptied at the end; otherwise only groups of at least ``batch_size`` reports
+    are read, one full batch at a time. (The reports table has no index on the group: reading it per group scanned
+    the whole queue for every group and batch, quadratic in a backlog of many metrics or days.)
     """
     formed = moved = dropped = 0
     conn.execute("BEGIN IMMEDIATE")
     try:
-        groups = conn.execute(
-            "SELECT metric, version, day, COUNT(*) FROM reports GROUP BY metric, version, day").fetchall()
-        for metric, version, report_day, count in groups:
-            if count < batch_size and not partial:
-                continue
-            spec = spec_of(metric, version)
-            if spec is None:  # cannot be encoded (should not happen: specs are stored with their reports)
-                conn.execute("DELETE FROM reports WHERE metric = ? AND version = ? AND day = ?", (metric, version, report_day))
-                dropped += count
-                moved += count
-                continue
-            while True:
-                rows = conn.execute(
-                    "SELECT id, payload FROM reports WHERE metric = ? AND version = ? AND day = ? ORDER BY id LIMIT ?",
-                    (metric, version, report_day, batch_size),
-                ).fetchall()
-                if not rows or (len(rows) < batch_size and not partial):
-                    break
-                batch = unpack_reports([r[1] for r in rows], spec.params)
-                batch_id = secure_token(16)
-                wire_profile = encode_profile(profile or {}, spec.breakdown, spec.profile_schema)
-                body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params,
-                                    profile=wire_profile)
-                conn.execute(
-                    "INSERT INTO batches(batch_id, metric, version, n, body, formed_day) VALUES (?, ?, ?, ?, ?, ?)",
-                    (batch_id, metric, version, len(rows), body, day),
-                )
-                conn.execute(
-                    "DELETE FROM reports WHERE metric = ? AND version = ? AND day = ? AND id <= ?",
-                    (metric, version, report_day, rows[-1][0]),
-                )
-                formed += 1
-                moved += len(rows)
+        if partial:
+            last = -1  # the largest report id read
+            with closing(conn.execute(
+                    "SELECT metric, version, day, id, payload FROM reports ORDER BY metric, version, day, id")) as rows:
+                for (metric, version, _report_day), group in itertools.groupby(rows, key=lambda r: r[:3]):
+                    spec = spec_of(metric, version)
+                    if spec is None:  # cannot be encoded (should not happen: specs are stored with their reports)
+                        for row in group:
+                            last = max(last, row[3])
+                            dropped += 1
+                            moved += 1
+                        continue
+                    while chunk := list(itertools.islice(group, batch_size)):
+                        _insert_batch(conn, metric, version, [r[4] for r in chunk], spec, day, profile)
+                        last = max(last, max(r[3] for r in chunk))
+                        formed += 1
+                        moved += len(chunk)
+            # Every queued report was read above (this BEGIN IMMEDIATE transaction has no other writer): delete them.
+            conn.execute("DELETE FROM reports WHERE id <= ?", (last,))
+        else:
+            groups = conn.execute(
+                "SELECT metric, version, day, COUNT(*) FROM reports GROUP BY metric, version, day").fetchall()
+            for metric, version, report_day, count in groups:
+                if count < batch_size:
+                    continue
+                spec = spec_of(metric, version)
+                if spec is None:  # cannot be encoded (should not happen: specs are stored with their reports)
+                    conn.execute(
+                        "DELETE FROM reports WHERE metric = ? AND version = ? AND day = ?", (metric, version, report_day))
+                    dropped += count
+                    moved += count
+                    continue
+                for _ in range(count // batch_size):
+                    full = conn.execute(
+                        "SELECT id, payload FROM reports WHERE metric = ? AND version = ? AND day = ? ORDER BY id LIMIT ?",
+                        (metric, version, report_day, batch_size),
+                    ).fetchall()
+                    _insert_batch(conn, metric, version, [r[1] for r in full], spec, day, profile)
+                    conn.execute(
+                        "DELETE FROM reports WHERE metric = ? AND version = ? AND day = ? AND id <= ?",
+                        (metric, version, report_day, full[-1][0]),
+                    )
+                    formed += 1
+                    moved += len(full)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     return FormResult(formed=formed, moved=moved, unencodable=dropped)
+
+
+def _insert_batch(
+    conn: sqlite3.Connection, metric: str, version: int, payloads: list[bytes], spec: MetricSpec, day: str,
+    profile: Mapping[str, str] | None,
+) -> None:
+    """Store the reports ``payloads`` (queue order) as one batch under a fresh batch id (in the caller's transaction)."""
+    batch = unpack_reports(payloads, spec.params)
+    batch_id = secure_token(16)
+    wire_profile = encode_profile(profile or {}, spec.breakdown, spec.profile_schema if spec.breakdown else None)
+    body = encode_batch(metric=metric, version=version, batch_id=batch_id, batch=batch, params=spec.params,
+                        profile=wire_profile)
+    conn.execute(
+        "INSERT INTO batches(batch_id, metric, version, n, body, formed_day) VALUES (?, ?, ?, ?, ?, ?)",
+        (batch_id, metric, version, len(payloads), body, day),
+    )
 
 
 def plan_uploads(conn: sqlite3.Connection, *, max_parts: int, max_bytes: int) -> list[list[int]]:
