@@ -424,8 +424,9 @@ def variance(params: UnaryParams, counts: np.ndarray, n: int | np.ndarray) -> np
     families), with f the estimate clipped to [0, n]; the collision term is separate."""
     k, m, p, q = params.k, params.m, params.p, params.q
     f = np.clip(counts, 0, n)
-    noise = ((f + (n - f) / m) * p * (1 - p) + (n - f) * (1 - 1 / m) * q * (1 - q)) / (p - q) ** 2
-    var: np.ndarray = (m / (m - 1)) ** 2 * noise + (n - f) * (k - 1) / (k * (m - 1))
+    rest = n - f  # the reports of other values
+    noise = ((f + rest / m) * p * (1 - p) + rest * (1 - 1 / m) * q * (1 - q)) / (p - q) ** 2
+    var: np.ndarray = (m / (m - 1)) ** 2 * noise + rest * (k - 1) / (k * (m - 1))
     return var
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Any, Literal
 
@@ -49,9 +50,16 @@ def _codes(fmt: int, code: int, row_code: int) -> tuple[int, int] | None:
 
 def state_shape(params: ParamsBase) -> tuple[tuple[int, int], int]:
     """(shape of ``counts``, length of ``row_counts``) for a mechanism's exact integer state."""
-    from ldptel.client.mechanisms.registry import mechanism_of  # the registry imports this module
+    shape: tuple[tuple[int, int], int] = _mechanism_of()(params).state_shape(params)
+    return shape
 
-    return mechanism_of(params).state_shape(params)
+
+@lru_cache(maxsize=1)
+def _mechanism_of() -> Callable[[object], Any]:
+    """registry.mechanism_of, imported on first use (the registry imports this module); every Estimate asks."""
+    from ldptel.client.mechanisms.registry import mechanism_of
+
+    return mechanism_of
 
 
 def _code(mechanism: str) -> int:
