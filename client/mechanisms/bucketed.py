@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -131,6 +132,18 @@ def isotonic(y: np.ndarray, w: np.ndarray) -> np.ndarray:
 def log_spaced(edges: np.ndarray) -> bool:
     """True when the edges after the first are positive with one common ratio (``bucket_edges(scale="log")``,
     whose first edge may be 0)."""
+    arr = np.asarray(edges)
+    if arr.dtype == np.float64 and arr.ndim == 1:  # a metric's edges, asked for every percentile query: kept
+        return _log_spaced_float64(arr.tobytes())
+    return _log_spaced(arr)
+
+
+@lru_cache(maxsize=64)
+def _log_spaced_float64(edges: bytes) -> bool:
+    return _log_spaced(np.frombuffer(edges, dtype=np.float64))
+
+
+def _log_spaced(edges: np.ndarray) -> bool:
     tail = edges[1:]
     if tail.size < 3 or tail[0] <= 0:
         return False

@@ -68,6 +68,7 @@ def bucket_edges(lo: float, hi: float, buckets: int, *, scale: str = "linear") -
     return tuple(float(e) for e in np.geomspace(lo, hi, buckets + 1))
 
 
+@lru_cache(maxsize=64)
 def _labels(edges: tuple[float, ...]) -> tuple[str, ...]:
     """``[a, b)`` per bucket (the last closed), to 6 significant digits, or 17 where 6 would repeat a label."""
     for digits in (6, 17):
