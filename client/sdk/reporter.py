@@ -155,6 +155,9 @@ Status = Literal[
 
 
 # ------------------------------------------------------------------------------------------ the Reporter
+_MAX_COSTS = 1024  # specs whose cost a Reporter keeps (one per version seen; a hostile server could make many)
+
+
 @dataclass(frozen=True, slots=True)
 class _Cost:
     """A spec's effective ε per report and per day, and why the policy refuses it (None: it does not)."""
@@ -166,6 +169,7 @@ class _Cost:
     lifetime: float | None  # ε∞ charged once per privatization in the lifetime ledger (permanent RR); else None
     mech: AnyMechanism  # mechanism_of(spec.params)
     on_device: bool  # the mechanism aggregates on the device (count(), not report())
+    spec: MetricSpec  # the spec it is the cost of: held, so that its id (part of the cache key) is never reused
 
 
 @dataclass(frozen=True, slots=True)
@@ -698,12 +702,17 @@ class Reporter:
         """What a spec costs and whether the policy refuses it, computed once (the properties are not cached)."""
         key = (spec.name, spec.version, id(spec))
         cached = self._costs.get(key)
-        if cached is None:
+        if cached is None or cached.spec is not spec:
+            # id(spec) is only unique among live objects: a served spec replaced by another of the same version (a
+            # refresh) was freed, and the next spec made could take its id. The cache now holds each spec it keys,
+            # so that cannot happen; the identity check says so. A refresh adds an entry: bounded below.
+            if len(self._costs) >= _MAX_COSTS:
+                self._costs.clear()
             eps_one, daily, eps_inf = spec.report_charge, spec.daily_epsilon, longitudinal_epsilon(spec)
             refusal = self._policy.spec_refusal(spec)
             mech = mechanism_of(spec.params)
             cached = self._costs[key] = _Cost(
                 eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
                 lifetime=eps_inf if mech.permanent_channel(spec.params) is not None else None, mech=mech,
-                on_device=on_device(mech) is not None)
+                on_device=on_device(mech) is not None, spec=spec)
         return cached

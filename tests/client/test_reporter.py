@@ -452,3 +452,22 @@ def test_a_422_batch_too_old_is_final_and_counted(live: LiveServer, app_token, t
     assert (st.pending, st.delivered, st.dropped_too_old, st.dropped_rejected, st.retries > 0) == (0, 5, 5, 0, True)
     assert live.delivered(spec.name)["total"] == 5
     rep.close()
+
+
+# ------------------------------------------------------------------------------- the cost of each spec
+def test_each_spec_is_charged_its_own_cost_when_a_freed_spec_s_id_is_reused(tmp_path) -> None:
+    """The Reporter keeps each spec's cost keyed by (name, version, id(spec)). A served spec that a refresh replaces
+    by another of the same version (a hostile or broken server) is freed, and Python gives the next object made the
+    freed one's id: the new spec was charged the old one's ε (most of these 200 specs, before the cache held its
+    specs). Now every spec gets its own cost."""
+    rep = Reporter("http://127.0.0.1:9", "t", tmp_path / "db", start=False, specs=[cms()])
+    try:
+        wrong = []
+        for i in range(200):
+            spec = MetricSpec(name="m", params=RrParams(epsilon=1.0 + i % 7))  # version 1 each time
+            if rep._cost_of(spec).eps_one != spec.report_charge:
+                wrong.append(i)
+            del spec  # freed (unless the cache holds it): the next spec may take its id
+        assert wrong == []
+    finally:
+        rep.close(timeout=0)
