@@ -590,7 +590,8 @@ def homogeneity(
         if g.estimate.labels != labels:
             raise InvalidParameterError("groups", "groups with the same labels (the same domain)", g.name)
     pooled = _pooled_probs(groups)
-    sampling = np.diag(pooled) - np.outer(pooled, pooled)  # the multinomial term (times n_g) of every group
+    # the multinomial term (times n_g) of every group's covariance, built once
+    sampling = np.diag(pooled) - np.outer(pooled, pooled) if uncertainty == "population" else None
     covs = [_share_cov(g.params, g.n, pooled, uncertainty, sampling) for g in groups]
 
     def stacked(gs: Sequence[Group]) -> np.ndarray:
