@@ -532,7 +532,7 @@ def goodness_of_fit(
     _check("two-sided", uncertainty, method, alpha, confidence)
     counts, n = _categorical(group)
     pi0 = np.asarray(probs, dtype=np.float64)
-    if pi0.shape != counts.shape or (pi0 < 0).any() or abs(float(pi0.sum()) - 1.0) > 1e-9:
+    if pi0.shape != counts.shape or not np.isfinite(pi0).all() or (pi0 < 0).any() or not abs(float(pi0.sum()) - 1.0) <= 1e-9:
         raise InvalidParameterError("probs", f"{counts.size} shares ≥ 0 summing to 1, one per label", list(pi0))
     if (pi0 == 0).any():
         raise InvalidParameterError("probs", "shares > 0 (a zero share makes Cohen's w undefined)", list(pi0))

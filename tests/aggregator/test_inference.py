@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from ldptel.aggregator import inference as inf
+from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms import mechanism_of
 from ldptel.client.mechanisms.base import ReportBatch
 from ldptel.client.mechanisms.grr import GrrParams
@@ -256,6 +257,16 @@ def test_monte_carlo_two_sample_and_independence_agree_with_the_asymptotic_ones(
     for asym, mc in pairs:
         se = math.sqrt(asym.p_value * (1 - asym.p_value) / 999) + 1 / 999
         assert abs(mc.p_value - asym.p_value) <= 6 * se, (asym.test, mc.p_value, asym.p_value)
+
+
+@pytest.mark.parametrize("probs", [[math.nan, 0.5, 0.2, 0.2, 0.1], [0.5, 0.5, math.inf, -math.inf, 0.0],
+                                   [0.4, 0.3, 0.1, 0.1, 0.1, 0.0], [0.5, 0.3, 0.1, 0.1, 0.1], [0.6, 0.3, 0.2, -0.1, 0.0]])
+def test_goodness_of_fit_refuses_shares_that_are_not_a_distribution_by_name(probs: list[float]) -> None:
+    """A NaN share passed the old check (abs(nan − 1) > 1e-9 is False) and gave a NaN statistic and p-value."""
+    grr = groups(GRR, ["a"] * 200 + ["b"] * 100 + ["c"] * 100 + ["d"] * 50 + ["e"] * 50, 1, 26)[0]
+    with pytest.raises(InvalidParameterError) as info:
+        inf.goodness_of_fit(grr, probs)
+    assert info.value.parameter == "probs"
 
 
 def test_monte_carlo_refuses_what_it_cannot_simulate() -> None:
