@@ -45,7 +45,7 @@ from ldptel.aggregator.demo.processes import Child, Children, log_tail
 from ldptel.aggregator.demo.progress import Status, Timings
 from ldptel.aggregator.demo.report import Report
 from ldptel.aggregator.demo.services import create_metrics, folded_reports, service_env, start_ingest, start_worker
-from ldptel.aggregator.demo.signals import sigint_ignored
+from ldptel.aggregator.demo.signals import acknowledge, sigint_ignored
 from ldptel.aggregator.discover import discover_metric
 from ldptel.aggregator.query import FrequencyResult, HistogramResult, QueryResult, estimate_metric
 from ldptel.client.errors import InvalidParameterError
@@ -164,6 +164,7 @@ def run(config: DemoConfig, *, out: TextIO, err: TextIO) -> int:
         report.print_summary(out, times=times, seed=seed, chart=config.chart)
         return EXIT_OK
     finally:
+        acknowledge()  # a signal's exception got here: it is not sent again while the cleanup runs
         with sigint_ignored():
             session.close(err)
 
