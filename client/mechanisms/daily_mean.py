@@ -46,6 +46,7 @@ from ldptel.client.mechanisms.delegating import Delegating
 from ldptel.client.mechanisms.longitudinal import PermanentChannel
 from ldptel.client.mechanisms.mean import MEAN, VALUE_BITS, MeanBatch, MeanParams, number_of
 from ldptel.client.mechanisms.rr import RrParams, privatize_rr, rr_channel, rr_split
+from ldptel.client.protocol.identity import IdentityCache, by_identity
 from ldptel.client.protocol.keyed import prr_stream
 from ldptel.client.protocol.params import SINGLE_DRAW_PROB_BITS, ParamsBase
 
@@ -87,27 +88,20 @@ class _Derived:
     per params object instead of on every access: report()'s path reads them several times per report, and building
     them validates them again."""
 
-    __slots__ = ("params", "onebit", "rr", "channel")
+    __slots__ = ("onebit", "rr", "channel")
 
     def __init__(self, params: DailyMeanParams) -> None:
-        self.params = params  # held: the id keying _DERIVED cannot be reused while the entry exists
         self.onebit = MeanParams(
             epsilon=params.epsilon, lo=params.lo, hi=params.hi, variant="onebit", prob_bits=params.prob_bits)
         self.rr = RrParams(epsilon=params.epsilon, prob_bits=params.prob_bits)
         self.channel: PermanentChannel | None = None
 
 
-_DERIVED: dict[int, _Derived] = {}  # by id(params): exact (the very object), and no field hashing per lookup
-_DERIVED_MAX = 1024
+_DERIVED: IdentityCache[_Derived] = {}  # by the params object itself: exact, and no field hashing per lookup
 
 
 def _derived(params: DailyMeanParams) -> _Derived:
-    hit = _DERIVED.get(id(params))
-    if hit is None or hit.params is not params:
-        if len(_DERIVED) >= _DERIVED_MAX:
-            _DERIVED.clear()
-        hit = _DERIVED[id(params)] = _Derived(params)
-    return hit
+    return by_identity(_DERIVED, params, lambda: _Derived(params))
 
 
 @lru_cache(maxsize=4096)

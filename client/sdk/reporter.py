@@ -113,6 +113,7 @@ from ldptel.client.errors import InvalidParameterError
 from ldptel.client.mechanisms.capabilities import OnDevice, on_device
 from ldptel.client.mechanisms.registry import AnyMechanism, mechanism_of
 from ldptel.client.protocol.breakdown import check_profile
+from ldptel.client.protocol.identity import IdentityCache, by_identity
 from ldptel.client.protocol.keyed import privatization_fingerprint
 from ldptel.client.protocol.specs import NAME_RE, NAME_RULE, MetricSpec
 from ldptel.client.protocol.validate import check_int, check_number
@@ -155,9 +156,6 @@ Status = Literal[
 
 
 # ------------------------------------------------------------------------------------------ the Reporter
-_MAX_COSTS = 1024  # specs whose cost a Reporter keeps (one per version seen; a hostile server could make many)
-
-
 @dataclass(frozen=True, slots=True)
 class _Cost:
     """A spec's effective ε per report and per day, and why the policy refuses it (None: it does not)."""
@@ -169,7 +167,6 @@ class _Cost:
     lifetime: float | None  # ε∞ charged once per privatization in the lifetime ledger (permanent RR); else None
     mech: AnyMechanism  # mechanism_of(spec.params)
     on_device: bool  # the mechanism aggregates on the device (count(), not report())
-    spec: MetricSpec  # the spec it is the cost of: held, so that its id (part of the cache key) is never reused
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +355,7 @@ class Reporter:
         self._closed = False
         self._full_logged = False  # the queue-full warning was logged since the queue was last below the limit
         self._pruned_in_wal = False  # the WAL may still hold memo rows of past days (until truncate_wal succeeds)
-        self._costs: dict[tuple[str, int, int], _Cost] = {}
+        self._costs: IdentityCache[_Cost] = {}
         # (metric, fingerprint) pairs a committed report recorded in the lifetime ledger (never deleted there)
         self._lifetime_recorded: set[tuple[str, bytes]] = set()
         self._policy_told: set[tuple[str, int, str]] = set()  # refusals already passed to on_error
@@ -699,20 +696,16 @@ class Reporter:
         return ReportResult("policy_refused", spec.name, spec.version, reason=reason)
 
     def _cost_of(self, spec: MetricSpec) -> _Cost:
-        """What a spec costs and whether the policy refuses it, computed once (the properties are not cached)."""
-        key = (spec.name, spec.version, id(spec))
-        cached = self._costs.get(key)
-        if cached is None or cached.spec is not spec:
-            # id(spec) is only unique among live objects: a served spec replaced by another of the same version (a
-            # refresh) was freed, and the next spec made could take its id. The cache now holds each spec it keys,
-            # so that cannot happen; the identity check says so. A refresh adds an entry: bounded below.
-            if len(self._costs) >= _MAX_COSTS:
-                self._costs.clear()
-            eps_one, daily, eps_inf = spec.report_charge, spec.daily_epsilon, longitudinal_epsilon(spec)
-            refusal = self._policy.spec_refusal(spec)
-            mech = mechanism_of(spec.params)
-            cached = self._costs[key] = _Cost(
-                eps_one=eps_one, daily=daily, refusal=refusal, fingerprint=privatization_fingerprint(spec.params),
-                lifetime=eps_inf if mech.permanent_channel(spec.params) is not None else None, mech=mech,
-                on_device=on_device(mech) is not None, spec=spec)
-        return cached
+        """What a spec costs and whether the policy refuses it, computed once per spec object (the properties are
+        not cached). Per object, not per (name, version): a refresh may replace a served spec by a different one of
+        the same version (a hostile or broken server)."""
+        return by_identity(self._costs, spec, lambda: self._new_cost(spec))
+
+    def _new_cost(self, spec: MetricSpec) -> _Cost:
+        eps_one, daily, eps_inf = spec.report_charge, spec.daily_epsilon, longitudinal_epsilon(spec)
+        mech = mechanism_of(spec.params)
+        return _Cost(
+            eps_one=eps_one, daily=daily, refusal=self._policy.spec_refusal(spec),
+            fingerprint=privatization_fingerprint(spec.params),
+            lifetime=eps_inf if mech.permanent_channel(spec.params) is not None else None, mech=mech,
+            on_device=on_device(mech) is not None)
